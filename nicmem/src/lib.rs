@@ -1,0 +1,21 @@
+//! Memory for the nicmem dataplane: registered regions with keys, the on-NIC memory allocator, and
+//! fixed-size buffer pools with per-core caches.
+//!
+//! - [`Region`] / [`RegionTable`]: registered memory ranges (host or nicmem) and the validation a
+//!   NIC applies to every descriptor's `(key, address, length)`.
+//! - [`NicMem`]: the allocator of on-NIC memory (`alloc_nicmem` / `dealloc_nicmem` in the paper),
+//!   with counted CPU reads and writes.
+//! - [`BufPool`] / [`PoolCache`] / [`Buf`]: buffer pools; `Buf<Host>` exposes bytes, `Buf<Nic>`
+//!   does not.
+
+mod allocator;
+mod memory;
+mod pool;
+mod region;
+
+pub use allocator::{NICMEM_ALIGN, NicMem, NicMemError, NicMemStats, parse_size};
+pub use memory::{MEM_ALIGN, RawMem};
+pub use pool::{Buf, BufPool, Host, MAX_CACHES, MemClass, Nic, PoolCache, PoolError, PoolStats};
+pub use region::{
+    AccessError, MemKey, ProtectionDomain, Region, RegionKind, RegionTable, Resolved,
+};
