@@ -1,1 +1,20 @@
-//! placeholder
+//! The nicmem dataplane: a split-first packet model, bursts and verdicts, the network-function
+//! interface, datapath modes, the port abstraction, the per-core run loop, and the drivers.
+//!
+//! See `DESIGN.md` in the shared folder for the architecture; the module docs say what each part
+//! holds and why.
+
+pub mod burst;
+pub mod mode;
+pub mod nf;
+pub mod packet;
+pub mod port;
+pub mod testkit;
+pub mod verdict;
+
+pub use burst::{Burst, DEFAULT_BURST};
+pub use mode::DatapathMode;
+pub use nf::{NetworkFunction, NfChain, NfContext, merge_stats};
+pub use packet::{NicPayload, Packet, PacketError, PacketMeta, Payload, PayloadRef, RxRing};
+pub use port::{Capabilities, Port, Queue, QueueStats};
+pub use verdict::{DropReason, Verdict};

@@ -1,0 +1,123 @@
+//! The network-function interface.
+//!
+//! A network function processes a burst of packets in place: it reads and rewrites header segments
+//! ([`crate::Packet::header_mut`]) and sets a verdict per packet. State is per core
+//! (shared-nothing): the run loop builds one instance of each function per worker, and RSS keeps a
+//! flow on one worker. The same chain runs unchanged on every driver and in every datapath mode.
+
+use crate::burst::Burst;
+
+/// Context handed to every `process` call.
+#[derive(Clone, Copy, Debug, Default)]
+pub struct NfContext {
+    /// Current time in ns (virtual time in deterministic runs, monotonic wall clock otherwise);
+    /// used for flow expiry.
+    pub now_ns: u64,
+    /// Index of the worker (core) running this instance.
+    pub worker: u16,
+    /// Number of workers in the run.
+    pub workers: u16,
+}
+
+/// One network function.
+pub trait NetworkFunction: Send {
+    /// Short name used in configs and as the counter prefix (`nfs.<name>.*`).
+    fn name(&self) -> &str;
+
+    /// Processes a burst in place. Packets whose verdict is already a drop must be left alone.
+    fn process(&mut self, burst: &mut Burst, ctx: &NfContext);
+
+    /// Counters for the run summary, as a JSON object (merged across workers by summing numbers
+    /// and arrays element-wise).
+    fn stats(&self) -> serde_json::Value {
+        serde_json::Value::Object(Default::default())
+    }
+
+    /// Called once when the run ends (after the last burst), e.g. to write a flow dump.
+    fn finish(&mut self, _ctx: &NfContext) {}
+}
+
+/// A chain of network functions applied in order.
+#[derive(Default)]
+pub struct NfChain {
+    nfs: Vec<Box<dyn NetworkFunction>>,
+}
+
+impl NfChain {
+    /// An empty chain (forwards everything unchanged).
+    pub fn new() -> Self {
+        Self::default()
+    }
+
+    /// Appends a function.
+    pub fn push(&mut self, nf: Box<dyn NetworkFunction>) {
+        self.nfs.push(nf);
+    }
+
+    /// The functions in order.
+    pub fn functions(&self) -> &[Box<dyn NetworkFunction>] {
+        &self.nfs
+    }
+
+    /// Mutable access to the functions in order.
+    pub fn functions_mut(&mut self) -> &mut [Box<dyn NetworkFunction>] {
+        &mut self.nfs
+    }
+
+    /// Runs every function over the burst.
+    #[inline]
+    pub fn process(&mut self, burst: &mut Burst, ctx: &NfContext) {
+        for nf in &mut self.nfs {
+            nf.process(burst, ctx);
+        }
+    }
+}
+
+/// Merges NF counter objects from several workers: numbers add, arrays add element-wise, objects
+/// merge recursively, anything else keeps the first value.
+pub fn merge_stats(into: &mut serde_json::Value, from: &serde_json::Value) {
+    use serde_json::Value;
+    match (into, from) {
+        (Value::Object(a), Value::Object(b)) => {
+            for (k, v) in b {
+                match a.get_mut(k) {
+                    Some(existing) => merge_stats(existing, v),
+                    None => {
+                        a.insert(k.clone(), v.clone());
+                    }
+                }
+            }
+        }
+        (Value::Array(a), Value::Array(b)) => {
+            for (i, v) in b.iter().enumerate() {
+                match a.get_mut(i) {
+                    Some(existing) => merge_stats(existing, v),
+                    None => a.push(v.clone()),
+                }
+            }
+        }
+        (Value::Number(a), Value::Number(b)) => {
+            if let (Some(x), Some(y)) = (a.as_u64(), b.as_u64()) {
+                *a = (x + y).into();
+            } else if let (Some(x), Some(y)) = (a.as_f64(), b.as_f64())
+                && let Some(n) = serde_json::Number::from_f64(x + y)
+            {
+                *a = n;
+            }
+        }
+        _ => {}
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use serde_json::json;
+
+    #[test]
+    fn merge_adds_numbers_and_arrays() {
+        let mut a = json!({"x": 1, "v": [1, 2], "o": {"y": 2}});
+        merge_stats(&mut a, &json!({"x": 2, "v": [1, 2, 3], "o": {"y": 3, "z": 1}}));
+        assert_eq!(a, json!({"x": 3, "v": [2, 4, 3], "o": {"y": 5, "z": 1}}));
+    }
+}

@@ -1,0 +1,115 @@
+//! The port abstraction every driver implements.
+//!
+//! A [`Port`] is a NIC port with one or more queue pairs. For the per-core run loop the port hands
+//! out its queue pairs ([`Port::take_queues`]); each worker thread owns one [`Queue`] per port and
+//! calls `rx_burst` / `tx_burst` on it without locks. Counters are kept per queue and summed.
+
+use crate::burst::Burst;
+use crate::packet::Packet;
+
+/// What a port can do; probed at start.
+#[derive(Clone, Debug, Default, PartialEq, Eq)]
+pub struct Capabilities {
+    /// Hardware Rx buffer split (header/payload into separate buffers).
+    pub rx_buffer_split: bool,
+    /// Payload buffers can live in on-NIC memory.
+    pub nicmem: bool,
+    /// Tx descriptors can carry inline header bytes.
+    pub tx_inline: bool,
+    /// RSS across queues.
+    pub rss: bool,
+    /// Maximum frame length (without FCS) the port accepts.
+    pub max_frame: usize,
+    /// Number of queue pairs.
+    pub queues: u16,
+}
+
+/// Per-queue counters (all monotonic).
+#[derive(Clone, Copy, Debug, Default, PartialEq, Eq)]
+pub struct QueueStats {
+    /// Packets handed to software by `rx_burst`.
+    pub rx_packets: u64,
+    /// Bytes of those packets (without FCS).
+    pub rx_bytes: u64,
+    /// Packets whose payload came from the primary (nicmem) ring.
+    pub rx_primary: u64,
+    /// Packets whose payload came from the secondary (host) ring.
+    pub rx_secondary: u64,
+    /// Rx buffer allocations that failed (pool empty) while refilling rings.
+    pub rx_nombuf: u64,
+    /// Frames the NIC dropped because no Rx descriptor was posted (DPDK `imissed`).
+    pub rx_missed: u64,
+    /// Frames dropped because they exceed the port's maximum frame length.
+    pub rx_oversize: u64,
+    /// Descriptors rejected by the NIC (bad key, range or length) with an error completion.
+    pub desc_errors: u64,
+    /// Packets accepted by `tx_burst`.
+    pub tx_packets: u64,
+    /// Bytes of those packets.
+    pub tx_bytes: u64,
+    /// Packets `tx_burst` could not take (ring full).
+    pub tx_full: u64,
+    /// Frames put on the wire.
+    pub wire_tx_frames: u64,
+}
+
+impl QueueStats {
+    /// Adds `o` into `self`.
+    pub fn add(&mut self, o: &QueueStats) {
+        self.rx_packets += o.rx_packets;
+        self.rx_bytes += o.rx_bytes;
+        self.rx_primary += o.rx_primary;
+        self.rx_secondary += o.rx_secondary;
+        self.rx_nombuf += o.rx_nombuf;
+        self.rx_missed += o.rx_missed;
+        self.rx_oversize += o.rx_oversize;
+        self.desc_errors += o.desc_errors;
+        self.tx_packets += o.tx_packets;
+        self.tx_bytes += o.tx_bytes;
+        self.tx_full += o.tx_full;
+        self.wire_tx_frames += o.wire_tx_frames;
+    }
+}
+
+/// One queue pair of a port, owned by one worker.
+pub trait Queue: Send {
+    /// Receives up to `burst.room()` packets into `burst`, each with verdict `Tx(default_port)`
+    /// as set by the caller afterwards. Returns the number received.
+    fn rx_burst(&mut self, burst: &mut Burst) -> usize;
+
+    /// Queues packets for transmission, taking them from the front of `pkts`. Packets it cannot
+    /// take stay in `pkts`. Returns the number taken.
+    fn tx_burst(&mut self, pkts: &mut Vec<Packet>) -> usize;
+
+    /// Returns packets the caller decided not to send (dropped) to this queue's pool caches.
+    fn free(&mut self, pkt: Packet);
+
+    /// Makes the NIC finish everything posted and reclaims completed Tx buffers.
+    fn flush(&mut self);
+
+    /// True when the wire has nothing more to deliver and nothing is in flight in the queue.
+    fn idle(&self) -> bool;
+
+    /// Counters.
+    fn stats(&self) -> QueueStats;
+
+    /// Driver-specific extended counters (name, value).
+    fn xstats(&self) -> Vec<(String, u64)> {
+        Vec::new()
+    }
+}
+
+/// A NIC port.
+pub trait Port: Send {
+    /// Port name (for logs and stats).
+    fn name(&self) -> &str;
+
+    /// Driver name (`vnic`, `dpdk`).
+    fn driver(&self) -> &str;
+
+    /// What the port can do.
+    fn capabilities(&self) -> Capabilities;
+
+    /// Hands out the queue pairs (once). The worker with index `i` gets queue `i`.
+    fn take_queues(&mut self) -> Vec<Box<dyn Queue>>;
+}
