@@ -29,7 +29,7 @@ impl PacketFactory {
         } else {
             max_frame
         };
-        let pay_size = max_frame.saturating_sub(split_offset).max(64);
+        let pay_size = max_frame.saturating_sub(split_offset).max(64).div_ceil(64) * 64;
         let dev = NicMem::new(pay_size * count);
         Self {
             mode,
