@@ -11,6 +11,7 @@ pub mod packet;
 pub mod port;
 pub mod testkit;
 pub mod verdict;
+pub mod wire;
 
 pub use burst::{Burst, DEFAULT_BURST};
 pub use mode::DatapathMode;
