@@ -5,10 +5,13 @@
 //! holds and why.
 
 pub mod burst;
+pub mod driver;
 pub mod mode;
 pub mod nf;
 pub mod packet;
+pub mod pcap;
 pub mod port;
+pub mod rss;
 pub mod testkit;
 pub mod verdict;
 pub mod wire;

@@ -108,57 +108,118 @@ impl FrameSink for CollectSink {
     }
 }
 
-/// A cable between two ports: what one transmits, the other receives. Each direction is a bounded
-/// lock-free queue of frames; a full queue drops the frame and counts it (like a wire with no
-/// flow control).
-pub mod cable {
-    use super::{FrameSink, FrameSource};
-    use crossbeam_queue::ArrayQueue;
-    use std::sync::Arc;
-    use std::sync::atomic::{AtomicBool, AtomicU64, Ordering};
+/// A bounded multi-producer/multi-consumer queue of frames with preallocated, recycled frame
+/// buffers: pushing and popping copy bytes but never allocate. Used between a port's wire front end
+/// and its queues, and for cables between ports.
+pub struct FrameRing {
+    full: crossbeam_queue::ArrayQueue<Vec<u8>>,
+    free: crossbeam_queue::ArrayQueue<Vec<u8>>,
+    closed: std::sync::atomic::AtomicBool,
+    dropped: std::sync::atomic::AtomicU64,
+}
 
-    struct Dir {
-        q: ArrayQueue<Vec<u8>>,
-        closed: AtomicBool,
-        dropped: AtomicU64,
+impl FrameRing {
+    /// A ring holding up to `depth` frames of up to `max_frame` bytes.
+    pub fn new(depth: usize, max_frame: usize) -> Self {
+        let depth = depth.max(1);
+        let free = crossbeam_queue::ArrayQueue::new(depth);
+        for _ in 0..depth {
+            let _ = free.push(Vec::with_capacity(max_frame));
+        }
+        Self {
+            full: crossbeam_queue::ArrayQueue::new(depth),
+            free,
+            closed: std::sync::atomic::AtomicBool::new(false),
+            dropped: std::sync::atomic::AtomicU64::new(0),
+        }
     }
+
+    /// Copies `frame` in. Returns false (and counts a drop) when the ring is full.
+    pub fn push(&self, frame: &[u8]) -> bool {
+        let Some(mut v) = self.free.pop() else {
+            self.dropped
+                .fetch_add(1, std::sync::atomic::Ordering::Relaxed);
+            return false;
+        };
+        v.clear();
+        v.extend_from_slice(frame);
+        // Cannot fail: a buffer came from `free`, so `full` has room for it.
+        let _ = self.full.push(v);
+        true
+    }
+
+    /// Copies the oldest frame into `buf`; returns its length.
+    pub fn pop(&self, buf: &mut [u8]) -> Option<usize> {
+        let v = self.full.pop()?;
+        let n = v.len().min(buf.len());
+        buf[..n].copy_from_slice(&v[..n]);
+        let _ = self.free.push(v);
+        Some(n)
+    }
+
+    /// Frames waiting.
+    pub fn len(&self) -> usize {
+        self.full.len()
+    }
+
+    /// True when no frame is waiting.
+    pub fn is_empty(&self) -> bool {
+        self.full.is_empty()
+    }
+
+    /// Frames dropped because the ring was full.
+    pub fn dropped(&self) -> u64 {
+        self.dropped.load(std::sync::atomic::Ordering::Relaxed)
+    }
+
+    /// Marks the producer side finished.
+    pub fn close(&self) {
+        self.closed
+            .store(true, std::sync::atomic::Ordering::Release);
+    }
+
+    /// True once closed and drained.
+    pub fn finished(&self) -> bool {
+        self.closed.load(std::sync::atomic::Ordering::Acquire) && self.full.is_empty()
+    }
+}
+
+/// A cable between two ports: what one transmits, the other receives. Each direction is a
+/// [`FrameRing`]; a full ring drops the frame and counts it (a wire with no flow control).
+pub mod cable {
+    use super::{FrameRing, FrameSink, FrameSource, MAX_WIRE_FRAME};
+    use std::sync::Arc;
 
     /// The receiving end of one direction.
     pub struct CableRx {
-        dir: Arc<Dir>,
+        ring: Arc<FrameRing>,
     }
 
     /// The transmitting end of one direction.
     pub struct CableTx {
-        dir: Arc<Dir>,
+        ring: Arc<FrameRing>,
     }
 
     /// A one-way cable with room for `depth` frames in flight.
     pub fn one_way(depth: usize) -> (CableTx, CableRx) {
-        let dir = Arc::new(Dir {
-            q: ArrayQueue::new(depth.max(1)),
-            closed: AtomicBool::new(false),
-            dropped: AtomicU64::new(0),
-        });
-        (CableTx { dir: dir.clone() }, CableRx { dir })
+        let ring = Arc::new(FrameRing::new(depth, MAX_WIRE_FRAME));
+        (CableTx { ring: ring.clone() }, CableRx { ring })
     }
 
     impl CableTx {
         /// Frames dropped because the cable was full.
         pub fn dropped(&self) -> u64 {
-            self.dir.dropped.load(Ordering::Relaxed)
+            self.ring.dropped()
         }
         /// Marks the direction closed: the receiver becomes exhausted once drained.
         pub fn close(&self) {
-            self.dir.closed.store(true, Ordering::Release);
+            self.ring.close();
         }
     }
 
     impl FrameSink for CableTx {
         fn deliver(&mut self, frame: &[u8]) {
-            if self.dir.q.push(frame.to_vec()).is_err() {
-                self.dir.dropped.fetch_add(1, Ordering::Relaxed);
-            }
+            self.ring.push(frame);
         }
         fn finish(&mut self) {
             self.close();
@@ -167,13 +228,10 @@ pub mod cable {
 
     impl FrameSource for CableRx {
         fn next_frame(&mut self, buf: &mut [u8]) -> Option<usize> {
-            let f = self.dir.q.pop()?;
-            let n = f.len().min(buf.len());
-            buf[..n].copy_from_slice(&f[..n]);
-            Some(n)
+            self.ring.pop(buf)
         }
         fn exhausted(&self) -> bool {
-            self.dir.closed.load(Ordering::Acquire) && self.dir.q.is_empty()
+            self.ring.finished()
         }
     }
 }

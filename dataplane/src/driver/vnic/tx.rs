@@ -1,0 +1,377 @@
+//! The Tx side of a virtual NIC queue: the send queue of 64 B WQE basic blocks, the driver's WQE
+//! builder, the NIC's send engine (parse the WQE, validate every data segment, gather the frame,
+//! put it on the wire) and completion handling.
+//!
+//! WQE layout (mlx5-like): control segment, Ethernet segment whose last 2 bytes start the inline
+//! header, inline bytes continuing in 16 B segments, then one data segment per gathered piece
+//! (rest of the header segment if not all inlined, then the payload). The NIC writes one
+//! completion per `comp_every` WQEs (those with the completion-request flag), and the driver frees
+//! every packet up to the completed WQE.
+//!
+//! As on Rx, data segments are validated against the queue's region table and, stricter than
+//! hardware, against the buffers of the packet posted with that WQE; failures produce an error
+//! completion with an mlx5 syndrome, the frame is not sent, and the packet is still freed.
+
+use nicmem::{MemKey, ProtectionDomain, RegionTable};
+
+use super::desc::{
+    CtrlSeg, Cqe, DataSeg, FLAG_CQE_REQUEST, OPCODE_SEND, SEG, WQEBB, cqe_op, syndrome,
+    tx_wqe_ds,
+};
+use super::rx::CompletionQueue;
+use crate::packet::{Packet, Payload};
+
+/// Control-segment opcode of a NOP (used to request a completion on flush).
+const OPCODE_NOP: u8 = 0x00;
+/// Largest WQE: 15 WQEBBs (mlx5's 960 B limit).
+const MAX_DS: usize = 60;
+
+/// Result of the NIC processing one WQE.
+#[derive(Clone, Copy, Debug, Default, PartialEq, Eq)]
+pub(crate) struct TxOutcome {
+    /// Frames put on the wire.
+    pub frames: u64,
+    /// Bytes put on the wire (without FCS).
+    pub bytes: u64,
+    /// WQEs completed in error.
+    pub errors: u64,
+}
+
+pub(crate) struct TxRing {
+    bbs: Box<[[u8; WQEBB]]>,
+    elts: Box<[Option<Packet>]>,
+    nbb: Box<[u8]>,
+    mask: u32,
+    pi: u32,
+    nic_ci: u32,
+    sw_ci: u32,
+    since_comp: u32,
+    comp_every: u32,
+    inline: usize,
+    cq: CompletionQueue,
+}
+
+impl TxRing {
+    /// A send queue of `size` WQEBBs; `inline` header bytes per WQE (0: no inlining); a completion
+    /// every `comp_every` WQEs.
+    pub(crate) fn new(size: usize, inline: usize, comp_every: usize) -> Self {
+        let size = size.next_power_of_two().max(16);
+        Self {
+            bbs: vec![[0u8; WQEBB]; size].into_boxed_slice(),
+            elts: (0..size).map(|_| None).collect(),
+            nbb: vec![0u8; size].into_boxed_slice(),
+            mask: size as u32 - 1,
+            pi: 0,
+            nic_ci: 0,
+            sw_ci: 0,
+            since_comp: 0,
+            comp_every: comp_every.max(1) as u32,
+            inline,
+            cq: CompletionQueue::new(size),
+        }
+    }
+
+    #[inline]
+    fn seg_mut(&mut self, bb: u32, k: usize) -> &mut [u8; SEG] {
+        let b = (bb.wrapping_add((k / 4) as u32) & self.mask) as usize;
+        let o = (k % 4) * SEG;
+        (&mut self.bbs[b][o..o + SEG])
+            .try_into()
+            .expect("16-byte segment")
+    }
+
+    #[inline]
+    fn seg(&self, bb: u32, k: usize) -> &[u8; SEG] {
+        let b = (bb.wrapping_add((k / 4) as u32) & self.mask) as usize;
+        let o = (k % 4) * SEG;
+        (&self.bbs[b][o..o + SEG]).try_into().expect("16-byte segment")
+    }
+
+    /// WQEBBs in use (posted and not yet freed).
+    #[inline]
+    pub(crate) fn in_use(&self) -> u32 {
+        self.pi.wrapping_sub(self.sw_ci)
+    }
+
+    /// True when no WQE awaits the NIC and every packet has been freed.
+    pub(crate) fn is_empty(&self) -> bool {
+        self.in_use() == 0
+    }
+
+    /// Driver side: builds the WQE for `pkt`. Returns the packet if the ring has no room.
+    pub(crate) fn post(&mut self, pkt: Packet) -> Result<(), Packet> {
+        let hlen = pkt.header_len();
+        let inl = self.inline.min(hlen);
+        let rest_hdr = hlen - inl;
+        let has_payload = pkt.payload_len() > 0;
+        let data_segs = (rest_hdr > 0) as usize + has_payload as usize;
+        let ds = tx_wqe_ds(inl, data_segs);
+        let nbb = ds.div_ceil(4) as u32;
+        if nbb > (self.mask + 1) - self.in_use() {
+            return Err(pkt);
+        }
+        let at = self.pi;
+        self.since_comp += 1;
+        let flags = if self.since_comp >= self.comp_every {
+            self.since_comp = 0;
+            FLAG_CQE_REQUEST
+        } else {
+            0
+        };
+        CtrlSeg {
+            opcode: OPCODE_SEND,
+            wqe_index: at as u16,
+            ds: ds as u8,
+            flags,
+        }
+        .write(self.seg_mut(at, 0));
+        {
+            let hdr = pkt.header();
+            let eth = self.seg_mut(at, 1);
+            eth.fill(0);
+            eth[12..14].copy_from_slice(&(inl as u16).to_be_bytes());
+            let first = inl.min(2);
+            eth[14..14 + first].copy_from_slice(&hdr[..first]);
+            let mut k = 2;
+            let mut done = first;
+            while done < inl {
+                let n = (inl - done).min(SEG);
+                let s = self.seg_mut(at, k);
+                s[..n].copy_from_slice(&hdr[done..done + n]);
+                done += n;
+                k += 1;
+            }
+            let mut k = 2 + inl.saturating_sub(2).div_ceil(SEG);
+            if rest_hdr > 0 {
+                let b = pkt.header_buf();
+                let d = DataSeg {
+                    byte_count: rest_hdr as u32,
+                    key: b.key().0,
+                    addr: b.iova() + inl as u64,
+                };
+                d.write(self.seg_mut(at, k));
+                k += 1;
+            }
+            if has_payload {
+                let (key, addr) = match pkt.payload_buf() {
+                    Payload::Host(b) => (b.key(), b.iova()),
+                    Payload::Nic(b) => (b.key(), b.iova()),
+                    Payload::None => (MemKey(0), 0),
+                };
+                DataSeg {
+                    byte_count: pkt.payload_len() as u32,
+                    key: key.0,
+                    addr,
+                }
+                .write(self.seg_mut(at, k));
+            }
+        }
+        let slot = (at & self.mask) as usize;
+        self.elts[slot] = Some(pkt);
+        self.nbb[slot] = nbb as u8;
+        self.pi = self.pi.wrapping_add(nbb);
+        Ok(())
+    }
+
+    /// Driver side: posts a NOP WQE that requests a completion, so every earlier WQE gets
+    /// reclaimed (used when a run drains).
+    pub(crate) fn post_completion_request(&mut self) -> bool {
+        if self.in_use() >= self.mask + 1 {
+            return false;
+        }
+        let at = self.pi;
+        CtrlSeg {
+            opcode: OPCODE_NOP,
+            wqe_index: at as u16,
+            ds: 1,
+            flags: FLAG_CQE_REQUEST,
+        }
+        .write(self.seg_mut(at, 0));
+        let slot = (at & self.mask) as usize;
+        self.elts[slot] = None;
+        self.nbb[slot] = 1;
+        self.pi = self.pi.wrapping_add(1);
+        self.since_comp = 0;
+        true
+    }
+
+    /// True if WQEs were posted since the last completion request.
+    pub(crate) fn completion_owed(&self) -> bool {
+        self.since_comp > 0
+    }
+
+    /// NIC side (after a doorbell): processes every posted WQE, putting frames on the wire via
+    /// `wire`. `stage` is the NIC's frame buffer.
+    pub(crate) fn nic_process(
+        &mut self,
+        table: &RegionTable,
+        pd: ProtectionDomain,
+        stage: &mut [u8],
+        wire: &mut dyn FnMut(&[u8]),
+    ) -> TxOutcome {
+        let mut out = TxOutcome::default();
+        while self.nic_ci != self.pi {
+            let at = self.nic_ci;
+            let avail = self.pi.wrapping_sub(at);
+            let ctrl = CtrlSeg::read(self.seg(at, 0));
+            let ds = ctrl.ds as usize;
+            let nbb = (ds.div_ceil(4) as u32).max(1);
+            let (result, consumed) = if ctrl.opcode == OPCODE_NOP && ds == 1 {
+                (Ok(None), 1)
+            } else if ctrl.opcode != OPCODE_SEND || !(2..=MAX_DS).contains(&ds) || nbb > avail {
+                // The NIC cannot tell where the next WQE starts: flush everything posted in error,
+                // as a send queue in error state does.
+                (Err(syndrome::LOCAL_QP_OPERATION), avail)
+            } else {
+                (self.gather(at, ds, table, pd, stage).map(Some), nbb)
+            };
+            let cqe_wanted = ctrl.flags & FLAG_CQE_REQUEST != 0;
+            match result {
+                Ok(Some(len)) => {
+                    wire(&stage[..len]);
+                    out.frames += 1;
+                    out.bytes += len as u64;
+                }
+                Ok(None) => {}
+                Err(_) => out.errors += 1,
+            }
+            if result.is_err() || cqe_wanted {
+                let (opcode, syn) = match result {
+                    Err(s) => (cqe_op::REQ_ERR, s),
+                    Ok(_) => (cqe_op::REQ, 0),
+                };
+                self.cq.push(&Cqe {
+                    wqe_counter: at as u16,
+                    syndrome: syn,
+                    opcode,
+                    ..Cqe::default()
+                });
+            }
+            self.nic_ci = self.nic_ci.wrapping_add(consumed);
+        }
+        out
+    }
+
+    /// Parses one WQE and gathers its frame into `stage`; returns the frame length.
+    fn gather(
+        &self,
+        at: u32,
+        ds: usize,
+        table: &RegionTable,
+        pd: ProtectionDomain,
+        stage: &mut [u8],
+    ) -> Result<usize, u8> {
+        let eth = self.seg(at, 1);
+        let inl = u16::from_be_bytes([eth[12], eth[13]]) as usize;
+        let inl_segs = inl.saturating_sub(2).div_ceil(SEG);
+        if 2 + inl_segs > ds || inl > stage.len() {
+            return Err(syndrome::LOCAL_LENGTH);
+        }
+        let first = inl.min(2);
+        stage[..first].copy_from_slice(&eth[14..14 + first]);
+        let mut len = first;
+        for k in 2..2 + inl_segs {
+            let n = (inl - len).min(SEG);
+            stage[len..len + n].copy_from_slice(&self.seg(at, k)[..n]);
+            len += n;
+        }
+        let pkt = self.elts[(at & self.mask) as usize].as_ref();
+        for k in 2 + inl_segs..ds {
+            let d = DataSeg::read(self.seg(at, k));
+            let n = d.byte_count as usize;
+            if n == 0 || len + n > stage.len() {
+                return Err(syndrome::LOCAL_LENGTH);
+            }
+            table
+                .resolve(pd, MemKey(d.key), d.addr, d.byte_count)
+                .map_err(|_| syndrome::LOCAL_PROTECTION)?;
+            let pkt = pkt.ok_or(syndrome::LOCAL_PROTECTION)?;
+            let dst = &mut stage[len..len + n];
+            let key = MemKey(d.key);
+            let hdr = pkt.header_buf();
+            let read = if let Ok(off) = hdr.locate(key, d.addr, d.byte_count) {
+                hdr.device_read(off, dst)
+            } else {
+                match pkt.payload_buf() {
+                    Payload::Host(b) => b
+                        .locate(key, d.addr, d.byte_count)
+                        .and_then(|off| b.device_read(off, dst)),
+                    Payload::Nic(b) => b
+                        .locate(key, d.addr, d.byte_count)
+                        .and_then(|off| b.device_read(off, dst)),
+                    Payload::None => Err(nicmem::AccessError::NotPosted {
+                        key,
+                        addr: d.addr,
+                        len: d.byte_count,
+                    }),
+                }
+            };
+            read.map_err(|_| syndrome::LOCAL_PROTECTION)?;
+            len += n;
+        }
+        Ok(len)
+    }
+
+    /// Driver side: polls completions and hands every packet up to each completed WQE to `free`.
+    pub(crate) fn complete(&mut self, free: &mut dyn FnMut(Packet)) -> u64 {
+        let mut errors = 0;
+        while let Some(cqe) = self.cq.poll() {
+            if cqe.is_error() {
+                errors += 1;
+            }
+            let done = cqe.wqe_counter;
+            loop {
+                if self.sw_ci == self.nic_ci {
+                    break;
+                }
+                let ahead = done.wrapping_sub(self.sw_ci as u16) as i16;
+                if ahead < 0 {
+                    break;
+                }
+                let slot = (self.sw_ci & self.mask) as usize;
+                let n = self.nbb[slot].max(1) as u32;
+                if let Some(p) = self.elts[slot].take() {
+                    free(p);
+                }
+                self.sw_ci = self.sw_ci.wrapping_add(n);
+            }
+        }
+        errors
+    }
+
+    /// Overwrites a 16 B segment of the most recently posted WQE (tests and fuzzing of descriptor
+    /// handling). `k` is the segment index within the WQE.
+    pub(crate) fn corrupt_last(&mut self, k: usize, f: impl FnOnce(&mut [u8; SEG])) -> bool {
+        if self.pi == self.nic_ci {
+            return false;
+        }
+        // Find the start of the last WQE by walking from the NIC's consumer index.
+        let mut at = self.nic_ci;
+        loop {
+            let n = self.nbb[(at & self.mask) as usize].max(1) as u32;
+            if at.wrapping_add(n) == self.pi {
+                break;
+            }
+            at = at.wrapping_add(n);
+        }
+        f(self.seg_mut(at, k));
+        true
+    }
+
+    /// Frees every packet still held (queue teardown).
+    pub(crate) fn drain(&mut self, free: &mut dyn FnMut(Packet)) {
+        for e in self.elts.iter_mut() {
+            if let Some(p) = e.take() {
+                free(p);
+            }
+        }
+        self.pi = 0;
+        self.nic_ci = 0;
+        self.sw_ci = 0;
+    }
+
+    /// Completions not yet polled.
+    pub(crate) fn pending_completions(&self) -> u32 {
+        self.cq.pending()
+    }
+}
