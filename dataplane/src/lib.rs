@@ -7,11 +7,13 @@
 pub mod burst;
 pub mod driver;
 pub mod mode;
+pub mod model;
 pub mod nf;
 pub mod packet;
 pub mod pcap;
 pub mod port;
 pub mod rss;
+pub mod runloop;
 pub mod testkit;
 pub mod verdict;
 pub mod wire;

@@ -118,6 +118,7 @@ pub struct Packet {
 impl Packet {
     /// Assembles a packet from a header buffer holding `hdr_len` bytes and a payload segment
     /// holding `frame_len - hdr_len` bytes.
+    #[inline]
     pub fn new(
         hdr: Buf<Host>,
         hdr_len: usize,

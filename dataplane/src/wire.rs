@@ -235,3 +235,34 @@ pub mod cable {
         }
     }
 }
+
+/// A source that sends one frame `count` times (benchmarks: the cheapest possible traffic, so
+/// the measurement is the port's own cost).
+#[derive(Debug, Clone)]
+pub struct RepeatSource {
+    frame: Vec<u8>,
+    left: u64,
+}
+
+impl RepeatSource {
+    /// Sends `frame` `count` times.
+    pub fn new(frame: Vec<u8>, count: u64) -> Self {
+        Self { frame, left: count }
+    }
+}
+
+impl FrameSource for RepeatSource {
+    #[inline]
+    fn next_frame(&mut self, buf: &mut [u8]) -> Option<usize> {
+        if self.left == 0 {
+            return None;
+        }
+        self.left -= 1;
+        let n = self.frame.len().min(buf.len());
+        buf[..n].copy_from_slice(&self.frame[..n]);
+        Some(n)
+    }
+    fn exhausted(&self) -> bool {
+        self.left == 0
+    }
+}

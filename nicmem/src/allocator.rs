@@ -206,7 +206,12 @@ impl NicMem {
     }
 
     /// Counted CPU read from nicmem: the very slow path (~0.05 B/cycle on real hardware).
-    pub fn cpu_read(&self, region: &Region, offset: usize, dst: &mut [u8]) -> Result<(), NicMemError> {
+    pub fn cpu_read(
+        &self,
+        region: &Region,
+        offset: usize,
+        dst: &mut [u8],
+    ) -> Result<(), NicMemError> {
         self.check(region, offset, dst.len())?;
         self.count_read(dst.len());
         let (raw, base) = region.inner.raw();
@@ -258,7 +263,9 @@ impl NicMem {
 
 impl fmt::Debug for NicMem {
     fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
-        f.debug_struct("NicMem").field("stats", &self.stats()).finish()
+        f.debug_struct("NicMem")
+            .field("stats", &self.stats())
+            .finish()
     }
 }
 
@@ -339,7 +346,10 @@ mod tests {
         assert_eq!(&out, b"hello");
         assert!(dev.cpu_write(&r, 254, b"xyz").is_err());
         let s = dev.stats();
-        assert_eq!((s.cpu_bytes_written, s.cpu_bytes_read, s.cpu_reads), (5, 5, 1));
+        assert_eq!(
+            (s.cpu_bytes_written, s.cpu_bytes_read, s.cpu_reads),
+            (5, 5, 1)
+        );
     }
 
     #[test]

@@ -39,6 +39,12 @@ impl RawMem {
         Layout::from_size_align(len.max(1), MEM_ALIGN).expect("allocation size overflows isize")
     }
 
+    /// Pointer to the first byte (for pools that hand out disjoint ranges under their own
+    /// ownership rules).
+    pub(crate) fn base_ptr(&self) -> *mut u8 {
+        self.ptr.as_ptr()
+    }
+
     /// Length in bytes.
     pub fn len(&self) -> usize {
         self.len

@@ -63,7 +63,10 @@ pub const MAX_CACHES: usize = 128;
 #[derive(Clone, Debug, PartialEq, Eq)]
 pub enum PoolError {
     /// The region's kind does not match the pool's memory class.
-    WrongKind { expected: RegionKind, got: RegionKind },
+    WrongKind {
+        expected: RegionKind,
+        got: RegionKind,
+    },
     /// `count * buf_size` does not fit the region.
     RegionTooSmall { need: usize, have: usize },
     /// Zero buffers or zero-byte buffers, or more than `u32::MAX` buffers.
@@ -125,6 +128,11 @@ struct PoolShared {
     id: u32,
     name: String,
     region: Region,
+    /// Copies of the region's hot fields, so buffer handles reach them in one hop.
+    iova: u64,
+    key: MemKey,
+    /// First byte of the pool's memory (inside the region's backing, kept alive by `region`).
+    data: NonNull<u8>,
     buf_size: usize,
     count: u32,
     /// Distinct backing slots; equals `count` unless the pool is aliased.
@@ -148,8 +156,10 @@ impl PoolShared {
         self.high_water.fetch_max(out, Ordering::Relaxed);
     }
 
+    #[inline]
     fn slot_offset(&self, idx: u32) -> usize {
-        (idx % self.slots) as usize * self.buf_size
+        let slot = if self.aliased { idx % self.slots } else { idx };
+        slot as usize * self.buf_size
     }
 }
 
@@ -185,7 +195,12 @@ static NEXT_POOL_ID: AtomicU32 = AtomicU32::new(1);
 impl<K: MemClass> BufPool<K> {
     /// A pool of `count` buffers of `buf_size` bytes laid out back to back from the start of
     /// `region`.
-    pub fn new(name: &str, region: Region, buf_size: usize, count: usize) -> Result<Self, PoolError> {
+    pub fn new(
+        name: &str,
+        region: Region,
+        buf_size: usize,
+        count: usize,
+    ) -> Result<Self, PoolError> {
         let need = buf_size.checked_mul(count).unwrap_or(usize::MAX);
         if need > region.len() {
             return Err(PoolError::RegionTooSmall {
@@ -218,9 +233,16 @@ impl<K: MemClass> BufPool<K> {
             // Cannot fail: the queue holds exactly `count` entries.
             let _ = free.push(i);
         }
+        let (raw, base) = region.inner.raw();
+        // SAFETY: `base` is inside the region's allocation (a region's window starts within its
+        // backing), so the offset pointer stays in bounds of one allocated object.
+        let data = unsafe { NonNull::new_unchecked(raw.base_ptr().add(base)) };
         let shared = Box::new(PoolShared {
             id: NEXT_POOL_ID.fetch_add(1, Ordering::Relaxed),
             name: name.to_string(),
+            iova: region.iova(),
+            key: region.key(),
+            data,
             region,
             buf_size,
             count: count as u32,
@@ -375,7 +397,9 @@ impl<K: MemClass> Drop for BufPool<K> {
 
 impl<K: MemClass> fmt::Debug for BufPool<K> {
     fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
-        f.debug_struct("BufPool").field("stats", &self.stats()).finish()
+        f.debug_struct("BufPool")
+            .field("stats", &self.stats())
+            .finish()
     }
 }
 
@@ -555,13 +579,13 @@ impl<K: MemClass> Buf<K> {
     #[inline]
     pub fn iova(&self) -> u64 {
         let sh = self.sh();
-        sh.region.iova() + sh.slot_offset(self.idx) as u64
+        sh.iova + sh.slot_offset(self.idx) as u64
     }
 
     /// Key of the region the buffer lives in.
     #[inline]
     pub fn key(&self) -> MemKey {
-        self.sh().region.key()
+        self.sh().key
     }
 
     /// Host or nicmem.
@@ -577,7 +601,9 @@ impl<K: MemClass> Buf<K> {
         let base = self.iova();
         let end = addr.checked_add(len as u64);
         match end {
-            Some(end) if key == self.key() && addr >= base && end <= base + self.capacity() as u64 => {
+            Some(end)
+                if key == self.key() && addr >= base && end <= base + self.capacity() as u64 =>
+            {
                 Ok((addr - base) as usize)
             }
             _ => Err(AccessError::NotPosted { key, addr, len }),
@@ -591,7 +617,10 @@ impl<K: MemClass> Buf<K> {
     }
 
     fn check(&self, offset: usize, len: usize) -> Result<(), AccessError> {
-        if offset.checked_add(len).is_some_and(|e| e <= self.capacity()) {
+        if offset
+            .checked_add(len)
+            .is_some_and(|e| e <= self.capacity())
+        {
             Ok(())
         } else {
             Err(AccessError::Oversized {
@@ -601,11 +630,14 @@ impl<K: MemClass> Buf<K> {
         }
     }
 
-    fn raw_range(&self, offset: usize, len: usize) -> (&crate::memory::RawMem, usize) {
+    /// Pointer to byte `offset` of this buffer.
+    #[inline]
+    fn ptr(&self, offset: usize) -> *mut u8 {
         let sh = self.sh();
-        let (raw, base) = sh.region.inner.raw();
-        debug_assert!(offset + len <= sh.buf_size);
-        (raw, base + sh.slot_offset(self.idx) + offset)
+        debug_assert!(offset <= sh.buf_size);
+        // SAFETY: slot offset + `offset` <= pool bytes, which lie inside the region's memory
+        // (checked at pool construction), so the pointer stays inside one allocation.
+        unsafe { sh.data.as_ptr().add(sh.slot_offset(self.idx) + offset) }
     }
 
     /// The NIC's DMA write into this buffer (not a CPU access, so not counted as one).
@@ -615,10 +647,9 @@ impl<K: MemClass> Buf<K> {
         if self.sh().aliased {
             return Ok(());
         }
-        let (raw, at) = self.raw_range(offset, src.len());
         // SAFETY: in bounds (checked), and `&mut self` proves exclusive ownership of the slot
-        // (non-aliased pools give every buffer its own slot).
-        unsafe { raw.bytes_mut(at, src.len()) }.copy_from_slice(src);
+        // (non-aliased pools give every buffer its own slot), so nothing else views these bytes.
+        unsafe { std::ptr::copy_nonoverlapping(src.as_ptr(), self.ptr(offset), src.len()) };
         Ok(())
     }
 
@@ -630,10 +661,9 @@ impl<K: MemClass> Buf<K> {
             dst.fill(0);
             return Ok(());
         }
-        let (raw, at) = self.raw_range(offset, dst.len());
-        // SAFETY: in bounds, and this handle owns the slot, so no `&mut` view exists while `&self`
-        // is borrowed.
-        dst.copy_from_slice(unsafe { raw.bytes(at, dst.len()) });
+        // SAFETY: in bounds (checked), and this handle owns the slot, so no `&mut` view of it
+        // exists while `&self` is borrowed; `dst` is a distinct `&mut` so the ranges don't overlap.
+        unsafe { std::ptr::copy_nonoverlapping(self.ptr(offset), dst.as_mut_ptr(), dst.len()) };
         Ok(())
     }
 }
@@ -642,19 +672,17 @@ impl Buf<Host> {
     /// The buffer's bytes (its whole capacity).
     #[inline]
     pub fn bytes(&self) -> &[u8] {
-        let cap = self.capacity();
-        let (raw, at) = self.raw_range(0, cap);
-        // SAFETY: the handle owns the slot; `&self` rules out a live `&mut` view.
-        unsafe { raw.bytes(at, cap) }
+        // SAFETY: the handle owns the slot's `capacity()` bytes; `&self` rules out a live `&mut`
+        // view for the slice's lifetime.
+        unsafe { std::slice::from_raw_parts(self.ptr(0), self.capacity()) }
     }
 
     /// The buffer's bytes, writable.
     #[inline]
     pub fn bytes_mut(&mut self) -> &mut [u8] {
-        let cap = self.capacity();
-        let (raw, at) = self.raw_range(0, cap);
-        // SAFETY: the handle owns the slot exclusively and `&mut self` rules out other views.
-        unsafe { raw.bytes_mut(at, cap) }
+        // SAFETY: the handle owns the slot's `capacity()` bytes exclusively and `&mut self` rules
+        // out any other view for the slice's lifetime.
+        unsafe { std::slice::from_raw_parts_mut(self.ptr(0), self.capacity()) }
     }
 }
 

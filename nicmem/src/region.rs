@@ -96,7 +96,12 @@ pub struct Region {
 impl Region {
     /// Registers `len` bytes of fresh, zeroed host memory to `owner`.
     pub fn host(len: usize, owner: ProtectionDomain) -> Self {
-        Self::register(RegionKind::Host, len, owner, Backing::Host(RawMem::zeroed(len)))
+        Self::register(
+            RegionKind::Host,
+            len,
+            owner,
+            Backing::Host(RawMem::zeroed(len)),
+        )
     }
 
     pub(crate) fn register(
@@ -174,7 +179,10 @@ pub enum AccessError {
     /// No region with this key is registered here.
     UnknownKey(MemKey),
     /// The key belongs to another protection domain.
-    ForeignKey { key: MemKey, owner: ProtectionDomain },
+    ForeignKey {
+        key: MemKey,
+        owner: ProtectionDomain,
+    },
     /// The address range is not inside the region (or wraps around).
     OutOfRange { key: MemKey, addr: u64, len: u32 },
     /// The range is inside the region but not inside the buffer that was posted in this slot.
@@ -188,10 +196,18 @@ impl fmt::Display for AccessError {
             AccessError::Oversized { len, max } => write!(f, "length {len} exceeds {max}"),
             AccessError::UnknownKey(k) => write!(f, "unknown memory key {:#x}", k.0),
             AccessError::ForeignKey { key, owner } => {
-                write!(f, "key {:#x} belongs to protection domain {}", key.0, owner.0)
+                write!(
+                    f,
+                    "key {:#x} belongs to protection domain {}",
+                    key.0, owner.0
+                )
             }
             AccessError::OutOfRange { key, addr, len } => {
-                write!(f, "[{addr:#x}, +{len}) is outside region of key {:#x}", key.0)
+                write!(
+                    f,
+                    "[{addr:#x}, +{len}) is outside region of key {:#x}",
+                    key.0
+                )
             }
             AccessError::NotPosted { key, addr, len } => write!(
                 f,

@@ -213,7 +213,10 @@ impl VnicPort {
             ));
         }
         if cfg.queues == 0 || cfg.queues > 64 {
-            return bad(format!("queues {} out of range; allowed 1..=64", cfg.queues));
+            return bad(format!(
+                "queues {} out of range; allowed 1..=64",
+                cfg.queues
+            ));
         }
         if !(16..=32768).contains(&cfg.rx_ring) || !(16..=32768).contains(&cfg.tx_ring) {
             return bad(format!(
@@ -222,7 +225,10 @@ impl VnicPort {
             ));
         }
         if cfg.burst == 0 || cfg.burst > 1024 {
-            return bad(format!("burst {} out of range; allowed 1..=1024", cfg.burst));
+            return bad(format!(
+                "burst {} out of range; allowed 1..=1024",
+                cfg.burst
+            ));
         }
         if cfg.tx_inline > 930 {
             return bad(format!(
@@ -280,9 +286,7 @@ impl VnicPort {
             let want = cfg.nicmem_buffers.unwrap_or(default_count);
             if cfg.nicmem_alias {
                 let slots = fit.max(1);
-                let r = nicmem
-                    .alloc(slots * pay_size, pd)
-                    .map_err(|e| mem(&e))?;
+                let r = nicmem.alloc(slots * pay_size, pd).map_err(|e| mem(&e))?;
                 table.register(&r);
                 Some(
                     BufPool::<Nic>::new_aliased(
@@ -340,7 +344,11 @@ impl VnicPort {
         let tx = TxRing::new(tx_ring, inline, cfg.tx_comp_every);
         let params = QueueParams {
             mode: cfg.mode,
-            split_offset: if splits { cfg.split_offset } else { cfg.max_frame },
+            split_offset: if splits {
+                cfg.split_offset
+            } else {
+                cfg.max_frame
+            },
             max_frame: cfg.max_frame,
             flow_control: cfg.flow_control,
             rx_ring,
@@ -486,7 +494,8 @@ fn spawn_front_end(
                     }
                 }
                 let queues_gone = Arc::strong_count(&alive) == 1;
-                if (queues_gone || stop.load(Ordering::Acquire)) && outs.iter().all(|r| r.is_empty())
+                if (queues_gone || stop.load(Ordering::Acquire))
+                    && outs.iter().all(|r| r.is_empty())
                 {
                     break;
                 }

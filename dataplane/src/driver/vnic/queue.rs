@@ -299,9 +299,8 @@ impl VnicQueue {
         let hdr = &mut self.hdr.cache;
         let mut primary = self.primary.as_mut().map(|r| &mut r.cache);
         let mut secondary = self.secondary.as_mut().map(|r| &mut r.cache);
-        self.tx.complete(&mut |p| {
-            free_into(p, hdr, primary.as_deref_mut(), secondary.as_deref_mut())
-        });
+        self.tx
+            .complete(&mut |p| free_into(p, hdr, primary.as_deref_mut(), secondary.as_deref_mut()));
     }
 
     /// Overwrites the next Rx WQE the NIC will consume on `ring` (descriptor-validation tests).
@@ -323,7 +322,7 @@ impl VnicQueue {
         self.pd
     }
 
-    fn make_packet(&mut self, cqe: &super::desc::Cqe) -> Option<Packet> {
+    fn make_packet(&mut self, cqe: &super::desc::Cqe, now_ns: u64) -> Option<Packet> {
         let hdr = self.hdr.harvest(cqe.wqe_counter);
         let ring = ring_of(cqe);
         let payload = match ring {
@@ -356,7 +355,7 @@ impl VnicQueue {
                 cqe_ring::SECONDARY => RingKind::Secondary,
                 _ => RingKind::None,
             },
-            rx_time_ns: self.epoch.elapsed().as_nanos() as u64,
+            rx_time_ns: now_ns,
         };
         match Packet::new(
             hdr,
@@ -400,12 +399,14 @@ impl Queue for VnicQueue {
             return 0;
         }
         self.nic_rx(want);
+        // One clock read per burst: every packet of a burst shares its arrival time.
+        let now_ns = self.epoch.elapsed().as_nanos() as u64;
         let mut got = 0;
         while burst.room() > 0 {
             let Some(cqe) = self.rx_cq.poll() else {
                 break;
             };
-            let Some(pkt) = self.make_packet(&cqe) else {
+            let Some(pkt) = self.make_packet(&cqe, now_ns) else {
                 continue;
             };
             match pkt.meta.ring {
@@ -480,12 +481,11 @@ impl Drop for VnicQueue {
         let hdr = &mut self.hdr.cache;
         let mut primary = self.primary.as_mut().map(|r| &mut r.cache);
         let mut secondary = self.secondary.as_mut().map(|r| &mut r.cache);
-        self.tx.drain(&mut |p| {
-            free_into(p, hdr, primary.as_deref_mut(), secondary.as_deref_mut())
-        });
+        self.tx
+            .drain(&mut |p| free_into(p, hdr, primary.as_deref_mut(), secondary.as_deref_mut()));
         // Harvest completions the driver never polled so their buffers return too.
         while let Some(cqe) = self.rx_cq.poll() {
-            let _ = self.make_packet(&cqe);
+            let _ = self.make_packet(&cqe, 0);
         }
         self.hdr.drain();
         if let Some(r) = &mut self.primary {

@@ -48,7 +48,9 @@ fn forward(q: &mut VnicQueue) -> crate::port::QueueStats {
 }
 
 fn sizes() -> Vec<usize> {
-    vec![60, 61, 63, 64, 65, 66, 100, 127, 128, 129, 256, 511, 512, 1023, 1024, 1500, 1514]
+    vec![
+        60, 61, 63, 64, 65, 66, 100, 127, 128, 129, 256, 511, 512, 1023, 1024, 1500, 1514,
+    ]
 }
 
 #[test]
@@ -137,8 +139,14 @@ fn payloads_spill_to_the_secondary_ring_when_nicmem_runs_out() {
             }
             held.extend(burst.drain().map(|(p, _)| p));
         }
-        let primary = held.iter().filter(|p| p.meta.ring == RingKind::Primary).count();
-        let secondary = held.iter().filter(|p| p.meta.ring == RingKind::Secondary).count();
+        let primary = held
+            .iter()
+            .filter(|p| p.meta.ring == RingKind::Primary)
+            .count();
+        let secondary = held
+            .iter()
+            .filter(|p| p.meta.ring == RingKind::Secondary)
+            .count();
         assert_eq!(primary, 16, "{mode}: primary limited to nicmem buffers");
         assert_eq!(primary + secondary, 200, "{mode}: nothing lost");
         let s = q.stats();
@@ -176,7 +184,11 @@ fn pool_exhaustion_counts_rx_nombuf_and_recovers() {
     assert!(q.stats().rx_nombuf > 0);
     let stalled_at = held.len();
     q.rx_burst(&mut burst);
-    assert_eq!(burst.len(), 0, "no buffers, no receive (flow control holds the wire)");
+    assert_eq!(
+        burst.len(),
+        0,
+        "no buffers, no receive (flow control holds the wire)"
+    );
     // Buffers return: the datapath recovers and nothing is lost.
     while !held.is_empty() {
         q.tx_burst(&mut held);
@@ -206,11 +218,15 @@ fn one_frame_queue(mode: DatapathMode) -> (VnicPort, VnicQueue, CollectSink) {
 fn bad_rx_descriptors_get_error_completions() {
     type Corrupt = fn(&mut [u8; SEG]);
     let cases: [(&str, Corrupt); 5] = [
-        ("foreign key", |w| w[4..8].copy_from_slice(&0xdead_u32.to_be_bytes())),
+        ("foreign key", |w| {
+            w[4..8].copy_from_slice(&0xdead_u32.to_be_bytes())
+        }),
         ("address out of range", |w| {
             w[8..16].copy_from_slice(&1u64.to_be_bytes())
         }),
-        ("zero length", |w| w[0..4].copy_from_slice(&0u32.to_be_bytes())),
+        ("zero length", |w| {
+            w[0..4].copy_from_slice(&0u32.to_be_bytes())
+        }),
         ("too short for the frame", |w| {
             w[0..4].copy_from_slice(&8u32.to_be_bytes())
         }),
@@ -234,8 +250,9 @@ fn bad_rx_descriptors_get_error_completions() {
 #[test]
 fn bad_payload_descriptor_on_the_primary_ring() {
     let (_p, mut q, sink) = one_frame_queue(DatapathMode::NicPayload);
-    assert!(q.corrupt_next_rx_wqe(RxRingId::Primary, |w| w[4..8]
-        .copy_from_slice(&7u32.to_be_bytes())));
+    assert!(q.corrupt_next_rx_wqe(RxRingId::Primary, |w| {
+        w[4..8].copy_from_slice(&7u32.to_be_bytes())
+    }));
     let s = forward(&mut q);
     drop(q);
     assert_eq!(s.desc_errors, 1);
@@ -270,7 +287,11 @@ fn bad_tx_descriptors_get_error_completions() {
             drop(q);
             assert_eq!(s.desc_errors, 1, "{mode} seg {k}");
             assert_eq!(sink.frames.lock().unwrap().len(), 3, "{mode} seg {k}");
-            assert_eq!(p.pools()[0].header.stats().in_use, 0, "{mode}: packet freed");
+            assert_eq!(
+                p.pools()[0].header.stats().in_use,
+                0,
+                "{mode}: packet freed"
+            );
         }
     }
 }

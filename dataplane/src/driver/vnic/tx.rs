@@ -15,8 +15,7 @@
 use nicmem::{MemKey, ProtectionDomain, RegionTable};
 
 use super::desc::{
-    CtrlSeg, Cqe, DataSeg, FLAG_CQE_REQUEST, OPCODE_SEND, SEG, WQEBB, cqe_op, syndrome,
-    tx_wqe_ds,
+    Cqe, CtrlSeg, DataSeg, FLAG_CQE_REQUEST, OPCODE_SEND, SEG, WQEBB, cqe_op, syndrome, tx_wqe_ds,
 };
 use super::rx::CompletionQueue;
 use crate::packet::{Packet, Payload};
@@ -84,7 +83,9 @@ impl TxRing {
     fn seg(&self, bb: u32, k: usize) -> &[u8; SEG] {
         let b = (bb.wrapping_add((k / 4) as u32) & self.mask) as usize;
         let o = (k % 4) * SEG;
-        (&self.bbs[b][o..o + SEG]).try_into().expect("16-byte segment")
+        (&self.bbs[b][o..o + SEG])
+            .try_into()
+            .expect("16-byte segment")
     }
 
     /// WQEBBs in use (posted and not yet freed).

@@ -1,0 +1,1200 @@
+//! Classic libpcap capture files as a link's wire side: [`PcapSource`] replays a capture into a
+//! port, [`PcapSink`] records what a port transmits.
+//!
+//! Written here rather than taken from a crate because the format is small, we need exactly the
+//! hot-path behaviour the run loop wants (no allocation, no lock, no syscall per frame: all I/O
+//! goes through a `BufReader`/`BufWriter`), and bad input must become a counted statistic or a
+//! typed error, never a panic.
+//!
+//! Format (the "classic" format, not pcapng): a 24-byte global header (magic, version 2.4,
+//! thiszone, sigfigs, snaplen, link type) followed by records, each a 16-byte header (seconds,
+//! sub-second fraction, captured length, original length) and the captured bytes. The magic
+//! `0xa1b2c3d4` means microsecond timestamps, `0xa1b23c4d` nanoseconds; whichever byte order it is
+//! read in gives the byte order of every other field. Only `LINKTYPE_ETHERNET` (1) is accepted:
+//! the dataplane's frames are Ethernet frames without FCS. If the link-type field announces an
+//! FCS (bit 28 set, FCS length in 16-bit words in bits 26..=27), it is stripped on read.
+//!
+//! Error policy: a bad or truncated global header, a wrong link type or an unreadable file is a
+//! [`PcapError`] from [`PcapSource::open`], before any packet moves. Damage inside the file is
+//! found only while replaying; it is counted in [`PcapCounters::bad_records`] (the first such
+//! error is kept for diagnostics) and the replay goes on with the next record when the record
+//! boundaries are still known (an oversized record is skipped) or ends the current pass when they
+//! are not (a truncated record, an implausible length).
+
+use crate::wire::{FrameSink, FrameSource};
+use std::fmt;
+use std::fs::File;
+use std::io::{self, BufReader, BufWriter, Read, Seek, SeekFrom, Write};
+use std::path::{Path, PathBuf};
+use std::sync::Arc;
+use std::sync::atomic::{AtomicU64, Ordering};
+
+/// Microsecond-resolution magic number, as written in the file's own byte order.
+pub const MAGIC_MICROS: u32 = 0xa1b2_c3d4;
+/// Nanosecond-resolution magic number.
+pub const MAGIC_NANOS: u32 = 0xa1b2_3c4d;
+/// The link type of Ethernet frames (`LINKTYPE_ETHERNET`, also `DLT_EN10MB`).
+pub const LINKTYPE_ETHERNET: u16 = 1;
+/// Snapshot length [`PcapSink`] announces: no frame we carry is longer.
+pub const SINK_SNAPLEN: u32 = 65_535;
+/// Size of the global file header.
+pub const GLOBAL_HEADER_LEN: usize = 24;
+/// Size of a record header.
+pub const RECORD_HEADER_LEN: usize = 16;
+/// Records shorter than an Ethernet header are not frames a port can receive; the source skips
+/// them (counted as bad records).
+pub const MIN_REPLAY_FRAME: usize = 14;
+/// Records longer than this are taken as a sign of a corrupt file (no capture tool writes them;
+/// tcpdump's largest default snaplen is 262 144), so the replay pass stops instead of skipping.
+pub const MAX_PLAUSIBLE_RECORD: usize = 262_144;
+
+/// Everything that can go wrong with a pcap file. Every variant names the file.
+#[derive(Debug)]
+pub enum PcapError {
+    /// The file could not be opened, read, created or written.
+    Io {
+        /// The file.
+        path: PathBuf,
+        /// What the file was being used for ("open", "read", "create", "write", "flush").
+        op: &'static str,
+        /// The OS error.
+        source: io::Error,
+    },
+    /// The file is shorter than the 24-byte global header.
+    ShortHeader {
+        /// The file.
+        path: PathBuf,
+        /// How many bytes it has.
+        len: usize,
+    },
+    /// The first four bytes are not a classic pcap magic number (pcapng, or not a capture).
+    BadMagic {
+        /// The file.
+        path: PathBuf,
+        /// The first four bytes, big-endian.
+        magic: u32,
+    },
+    /// The version is not 2.x.
+    UnsupportedVersion {
+        /// The file.
+        path: PathBuf,
+        /// Major version found.
+        major: u16,
+        /// Minor version found.
+        minor: u16,
+    },
+    /// The capture is not of Ethernet frames.
+    UnsupportedLinkType {
+        /// The file.
+        path: PathBuf,
+        /// The link type found (low 16 bits of the field).
+        linktype: u16,
+    },
+    /// A record header or its data ends before the end of the file says it should.
+    TruncatedRecord {
+        /// The file.
+        path: PathBuf,
+        /// Zero-based index of the record in the file.
+        index: u64,
+        /// Byte offset of the record header in the file.
+        offset: u64,
+    },
+    /// A record is too short to hold an Ethernet header.
+    RuntRecord {
+        /// The file.
+        path: PathBuf,
+        /// Zero-based index of the record in the file.
+        index: u64,
+        /// Its length after FCS stripping.
+        len: usize,
+    },
+    /// A record claims more bytes than the reader accepts.
+    RecordTooLarge {
+        /// The file.
+        path: PathBuf,
+        /// Zero-based index of the record in the file.
+        index: u64,
+        /// Byte offset of the record header in the file.
+        offset: u64,
+        /// The captured length the record header claims.
+        len: usize,
+        /// The largest length accepted.
+        max: usize,
+    },
+}
+
+impl fmt::Display for PcapError {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        match self {
+            Self::Io { path, op, source } => {
+                write!(f, "pcap file {}: cannot {op}: {source}", path.display())
+            }
+            Self::ShortHeader { path, len } => write!(
+                f,
+                "pcap file {}: {len} bytes is shorter than the {GLOBAL_HEADER_LEN}-byte pcap header",
+                path.display()
+            ),
+            Self::BadMagic { path, magic } => write!(
+                f,
+                "pcap file {}: magic 0x{magic:08x} is not a classic pcap file (expected \
+                 0xa1b2c3d4 or 0xa1b23c4d in either byte order; pcapng is not supported)",
+                path.display()
+            ),
+            Self::UnsupportedVersion { path, major, minor } => write!(
+                f,
+                "pcap file {}: version {major}.{minor} is not supported (expected 2.x)",
+                path.display()
+            ),
+            Self::UnsupportedLinkType { path, linktype } => write!(
+                f,
+                "pcap file {}: link type {linktype} is not supported (only \
+                 LINKTYPE_ETHERNET = {LINKTYPE_ETHERNET})",
+                path.display()
+            ),
+            Self::TruncatedRecord {
+                path,
+                index,
+                offset,
+            } => write!(
+                f,
+                "pcap file {}: record {index} at byte {offset} is truncated",
+                path.display()
+            ),
+            Self::RuntRecord { path, index, len } => write!(
+                f,
+                "pcap file {}: record {index} has {len} bytes, less than an Ethernet header",
+                path.display()
+            ),
+            Self::RecordTooLarge {
+                path,
+                index,
+                offset,
+                len,
+                max,
+            } => write!(
+                f,
+                "pcap file {}: record {index} at byte {offset} claims {len} bytes (at most {max} \
+                 accepted)",
+                path.display()
+            ),
+        }
+    }
+}
+
+impl std::error::Error for PcapError {
+    fn source(&self) -> Option<&(dyn std::error::Error + 'static)> {
+        match self {
+            Self::Io { source, .. } => Some(source),
+            _ => None,
+        }
+    }
+}
+
+/// Reads as many bytes as are available up to `buf.len()`; returns how many (short only at EOF).
+fn fill(r: &mut impl Read, buf: &mut [u8]) -> io::Result<usize> {
+    let mut got = 0;
+    while got < buf.len() {
+        match r.read(&mut buf[got..]) {
+            Ok(0) => break,
+            Ok(n) => got += n,
+            Err(e) if e.kind() == io::ErrorKind::Interrupted => {}
+            Err(e) => return Err(e),
+        }
+    }
+    Ok(got)
+}
+
+/// The parsed global header: what is needed to read the records.
+#[derive(Clone, Copy, Debug)]
+struct FileFormat {
+    /// Fields are big-endian.
+    big_endian: bool,
+    /// Sub-second field is nanoseconds (else microseconds).
+    nanos: bool,
+    /// Bytes of FCS at the end of every record, to strip.
+    fcs_len: usize,
+}
+
+impl FileFormat {
+    fn u32(&self, b: &[u8]) -> u32 {
+        let a = [b[0], b[1], b[2], b[3]];
+        if self.big_endian {
+            u32::from_be_bytes(a)
+        } else {
+            u32::from_le_bytes(a)
+        }
+    }
+
+    fn u16(&self, b: &[u8]) -> u16 {
+        let a = [b[0], b[1]];
+        if self.big_endian {
+            u16::from_be_bytes(a)
+        } else {
+            u16::from_le_bytes(a)
+        }
+    }
+
+    /// Validates a global header.
+    fn parse(path: &Path, h: &[u8], len: usize) -> Result<Self, PcapError> {
+        if len < GLOBAL_HEADER_LEN {
+            return Err(PcapError::ShortHeader {
+                path: path.to_owned(),
+                len,
+            });
+        }
+        let be = u32::from_be_bytes([h[0], h[1], h[2], h[3]]);
+        let le = u32::from_le_bytes([h[0], h[1], h[2], h[3]]);
+        let (big_endian, nanos) = match (be, le) {
+            (MAGIC_MICROS, _) => (true, false),
+            (MAGIC_NANOS, _) => (true, true),
+            (_, MAGIC_MICROS) => (false, false),
+            (_, MAGIC_NANOS) => (false, true),
+            _ => {
+                return Err(PcapError::BadMagic {
+                    path: path.to_owned(),
+                    magic: be,
+                });
+            }
+        };
+        let mut fmt = Self {
+            big_endian,
+            nanos,
+            fcs_len: 0,
+        };
+        let (major, minor) = (fmt.u16(&h[4..]), fmt.u16(&h[6..]));
+        if major != 2 {
+            return Err(PcapError::UnsupportedVersion {
+                path: path.to_owned(),
+                major,
+                minor,
+            });
+        }
+        let lt = fmt.u32(&h[20..]);
+        let linktype = (lt & 0xffff) as u16;
+        if linktype != LINKTYPE_ETHERNET {
+            return Err(PcapError::UnsupportedLinkType {
+                path: path.to_owned(),
+                linktype,
+            });
+        }
+        if lt & (1 << 28) != 0 {
+            fmt.fcs_len = ((lt >> 26) & 0x3) as usize * 2;
+        }
+        Ok(fmt)
+    }
+}
+
+/// What one record read produced.
+#[derive(Clone, Copy, Debug)]
+struct Record {
+    /// Bytes of the frame written to the buffer (FCS stripped).
+    len: usize,
+    /// The record's original length was larger than what was captured.
+    snapped: bool,
+}
+
+/// Why a record could not be delivered.
+enum RecordFault {
+    /// The record was skipped; the next record can be read.
+    Skipped(PcapError),
+    /// The stream is out of sync or ended early; this pass is over.
+    Fatal(PcapError),
+}
+
+/// A sequential record reader over an open file.
+struct Reader {
+    path: PathBuf,
+    r: BufReader<File>,
+    fmt: FileFormat,
+    /// Index of the next record.
+    index: u64,
+    /// File offset of the next record.
+    offset: u64,
+}
+
+impl Reader {
+    fn open(path: &Path) -> Result<Self, PcapError> {
+        let file = File::open(path).map_err(|source| PcapError::Io {
+            path: path.to_owned(),
+            op: "open",
+            source,
+        })?;
+        let mut r = BufReader::with_capacity(256 * 1024, file);
+        let mut h = [0u8; GLOBAL_HEADER_LEN];
+        let len = fill(&mut r, &mut h).map_err(|source| PcapError::Io {
+            path: path.to_owned(),
+            op: "read",
+            source,
+        })?;
+        let fmt = FileFormat::parse(path, &h, len)?;
+        Ok(Self {
+            path: path.to_owned(),
+            r,
+            fmt,
+            index: 0,
+            offset: GLOBAL_HEADER_LEN as u64,
+        })
+    }
+
+    /// Goes back to the first record.
+    fn rewind(&mut self) -> Result<(), PcapError> {
+        self.r
+            .seek(SeekFrom::Start(GLOBAL_HEADER_LEN as u64))
+            .map_err(|source| PcapError::Io {
+                path: self.path.clone(),
+                op: "read",
+                source,
+            })?;
+        self.index = 0;
+        self.offset = GLOBAL_HEADER_LEN as u64;
+        Ok(())
+    }
+
+    fn io_err(&self, source: io::Error) -> RecordFault {
+        RecordFault::Fatal(PcapError::Io {
+            path: self.path.clone(),
+            op: "read",
+            source,
+        })
+    }
+
+    fn truncated(&self) -> RecordFault {
+        RecordFault::Fatal(PcapError::TruncatedRecord {
+            path: self.path.clone(),
+            index: self.index,
+            offset: self.offset,
+        })
+    }
+
+    /// Reads the next record into `buf`. `Ok(None)` at a clean end of file.
+    fn next(&mut self, buf: &mut [u8]) -> Result<Option<Record>, RecordFault> {
+        let mut h = [0u8; RECORD_HEADER_LEN];
+        let got = fill(&mut self.r, &mut h).map_err(|e| self.io_err(e))?;
+        if got == 0 {
+            return Ok(None);
+        }
+        if got < RECORD_HEADER_LEN {
+            return Err(self.truncated());
+        }
+        let incl = self.fmt.u32(&h[8..]) as usize;
+        let orig = self.fmt.u32(&h[12..]) as usize;
+        if incl > buf.len() {
+            let err = PcapError::RecordTooLarge {
+                path: self.path.clone(),
+                index: self.index,
+                offset: self.offset,
+                len: incl,
+                max: buf.len(),
+            };
+            if incl > MAX_PLAUSIBLE_RECORD {
+                return Err(RecordFault::Fatal(err));
+            }
+            // Skip the data so the next record header lines up again.
+            let skipped = io::copy(&mut (&mut self.r).take(incl as u64), &mut io::sink())
+                .map_err(|e| self.io_err(e))?;
+            if skipped < incl as u64 {
+                return Err(self.truncated());
+            }
+            self.advance(incl);
+            return Err(RecordFault::Skipped(err));
+        }
+        let got = fill(&mut self.r, &mut buf[..incl]).map_err(|e| self.io_err(e))?;
+        if got < incl {
+            return Err(self.truncated());
+        }
+        self.advance(incl);
+        // The FCS (if the file has one) is present only when the capture was not cut short.
+        let len = if self.fmt.fcs_len > 0 && incl == orig {
+            incl.saturating_sub(self.fmt.fcs_len)
+        } else {
+            incl
+        };
+        Ok(Some(Record {
+            len,
+            snapped: orig > incl,
+        }))
+    }
+
+    fn advance(&mut self, incl: usize) {
+        self.index += 1;
+        self.offset += (RECORD_HEADER_LEN + incl) as u64;
+    }
+}
+
+/// Counters of a [`PcapSource`] or [`PcapSink`], shared so a stats thread can read them while the
+/// port runs. Updated with relaxed stores in bulk (every [`PUBLISH_EVERY`] frames) and at the end,
+/// so they are exact once the source is exhausted or the sink finished.
+#[derive(Debug, Default)]
+pub struct PcapCounters {
+    /// Frames read from / written to the file.
+    pub frames: AtomicU64,
+    /// Bytes of those frames.
+    pub bytes: AtomicU64,
+    /// Records that could not be replayed (truncated, oversized); source only.
+    pub bad_records: AtomicU64,
+    /// Records whose captured length was shorter than the original frame (replayed as
+    /// captured); source only.
+    pub snapped_records: AtomicU64,
+    /// Completed passes over the file; source only.
+    pub passes: AtomicU64,
+    /// Failed writes (the sink keeps the first error); sink only.
+    pub write_errors: AtomicU64,
+}
+
+/// How often (in frames) the local counters are published to [`PcapCounters`].
+pub const PUBLISH_EVERY: u64 = 64;
+
+/// Plain copy of [`PcapCounters`].
+#[derive(Clone, Copy, Debug, Default, PartialEq, Eq)]
+pub struct PcapStats {
+    /// Frames read or written.
+    pub frames: u64,
+    /// Bytes of those frames.
+    pub bytes: u64,
+    /// Records that could not be replayed.
+    pub bad_records: u64,
+    /// Records replayed shorter than their original length.
+    pub snapped_records: u64,
+    /// Completed passes over the file.
+    pub passes: u64,
+    /// Failed writes.
+    pub write_errors: u64,
+}
+
+impl PcapCounters {
+    /// A snapshot of the counters.
+    pub fn snapshot(&self) -> PcapStats {
+        PcapStats {
+            frames: self.frames.load(Ordering::Relaxed),
+            bytes: self.bytes.load(Ordering::Relaxed),
+            bad_records: self.bad_records.load(Ordering::Relaxed),
+            snapped_records: self.snapped_records.load(Ordering::Relaxed),
+            passes: self.passes.load(Ordering::Relaxed),
+            write_errors: self.write_errors.load(Ordering::Relaxed),
+        }
+    }
+
+    fn publish(&self, s: &PcapStats) {
+        self.frames.store(s.frames, Ordering::Relaxed);
+        self.bytes.store(s.bytes, Ordering::Relaxed);
+        self.bad_records.store(s.bad_records, Ordering::Relaxed);
+        self.snapped_records
+            .store(s.snapped_records, Ordering::Relaxed);
+        self.passes.store(s.passes, Ordering::Relaxed);
+        self.write_errors.store(s.write_errors, Ordering::Relaxed);
+    }
+}
+
+/// Replays a pcap file as the frames arriving at a port.
+///
+/// Frames longer than the caller's buffer or shorter than [`MIN_REPLAY_FRAME`] are skipped and
+/// counted as bad records. The file is
+/// replayed `loops` times (see [`PcapSource::with_loops`]); a pass that yields no frame at all
+/// ends the replay, so a file of only bad records cannot spin forever.
+pub struct PcapSource {
+    reader: Reader,
+    /// Passes to play in total; 0 = until stopped.
+    loops: u32,
+    /// Frames produced in the current pass.
+    pass_frames: u64,
+    done: bool,
+    local: PcapStats,
+    counters: Arc<PcapCounters>,
+    first_error: Option<PcapError>,
+}
+
+impl PcapSource {
+    /// Opens `path` for a single pass, validating the global header (byte order, micro- or
+    /// nanosecond magic, version 2.x, Ethernet link type) before any frame is read.
+    pub fn open(path: impl AsRef<Path>) -> Result<Self, PcapError> {
+        Ok(Self {
+            reader: Reader::open(path.as_ref())?,
+            loops: 1,
+            pass_frames: 0,
+            done: false,
+            local: PcapStats::default(),
+            counters: Arc::new(PcapCounters::default()),
+            first_error: None,
+        })
+    }
+
+    /// Replays the file `loops` times in total; `0` replays it until the run stops.
+    pub fn with_loops(mut self, loops: u32) -> Self {
+        self.loops = loops;
+        self
+    }
+
+    /// The file being replayed.
+    pub fn path(&self) -> &Path {
+        &self.reader.path
+    }
+
+    /// True if the file stores nanosecond timestamps.
+    pub fn nanosecond_timestamps(&self) -> bool {
+        self.reader.fmt.nanos
+    }
+
+    /// True if the file's fields are big-endian.
+    pub fn big_endian(&self) -> bool {
+        self.reader.fmt.big_endian
+    }
+
+    /// The shared counters (frames, bytes, bad records, passes), for live stats and the summary.
+    pub fn counters(&self) -> Arc<PcapCounters> {
+        self.counters.clone()
+    }
+
+    /// The first damaged record met, if any (the rest are only counted).
+    pub fn first_error(&self) -> Option<&PcapError> {
+        self.first_error.as_ref()
+    }
+
+    fn record_fault(&mut self, e: PcapError) {
+        self.local.bad_records += 1;
+        if self.first_error.is_none() {
+            self.first_error = Some(e);
+        }
+    }
+
+    /// Ends the current pass: rewinds for the next one or marks the source done.
+    fn end_pass(&mut self) {
+        self.local.passes += 1;
+        let more = self.loops == 0 || self.local.passes < u64::from(self.loops);
+        if !more || self.pass_frames == 0 {
+            self.done = true;
+        } else if let Err(e) = self.reader.rewind() {
+            self.record_fault(e);
+            self.done = true;
+        }
+        self.pass_frames = 0;
+        self.counters.publish(&self.local);
+    }
+}
+
+impl FrameSource for PcapSource {
+    fn next_frame(&mut self, buf: &mut [u8]) -> Option<usize> {
+        while !self.done {
+            match self.reader.next(buf) {
+                Ok(Some(rec)) if rec.len < MIN_REPLAY_FRAME => {
+                    let e = PcapError::RuntRecord {
+                        path: self.reader.path.clone(),
+                        index: self.reader.index - 1,
+                        len: rec.len,
+                    };
+                    self.record_fault(e);
+                }
+                Ok(Some(rec)) => {
+                    self.pass_frames += 1;
+                    self.local.frames += 1;
+                    self.local.bytes += rec.len as u64;
+                    self.local.snapped_records += u64::from(rec.snapped);
+                    if self.local.frames % PUBLISH_EVERY == 0 {
+                        self.counters.publish(&self.local);
+                    }
+                    return Some(rec.len);
+                }
+                Ok(None) => self.end_pass(),
+                Err(RecordFault::Skipped(e)) => self.record_fault(e),
+                Err(RecordFault::Fatal(e)) => {
+                    self.record_fault(e);
+                    self.end_pass();
+                }
+            }
+        }
+        None
+    }
+
+    fn exhausted(&self) -> bool {
+        self.done
+    }
+}
+
+/// Where [`PcapSink`] takes each record's timestamp from.
+pub enum Timestamps {
+    /// Frame `n` (from 0) is stamped `start_ns + n * step_ns`: deterministic files.
+    Counter {
+        /// Timestamp of the first frame, ns since the Unix epoch.
+        start_ns: u64,
+        /// Increment per frame, ns.
+        step_ns: u64,
+    },
+    /// Called once per frame; returns ns since the Unix epoch (e.g. the run's virtual clock).
+    Clock(Box<dyn FnMut() -> u64 + Send>),
+}
+
+impl Default for Timestamps {
+    /// One microsecond per frame from the epoch.
+    fn default() -> Self {
+        Self::Counter {
+            start_ns: 0,
+            step_ns: 1_000,
+        }
+    }
+}
+
+impl fmt::Debug for Timestamps {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        match self {
+            Self::Counter { start_ns, step_ns } => f
+                .debug_struct("Counter")
+                .field("start_ns", start_ns)
+                .field("step_ns", step_ns)
+                .finish(),
+            Self::Clock(_) => f.write_str("Clock(..)"),
+        }
+    }
+}
+
+/// Writes the frames a port transmits to a pcap file (little-endian, microsecond timestamps,
+/// `LINKTYPE_ETHERNET`, snaplen 65535) that Wireshark and tcpdump read.
+///
+/// Write errors cannot be returned from [`FrameSink::deliver`]; they are counted in
+/// [`PcapCounters::write_errors`], the first is kept ([`PcapSink::error`]) and later frames are
+/// dropped. [`PcapSink::close`] returns it.
+pub struct PcapSink {
+    path: PathBuf,
+    w: BufWriter<File>,
+    ts: Timestamps,
+    local: PcapStats,
+    counters: Arc<PcapCounters>,
+    error: Option<PcapError>,
+}
+
+impl fmt::Debug for PcapSink {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        f.debug_struct("PcapSink")
+            .field("path", &self.path)
+            .field("ts", &self.ts)
+            .field("stats", &self.local)
+            .finish_non_exhaustive()
+    }
+}
+
+impl PcapSink {
+    /// Creates (or truncates) `path` and writes the global header; frames are stamped one
+    /// microsecond apart from the epoch.
+    pub fn create(path: impl AsRef<Path>) -> Result<Self, PcapError> {
+        Self::with_timestamps(path, Timestamps::default())
+    }
+
+    /// Like [`PcapSink::create`], with the timestamps taken from `ts`.
+    pub fn with_timestamps(path: impl AsRef<Path>, ts: Timestamps) -> Result<Self, PcapError> {
+        let path = path.as_ref().to_owned();
+        let file = File::create(&path).map_err(|source| PcapError::Io {
+            path: path.clone(),
+            op: "create",
+            source,
+        })?;
+        let mut w = BufWriter::with_capacity(256 * 1024, file);
+        let mut h = [0u8; GLOBAL_HEADER_LEN];
+        h[0..4].copy_from_slice(&MAGIC_MICROS.to_le_bytes());
+        h[4..6].copy_from_slice(&2u16.to_le_bytes());
+        h[6..8].copy_from_slice(&4u16.to_le_bytes());
+        // thiszone and sigfigs stay 0.
+        h[16..20].copy_from_slice(&SINK_SNAPLEN.to_le_bytes());
+        h[20..24].copy_from_slice(&u32::from(LINKTYPE_ETHERNET).to_le_bytes());
+        w.write_all(&h).map_err(|source| PcapError::Io {
+            path: path.clone(),
+            op: "write",
+            source,
+        })?;
+        Ok(Self {
+            path,
+            w,
+            ts,
+            local: PcapStats::default(),
+            counters: Arc::new(PcapCounters::default()),
+            error: None,
+        })
+    }
+
+    /// The file being written.
+    pub fn path(&self) -> &Path {
+        &self.path
+    }
+
+    /// The shared counters (frames, bytes, write errors).
+    pub fn counters(&self) -> Arc<PcapCounters> {
+        self.counters.clone()
+    }
+
+    /// The first write error, if any.
+    pub fn error(&self) -> Option<&PcapError> {
+        self.error.as_ref()
+    }
+
+    /// Flushes the file and returns the final counters, or the first write error.
+    pub fn close(mut self) -> Result<PcapStats, PcapError> {
+        self.flush();
+        match self.error.take() {
+            Some(e) => Err(e),
+            None => Ok(self.local),
+        }
+    }
+
+    fn fail(&mut self, op: &'static str, source: io::Error) {
+        self.local.write_errors += 1;
+        if self.error.is_none() {
+            self.error = Some(PcapError::Io {
+                path: self.path.clone(),
+                op,
+                source,
+            });
+        }
+    }
+
+    fn flush(&mut self) {
+        if self.error.is_none()
+            && let Err(e) = self.w.flush()
+        {
+            self.fail("flush", e);
+        }
+        self.counters.publish(&self.local);
+    }
+
+    fn next_timestamp(&mut self) -> u64 {
+        match &mut self.ts {
+            Timestamps::Counter { start_ns, step_ns } => {
+                start_ns.wrapping_add(self.local.frames.wrapping_mul(*step_ns))
+            }
+            Timestamps::Clock(clock) => clock(),
+        }
+    }
+}
+
+impl FrameSink for PcapSink {
+    fn deliver(&mut self, frame: &[u8]) {
+        if self.error.is_some() {
+            self.local.write_errors += 1;
+            return;
+        }
+        let ns = self.next_timestamp();
+        let incl = frame.len().min(SINK_SNAPLEN as usize);
+        let mut h = [0u8; RECORD_HEADER_LEN];
+        // Seconds wrap in 2106, as in every classic pcap file.
+        h[0..4].copy_from_slice(&((ns / 1_000_000_000) as u32).to_le_bytes());
+        h[4..8].copy_from_slice(&((ns % 1_000_000_000 / 1_000) as u32).to_le_bytes());
+        h[8..12].copy_from_slice(&(incl as u32).to_le_bytes());
+        h[12..16].copy_from_slice(&(frame.len() as u32).to_le_bytes());
+        let res = self
+            .w
+            .write_all(&h)
+            .and_then(|()| self.w.write_all(&frame[..incl]));
+        match res {
+            Ok(()) => {
+                self.local.frames += 1;
+                self.local.bytes += incl as u64;
+                if self.local.frames % PUBLISH_EVERY == 0 {
+                    self.counters.publish(&self.local);
+                }
+            }
+            Err(e) => self.fail("write", e),
+        }
+    }
+
+    fn finish(&mut self) {
+        self.flush();
+    }
+}
+
+impl Drop for PcapSink {
+    fn drop(&mut self) {
+        // BufWriter flushes on drop too, but silently; this keeps the counters right.
+        self.flush();
+    }
+}
+
+/// Reads every frame of a pcap file, failing on any damage (strict; for tests and tools). Unlike
+/// [`PcapSource`] it returns runt records as they are.
+pub fn read_all(path: impl AsRef<Path>) -> Result<Vec<Vec<u8>>, PcapError> {
+    let mut reader = Reader::open(path.as_ref())?;
+    let mut buf = vec![0u8; MAX_PLAUSIBLE_RECORD];
+    let mut frames = Vec::new();
+    loop {
+        match reader.next(&mut buf) {
+            Ok(Some(rec)) => frames.push(buf[..rec.len].to_vec()),
+            Ok(None) => return Ok(frames),
+            Err(RecordFault::Skipped(e) | RecordFault::Fatal(e)) => return Err(e),
+        }
+    }
+}
+
+/// Writes `frames` to a new pcap file (timestamps one microsecond apart; for tests and tools).
+pub fn write_all<F: AsRef<[u8]>>(
+    path: impl AsRef<Path>,
+    frames: impl IntoIterator<Item = F>,
+) -> Result<PcapStats, PcapError> {
+    let mut sink = PcapSink::create(path)?;
+    for f in frames {
+        sink.deliver(f.as_ref());
+    }
+    sink.close()
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use crate::wire::MAX_WIRE_FRAME;
+    use std::sync::atomic::AtomicUsize;
+
+    /// A unique temporary file removed on drop.
+    struct TempPath(PathBuf);
+
+    impl TempPath {
+        fn new(tag: &str) -> Self {
+            static N: AtomicUsize = AtomicUsize::new(0);
+            let n = N.fetch_add(1, Ordering::Relaxed);
+            Self(std::env::temp_dir().join(format!(
+                "nmdp-pcap-test-{}-{tag}-{n}.pcap",
+                std::process::id()
+            )))
+        }
+    }
+
+    impl Drop for TempPath {
+        fn drop(&mut self) {
+            let _ = std::fs::remove_file(&self.0);
+        }
+    }
+
+    fn frame(i: usize, len: usize) -> Vec<u8> {
+        (0..len).map(|j| (i * 31 + j * 7) as u8).collect()
+    }
+
+    /// Builds a pcap file by hand in either byte order.
+    fn raw_pcap(big_endian: bool, magic: u32, linktype: u32, frames: &[Vec<u8>]) -> Vec<u8> {
+        let u32b = |v: u32| {
+            if big_endian {
+                v.to_be_bytes()
+            } else {
+                v.to_le_bytes()
+            }
+        };
+        let u16b = |v: u16| {
+            if big_endian {
+                v.to_be_bytes()
+            } else {
+                v.to_le_bytes()
+            }
+        };
+        let mut out = Vec::new();
+        out.extend_from_slice(&u32b(magic));
+        out.extend_from_slice(&u16b(2));
+        out.extend_from_slice(&u16b(4));
+        out.extend_from_slice(&u32b(0));
+        out.extend_from_slice(&u32b(0));
+        out.extend_from_slice(&u32b(65535));
+        out.extend_from_slice(&u32b(linktype));
+        for (i, f) in frames.iter().enumerate() {
+            out.extend_from_slice(&u32b(1_700_000_000 + i as u32));
+            out.extend_from_slice(&u32b(123_456_789));
+            out.extend_from_slice(&u32b(f.len() as u32));
+            out.extend_from_slice(&u32b(f.len() as u32));
+            out.extend_from_slice(f);
+        }
+        out
+    }
+
+    fn replay(src: &mut PcapSource) -> Vec<Vec<u8>> {
+        let mut buf = vec![0u8; MAX_WIRE_FRAME];
+        let mut out = Vec::new();
+        while let Some(n) = src.next_frame(&mut buf) {
+            out.push(buf[..n].to_vec());
+        }
+        assert!(src.exhausted());
+        out
+    }
+
+    #[test]
+    fn round_trip_through_sink_and_source() {
+        let p = TempPath::new("rt");
+        let frames: Vec<Vec<u8>> = (0..200).map(|i| frame(i, 60 + i * 7)).collect();
+        let stats = write_all(&p.0, &frames).unwrap();
+        assert_eq!(stats.frames, 200);
+        assert_eq!(
+            stats.bytes,
+            frames.iter().map(|f| f.len() as u64).sum::<u64>()
+        );
+        assert_eq!(read_all(&p.0).unwrap(), frames);
+
+        let mut src = PcapSource::open(&p.0).unwrap();
+        assert!(!src.big_endian() && !src.nanosecond_timestamps());
+        assert_eq!(replay(&mut src), frames);
+        let c = src.counters().snapshot();
+        assert_eq!((c.frames, c.bad_records, c.passes), (200, 0, 1));
+    }
+
+    #[test]
+    fn sink_writes_the_documented_header_and_timestamps() {
+        let p = TempPath::new("hdr");
+        let mut t = 5_000_000_000u64;
+        let ts = Timestamps::Clock(Box::new(move || {
+            t += 1_500;
+            t
+        }));
+        let mut sink = PcapSink::with_timestamps(&p.0, ts).unwrap();
+        sink.deliver(&frame(0, 64));
+        sink.deliver(&frame(1, 70));
+        sink.finish();
+        assert_eq!(sink.counters().snapshot().frames, 2);
+        drop(sink);
+        let b = std::fs::read(&p.0).unwrap();
+        let u32le = |o: usize| u32::from_le_bytes([b[o], b[o + 1], b[o + 2], b[o + 3]]);
+        assert_eq!(u32le(0), MAGIC_MICROS);
+        assert_eq!(u32le(16), 65535);
+        assert_eq!(u32le(20), 1);
+        // First record: 5.000001500 s -> 5 s, 1 µs.
+        assert_eq!((u32le(24), u32le(28), u32le(32), u32le(36)), (5, 1, 64, 64));
+        let second = 24 + 16 + 64;
+        assert_eq!((u32le(second), u32le(second + 4)), (5, 3));
+        assert_eq!(b.len(), 24 + 16 + 64 + 16 + 70);
+    }
+
+    #[test]
+    fn counter_timestamps_step_per_frame() {
+        let p = TempPath::new("ctr");
+        let ts = Timestamps::Counter {
+            start_ns: 2_999_999_000,
+            step_ns: 1_000,
+        };
+        let mut sink = PcapSink::with_timestamps(&p.0, ts).unwrap();
+        sink.deliver(&frame(0, 60));
+        sink.deliver(&frame(1, 60));
+        sink.close().unwrap();
+        let b = std::fs::read(&p.0).unwrap();
+        let u32le = |o: usize| u32::from_le_bytes([b[o], b[o + 1], b[o + 2], b[o + 3]]);
+        assert_eq!((u32le(24), u32le(28)), (2, 999_999));
+        assert_eq!((u32le(24 + 76), u32le(28 + 76)), (3, 0));
+    }
+
+    #[test]
+    fn reads_both_byte_orders_and_nanosecond_magic() {
+        let frames: Vec<Vec<u8>> = (0..5).map(|i| frame(i, 60 + i)).collect();
+        for big_endian in [false, true] {
+            for magic in [MAGIC_MICROS, MAGIC_NANOS] {
+                let p = TempPath::new("order");
+                std::fs::write(&p.0, raw_pcap(big_endian, magic, 1, &frames)).unwrap();
+                let mut src = PcapSource::open(&p.0).unwrap();
+                assert_eq!(src.big_endian(), big_endian);
+                assert_eq!(src.nanosecond_timestamps(), magic == MAGIC_NANOS);
+                assert_eq!(replay(&mut src), frames, "be={big_endian} magic={magic:x}");
+                assert_eq!(read_all(&p.0).unwrap(), frames);
+            }
+        }
+    }
+
+    #[test]
+    fn strips_an_announced_fcs() {
+        let p = TempPath::new("fcs");
+        let with_fcs: Vec<Vec<u8>> = (0..3).map(|i| frame(i, 64)).collect();
+        // F bit (28) set, FCS length 2 words (4 bytes) in bits 26..=27.
+        let lt = 1 | (1 << 28) | (2 << 26);
+        std::fs::write(&p.0, raw_pcap(false, MAGIC_MICROS, lt, &with_fcs)).unwrap();
+        let got = read_all(&p.0).unwrap();
+        assert_eq!(got.len(), 3);
+        for (g, f) in got.iter().zip(&with_fcs) {
+            assert_eq!(g[..], f[..60]);
+        }
+    }
+
+    #[test]
+    fn loops_replay_the_file_and_zero_frames_do_not_spin() {
+        let p = TempPath::new("loop");
+        let frames: Vec<Vec<u8>> = (0..3).map(|i| frame(i, 60)).collect();
+        write_all(&p.0, &frames).unwrap();
+        let mut src = PcapSource::open(&p.0).unwrap().with_loops(4);
+        let got = replay(&mut src);
+        assert_eq!(got.len(), 12);
+        assert_eq!(got[9..], frames[..]);
+        assert_eq!(src.counters().snapshot().passes, 4);
+
+        // Endless replay stops on the caller's side.
+        let mut src = PcapSource::open(&p.0).unwrap().with_loops(0);
+        let mut buf = vec![0u8; MAX_WIRE_FRAME];
+        for i in 0..1000 {
+            let n = src.next_frame(&mut buf).unwrap();
+            assert_eq!(buf[..n], frames[i % 3][..]);
+        }
+        assert!(!src.exhausted());
+
+        let empty = TempPath::new("empty");
+        write_all(&empty.0, Vec::<Vec<u8>>::new()).unwrap();
+        let mut src = PcapSource::open(&empty.0).unwrap().with_loops(0);
+        assert!(replay(&mut src).is_empty());
+    }
+
+    #[test]
+    fn truncated_file_is_counted_not_fatal() {
+        let p = TempPath::new("trunc");
+        let frames: Vec<Vec<u8>> = (0..4).map(|i| frame(i, 100)).collect();
+        let mut bytes = raw_pcap(false, MAGIC_MICROS, 1, &frames);
+        // Cut the last record in the middle of its data.
+        bytes.truncate(bytes.len() - 30);
+        std::fs::write(&p.0, &bytes).unwrap();
+        let mut src = PcapSource::open(&p.0).unwrap().with_loops(2);
+        let got = replay(&mut src);
+        assert_eq!(got.len(), 6, "three good frames per pass");
+        assert_eq!(got[..3], frames[..3]);
+        let c = src.counters().snapshot();
+        assert_eq!((c.frames, c.bad_records, c.passes), (6, 2, 2));
+        let err = src.first_error().unwrap().to_string();
+        assert!(
+            err.contains("record 3") && err.contains("truncated"),
+            "{err}"
+        );
+        assert!(err.contains(&*p.0.to_string_lossy()), "{err}");
+        assert!(matches!(
+            read_all(&p.0),
+            Err(PcapError::TruncatedRecord { index: 3, .. })
+        ));
+
+        // A record header cut short.
+        bytes.truncate(24 + 3 * 116 + 10);
+        std::fs::write(&p.0, &bytes).unwrap();
+        let mut src = PcapSource::open(&p.0).unwrap();
+        assert_eq!(replay(&mut src).len(), 3);
+        assert_eq!(src.counters().snapshot().bad_records, 1);
+    }
+
+    #[test]
+    fn oversized_records_are_skipped_and_implausible_ones_end_the_pass() {
+        let p = TempPath::new("big");
+        let frames = vec![frame(0, 60), frame(1, MAX_WIRE_FRAME + 1), frame(2, 61)];
+        std::fs::write(&p.0, raw_pcap(true, MAGIC_MICROS, 1, &frames)).unwrap();
+        let mut src = PcapSource::open(&p.0).unwrap();
+        assert_eq!(replay(&mut src), vec![frames[0].clone(), frames[2].clone()]);
+        assert_eq!(src.counters().snapshot().bad_records, 1);
+        assert!(matches!(
+            src.first_error(),
+            Some(PcapError::RecordTooLarge { index: 1, .. })
+        ));
+        // read_all accepts anything up to MAX_PLAUSIBLE_RECORD.
+        assert_eq!(read_all(&p.0).unwrap(), frames);
+
+        // A record claiming 1 GB: out of sync, the pass ends.
+        let mut bytes = raw_pcap(false, MAGIC_MICROS, 1, &[frame(0, 60), frame(1, 60)]);
+        let second = 24 + 16 + 60;
+        bytes[second + 8..second + 12].copy_from_slice(&1_000_000_000u32.to_le_bytes());
+        std::fs::write(&p.0, &bytes).unwrap();
+        let mut src = PcapSource::open(&p.0).unwrap().with_loops(3);
+        assert_eq!(replay(&mut src).len(), 3);
+        assert_eq!(src.counters().snapshot().bad_records, 3);
+    }
+
+    #[test]
+    fn runt_records_are_skipped_by_the_source() {
+        let p = TempPath::new("runt");
+        let frames = vec![frame(0, 60), Vec::new(), frame(2, 13), frame(3, 14)];
+        std::fs::write(&p.0, raw_pcap(false, MAGIC_NANOS, 1, &frames)).unwrap();
+        let mut src = PcapSource::open(&p.0).unwrap();
+        assert_eq!(replay(&mut src), vec![frames[0].clone(), frames[3].clone()]);
+        assert_eq!(src.counters().snapshot().bad_records, 2);
+        assert!(matches!(
+            src.first_error(),
+            Some(PcapError::RuntRecord {
+                index: 1,
+                len: 0,
+                ..
+            })
+        ));
+        assert_eq!(read_all(&p.0).unwrap(), frames);
+    }
+
+    #[test]
+    fn non_ethernet_linktype_is_rejected_at_open() {
+        let p = TempPath::new("lt");
+        // LINKTYPE_RAW (101).
+        std::fs::write(&p.0, raw_pcap(false, MAGIC_MICROS, 101, &[frame(0, 60)])).unwrap();
+        let err = PcapSource::open(&p.0).err().unwrap();
+        assert!(matches!(
+            err,
+            PcapError::UnsupportedLinkType { linktype: 101, .. }
+        ));
+        let msg = err.to_string();
+        assert!(msg.contains("link type 101") && msg.contains("LINKTYPE_ETHERNET"));
+        assert!(msg.contains(&*p.0.to_string_lossy()), "{msg}");
+        assert!(read_all(&p.0).is_err());
+    }
+
+    #[test]
+    fn garbage_and_short_files_are_rejected_at_open() {
+        let p = TempPath::new("garbage");
+        std::fs::write(&p.0, b"this is certainly not a capture file at all").unwrap();
+        let err = PcapSource::open(&p.0).err().unwrap();
+        assert!(
+            matches!(
+                err,
+                PcapError::BadMagic {
+                    magic: 0x74686973,
+                    ..
+                }
+            ),
+            "{err}"
+        );
+        assert!(err.to_string().contains("not a classic pcap file"));
+
+        std::fs::write(&p.0, &MAGIC_MICROS.to_le_bytes()).unwrap();
+        let err = PcapSource::open(&p.0).err().unwrap();
+        assert!(
+            matches!(err, PcapError::ShortHeader { len: 4, .. }),
+            "{err}"
+        );
+
+        std::fs::write(&p.0, b"").unwrap();
+        assert!(matches!(
+            PcapSource::open(&p.0),
+            Err(PcapError::ShortHeader { len: 0, .. })
+        ));
+
+        let mut bytes = raw_pcap(false, MAGIC_MICROS, 1, &[]);
+        bytes[4] = 3; // version 3.4
+        std::fs::write(&p.0, &bytes).unwrap();
+        assert!(matches!(
+            PcapSource::open(&p.0),
+            Err(PcapError::UnsupportedVersion { major: 3, .. })
+        ));
+
+        let missing = TempPath::new("missing");
+        let err = PcapSource::open(&missing.0).err().unwrap();
+        assert!(matches!(err, PcapError::Io { op: "open", .. }));
+        assert!(err.to_string().contains(&*missing.0.to_string_lossy()));
+    }
+
+    #[test]
+    fn sink_reports_create_errors_with_the_path() {
+        let err = PcapSink::create("/nonexistent-dir-nmdp/x.pcap")
+            .err()
+            .unwrap();
+        assert!(err.to_string().contains("/nonexistent-dir-nmdp/x.pcap"));
+        assert!(err.to_string().contains("cannot create"));
+    }
+
+    #[test]
+    fn random_damage_never_panics() {
+        // Flip and cut bytes of a valid file in many ways; opening and replaying must not panic
+        // and every frame produced must fit the buffer.
+        let p = TempPath::new("fuzz");
+        let frames: Vec<Vec<u8>> = (0..6).map(|i| frame(i, 60 + 13 * i)).collect();
+        let good = raw_pcap(false, MAGIC_MICROS, 1, &frames);
+        let mut seed = 0x1234_5678_9abc_def0u64;
+        for _ in 0..200 {
+            seed ^= seed << 13;
+            seed ^= seed >> 7;
+            seed ^= seed << 17;
+            let mut bytes = good.clone();
+            let pos = 24 + (seed as usize % (bytes.len() - 24));
+            bytes[pos] ^= (seed >> 32) as u8 | 1;
+            bytes.truncate(bytes.len() - (seed >> 40) as usize % 50);
+            std::fs::write(&p.0, &bytes).unwrap();
+            let mut src = PcapSource::open(&p.0).unwrap().with_loops(2);
+            let mut buf = vec![0u8; MAX_WIRE_FRAME];
+            let mut n = 0;
+            while let Some(len) = src.next_frame(&mut buf) {
+                assert!(len <= buf.len());
+                n += 1;
+                assert!(n < 100);
+            }
+            let _ = read_all(&p.0);
+        }
+    }
+}

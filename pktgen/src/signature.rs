@@ -1,0 +1,402 @@
+//! The test payload every generated frame carries, and the parser that finds it again.
+//!
+//! Right after the L4 header (UDP 8 B, TCP 20 B or more) sits a 16-byte [`Signature`]:
+//!
+//! ```text
+//! offset  size  field
+//!      0     2  magic 0x4E4D ("NM")
+//!      2     2  stream id
+//!      4     4  flow id (index of the flow's 5-tuple in the generator)
+//!      8     8  sequence number, per stream, from 0
+//! ```
+//!
+//! all big-endian. It fits the minimum frame: 60 B without FCS = 14 Ethernet + 20 IPv4 + 8 UDP +
+//! 16 signature + 2 pattern bytes. The bytes after the signature, up to the end of the IPv4
+//! packet, are `PATTERN[seq % 251 ..][..len]`: a slice of a fixed pseudo-random table that starts
+//! at an offset depending on the sequence number. A payload that is corrupted, shifted, cut
+//! short, or paired with another frame's signature is therefore detected by one `memcmp` against
+//! the table (payloads of frames whose sequence numbers differ by a multiple of 251 are equal, so
+//! swapping the *tails* of exactly such frames is the one case not caught). Because 251 is prime,
+//! a single flipped bit in the sequence number always moves the pattern offset, so it shows up as
+//! a payload mismatch as well.
+//!
+//! The table is computed at compile time (a `const fn` xorshift from a fixed seed) rather than at
+//! start-up: same bytes in every build, no initialisation order, no lazy-static check on the hot
+//! path.
+//!
+//! [`locate`] finds the signature by walking the headers (Ethernet, at most one 802.1Q/802.1ad tag,
+//! IPv4 with its IHL, UDP or TCP with its data offset) instead of assuming fixed offsets, so NFs that
+//! rewrite addresses and ports (NAT, LB) or MACs (macswap) do not disturb the check.
+
+use serde::{Deserialize, Serialize};
+
+/// First two bytes of every signature: "NM".
+pub const SIGNATURE_MAGIC: u16 = 0x4E4D;
+/// Size of the signature.
+pub const SIGNATURE_LEN: usize = 16;
+/// The pattern offset is `seq % PATTERN_PERIOD`; prime so that no power-of-two change of the
+/// sequence number leaves the offset unchanged.
+pub const PATTERN_PERIOD: u64 = 251;
+/// Size of the pattern table: the largest payload plus the largest offset, rounded up.
+pub const PATTERN_LEN: usize = 16 * 1024 + 256;
+/// The longest pattern region a frame can carry.
+pub const MAX_PATTERN_REGION: usize = PATTERN_LEN - (PATTERN_PERIOD as usize - 1);
+
+/// Ethernet header length.
+pub const ETH_HLEN: usize = 14;
+/// 802.1Q / 802.1ad tag length.
+pub const VLAN_HLEN: usize = 4;
+/// IPv4 header length without options.
+pub const IPV4_HLEN: usize = 20;
+/// UDP header length.
+pub const UDP_HLEN: usize = 8;
+/// TCP header length without options.
+pub const TCP_HLEN: usize = 20;
+/// EtherType of IPv4.
+pub const ETHERTYPE_IPV4: u16 = 0x0800;
+/// EtherType of an 802.1Q VLAN tag.
+pub const ETHERTYPE_VLAN: u16 = 0x8100;
+/// EtherType of an 802.1ad (QinQ outer) tag.
+pub const ETHERTYPE_QINQ: u16 = 0x88a8;
+/// IP protocol number of UDP.
+pub const IPPROTO_UDP: u8 = 17;
+/// IP protocol number of TCP.
+pub const IPPROTO_TCP: u8 = 6;
+
+const PATTERN_SEED: u64 = 0x6e6d_6470_2d70_6174; // "nmdp-pat"
+
+const fn make_pattern() -> [u8; PATTERN_LEN] {
+    let mut out = [0u8; PATTERN_LEN];
+    let mut x = PATTERN_SEED;
+    let mut i = 0;
+    while i < PATTERN_LEN {
+        // xorshift64*
+        x ^= x >> 12;
+        x ^= x << 25;
+        x ^= x >> 27;
+        out[i] = (x.wrapping_mul(0x2545_f491_4f6c_dd1d) >> 56) as u8;
+        i += 1;
+    }
+    out
+}
+
+/// The pattern table the payload after the signature is cut from.
+pub static PATTERN: [u8; PATTERN_LEN] = make_pattern();
+
+/// The pattern bytes a frame with sequence number `seq` carries after its signature, or `None`
+/// if `len` exceeds [`MAX_PATTERN_REGION`].
+#[inline]
+pub fn pattern(seq: u64, len: usize) -> Option<&'static [u8]> {
+    PATTERN.get((seq % PATTERN_PERIOD) as usize..)?.get(..len)
+}
+
+/// True if `region` is exactly what a frame with sequence number `seq` carries after its
+/// signature.
+#[inline]
+pub fn pattern_matches(seq: u64, region: &[u8]) -> bool {
+    let Some(want) = pattern(seq, region.len()) else {
+        return false;
+    };
+    if region.len() <= 16 {
+        // Short regions (minimum-size frames carry 2 bytes): an inline loop beats a memcmp call.
+        region.iter().zip(want).all(|(a, b)| a == b)
+    } else {
+        region == want
+    }
+}
+
+/// The transport protocol of generated frames.
+#[derive(Clone, Copy, Debug, Default, PartialEq, Eq, Hash, Serialize, Deserialize)]
+#[serde(rename_all = "lowercase")]
+pub enum L4Proto {
+    /// UDP (8-byte header).
+    #[default]
+    Udp,
+    /// TCP (20-byte header, no options).
+    Tcp,
+}
+
+impl L4Proto {
+    /// The IP protocol number.
+    pub fn ip_proto(self) -> u8 {
+        match self {
+            Self::Udp => IPPROTO_UDP,
+            Self::Tcp => IPPROTO_TCP,
+        }
+    }
+
+    /// The header length the generator writes.
+    pub fn header_len(self) -> usize {
+        match self {
+            Self::Udp => UDP_HLEN,
+            Self::Tcp => TCP_HLEN,
+        }
+    }
+}
+
+/// The identifying part of the test payload.
+#[derive(Clone, Copy, Debug, Default, PartialEq, Eq, Hash)]
+pub struct Signature {
+    /// Which generator stream sent the frame.
+    pub stream: u16,
+    /// Which flow (5-tuple index) of that stream.
+    pub flow: u32,
+    /// Sequence number within the stream, from 0.
+    pub seq: u64,
+}
+
+impl Signature {
+    /// The 16 wire bytes.
+    #[inline]
+    pub fn encode(&self) -> [u8; SIGNATURE_LEN] {
+        let mut b = [0u8; SIGNATURE_LEN];
+        b[0..2].copy_from_slice(&SIGNATURE_MAGIC.to_be_bytes());
+        b[2..4].copy_from_slice(&self.stream.to_be_bytes());
+        b[4..8].copy_from_slice(&self.flow.to_be_bytes());
+        b[8..16].copy_from_slice(&self.seq.to_be_bytes());
+        b
+    }
+
+    /// Reads a signature from the first 16 bytes of `b`; `None` if too short or the magic is
+    /// wrong.
+    #[inline]
+    pub fn decode(b: &[u8]) -> Option<Self> {
+        let b: &[u8; SIGNATURE_LEN] = b.get(..SIGNATURE_LEN)?.try_into().ok()?;
+        if u16::from_be_bytes([b[0], b[1]]) != SIGNATURE_MAGIC {
+            return None;
+        }
+        Some(Self {
+            stream: u16::from_be_bytes([b[2], b[3]]),
+            flow: u32::from_be_bytes([b[4], b[5], b[6], b[7]]),
+            seq: u64::from_be_bytes([b[8], b[9], b[10], b[11], b[12], b[13], b[14], b[15]]),
+        })
+    }
+}
+
+/// Where the headers and the signature of a frame are.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub struct Located {
+    /// Offset of the IPv4 header.
+    pub l3_offset: usize,
+    /// Offset of the UDP/TCP header.
+    pub l4_offset: usize,
+    /// The transport protocol.
+    pub proto: L4Proto,
+    /// Offset of the signature (end of the L4 header).
+    pub sig_offset: usize,
+    /// Where the IPv4 packet ends according to its total-length field; may exceed the frame
+    /// length if the frame was truncated, and be shorter if it was padded.
+    pub ip_end: usize,
+}
+
+#[inline]
+fn be16(b: &[u8], at: usize) -> u16 {
+    u16::from_be_bytes([b[at], b[at + 1]])
+}
+
+/// Walks Ethernet (optionally one VLAN tag), IPv4 and UDP/TCP and returns where the signature
+/// would start; `None` if the frame is not an unfragmented (or first-fragment) IPv4 UDP/TCP
+/// frame with room for a signature. Does not check the magic.
+#[inline]
+pub fn locate(frame: &[u8]) -> Option<Located> {
+    if frame.len() < ETH_HLEN {
+        return None;
+    }
+    let mut l3 = ETH_HLEN;
+    let mut ethertype = be16(frame, 12);
+    if ethertype == ETHERTYPE_VLAN || ethertype == ETHERTYPE_QINQ {
+        if frame.len() < ETH_HLEN + VLAN_HLEN {
+            return None;
+        }
+        ethertype = be16(frame, 16);
+        l3 += VLAN_HLEN;
+    }
+    if ethertype != ETHERTYPE_IPV4 || frame.len() < l3 + IPV4_HLEN {
+        return None;
+    }
+    let ver_ihl = frame[l3];
+    let ihl = usize::from(ver_ihl & 0x0f) * 4;
+    if ver_ihl >> 4 != 4 || ihl < IPV4_HLEN {
+        return None;
+    }
+    // A non-first fragment has no L4 header.
+    if be16(frame, l3 + 6) & 0x1fff != 0 {
+        return None;
+    }
+    let l4 = l3 + ihl;
+    let (proto, l4_len) = match frame[l3 + 9] {
+        IPPROTO_UDP => (L4Proto::Udp, UDP_HLEN),
+        IPPROTO_TCP => {
+            let off = usize::from(*frame.get(l4 + 12)? >> 4) * 4;
+            if off < TCP_HLEN {
+                return None;
+            }
+            (L4Proto::Tcp, off)
+        }
+        _ => return None,
+    };
+    let sig = l4 + l4_len;
+    if frame.len() < sig + SIGNATURE_LEN {
+        return None;
+    }
+    Some(Located {
+        l3_offset: l3,
+        l4_offset: l4,
+        proto,
+        sig_offset: sig,
+        ip_end: l3 + usize::from(be16(frame, l3 + 2)),
+    })
+}
+
+/// Finds and decodes the signature of `frame`; `None` if the frame is not one of ours.
+#[inline]
+pub fn parse(frame: &[u8]) -> Option<(Signature, Located)> {
+    let loc = locate(frame)?;
+    let sig = Signature::decode(&frame[loc.sig_offset..])?;
+    Some((sig, loc))
+}
+
+/// The RFC 1071 ones'-complement sum of `data` as big-endian 16-bit words (an odd last byte is
+/// padded with zero), not folded or complemented; add sums, then [`fold_checksum`].
+pub fn sum_words(data: &[u8]) -> u64 {
+    let mut chunks = data.chunks_exact(2);
+    let mut sum: u64 = chunks
+        .by_ref()
+        .map(|w| u64::from(u16::from_be_bytes([w[0], w[1]])))
+        .sum();
+    if let [last] = chunks.remainder() {
+        sum += u64::from(*last) << 8;
+    }
+    sum
+}
+
+/// Folds a ones'-complement sum to 16 bits and complements it: the checksum field value.
+#[inline]
+pub fn fold_checksum(mut sum: u64) -> u16 {
+    while sum > 0xffff {
+        sum = (sum & 0xffff) + (sum >> 16);
+    }
+    !(sum as u16)
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn signature_round_trips_and_rejects_bad_magic() {
+        let s = Signature {
+            stream: 0xabcd,
+            flow: 0x0102_0304,
+            seq: 0x1122_3344_5566_7788,
+        };
+        let b = s.encode();
+        assert_eq!(
+            b,
+            [
+                0x4e, 0x4d, 0xab, 0xcd, 1, 2, 3, 4, 0x11, 0x22, 0x33, 0x44, 0x55, 0x66, 0x77, 0x88
+            ]
+        );
+        assert_eq!(Signature::decode(&b), Some(s));
+        assert_eq!(Signature::decode(&b[..15]), None);
+        let mut bad = b;
+        bad[1] ^= 1;
+        assert_eq!(Signature::decode(&bad), None);
+    }
+
+    #[test]
+    fn pattern_depends_on_seq_and_is_not_trivial() {
+        assert_eq!(pattern(0, 100), pattern(251, 100));
+        assert_ne!(pattern(0, 100), pattern(1, 100));
+        // A shift by one byte is detected.
+        let p = pattern(7, 64).unwrap();
+        assert!(!pattern_matches(8, p));
+        assert!(pattern_matches(7, p));
+        assert!(pattern_matches(7 + 251 * 1000, p));
+        // Every seq offset within the period gives a distinct 2-byte prefix for most offsets:
+        // enough entropy for the 64 B frame's 2-byte region to catch a wrong seq.
+        let distinct: std::collections::HashSet<&[u8]> =
+            (0..251).map(|s| pattern(s, 2).unwrap()).collect();
+        assert!(distinct.len() > 245, "{}", distinct.len());
+        // Byte values are spread.
+        let zeros = PATTERN.iter().filter(|&&b| b == 0).count();
+        assert!(zeros < PATTERN_LEN / 100, "{zeros}");
+        assert!(pattern(250, MAX_PATTERN_REGION).is_some());
+        assert!(pattern(250, MAX_PATTERN_REGION + 1).is_none());
+    }
+
+    #[test]
+    fn single_bit_flips_of_seq_move_the_pattern() {
+        for bit in 0..64 {
+            let seq = 12_345u64;
+            assert_ne!(seq % PATTERN_PERIOD, (seq ^ (1 << bit)) % PATTERN_PERIOD);
+        }
+    }
+
+    fn udp_frame(vlan: bool, ihl_words: u8) -> Vec<u8> {
+        let mut f = vec![0u8; 12];
+        if vlan {
+            f.extend_from_slice(&[0x81, 0x00, 0x00, 0x05]);
+        }
+        f.extend_from_slice(&[0x08, 0x00]);
+        let l3 = f.len();
+        let ihl = usize::from(ihl_words) * 4;
+        let total = ihl + 8 + 16 + 4;
+        f.push(0x40 | ihl_words);
+        f.push(0);
+        f.extend_from_slice(&(total as u16).to_be_bytes());
+        f.extend_from_slice(&[0; 5]);
+        f.push(IPPROTO_UDP);
+        f.resize(l3 + ihl, 0);
+        f.extend_from_slice(&[0; 8]);
+        f.extend_from_slice(
+            &Signature {
+                stream: 3,
+                flow: 9,
+                seq: 77,
+            }
+            .encode(),
+        );
+        f.extend_from_slice(pattern(77, 4).unwrap());
+        f
+    }
+
+    #[test]
+    fn locate_walks_vlan_and_ip_options() {
+        let (s, loc) = parse(&udp_frame(false, 5)).unwrap();
+        assert_eq!((s.stream, s.flow, s.seq), (3, 9, 77));
+        assert_eq!((loc.l3_offset, loc.l4_offset, loc.sig_offset), (14, 34, 42));
+        assert_eq!(loc.ip_end, 14 + 20 + 8 + 16 + 4);
+
+        let (_, loc) = parse(&udp_frame(true, 7)).unwrap();
+        assert_eq!((loc.l3_offset, loc.l4_offset, loc.sig_offset), (18, 46, 54));
+
+        // Not IPv4, not UDP/TCP, a later fragment, a bad IHL, too short: not ours.
+        let mut f = udp_frame(false, 5);
+        f[12] = 0x86;
+        assert!(locate(&f).is_none());
+        let mut f = udp_frame(false, 5);
+        f[14 + 9] = 1;
+        assert!(locate(&f).is_none());
+        let mut f = udp_frame(false, 5);
+        f[14 + 7] = 1;
+        assert!(locate(&f).is_none());
+        let mut f = udp_frame(false, 5);
+        f[14] = 0x44;
+        assert!(locate(&f).is_none());
+        let f = udp_frame(false, 5);
+        assert!(locate(&f[..14 + 20 + 8 + 15]).is_none());
+        assert!(locate(&f[..14 + 20 + 8 + 16]).is_some());
+        for n in 0..f.len() {
+            let _ = parse(&f[..n]);
+        }
+    }
+
+    #[test]
+    fn checksum_helpers_match_rfc1071_example() {
+        // RFC 1071 section 3 example: 00 01 f2 03 f4 f5 f6 f7 -> sum ddf2 (folded), checksum 220d.
+        let data = [0x00, 0x01, 0xf2, 0x03, 0xf4, 0xf5, 0xf6, 0xf7];
+        assert_eq!(fold_checksum(sum_words(&data)), !0xddf2);
+        assert_eq!(sum_words(&[0x12]), 0x1200);
+    }
+}

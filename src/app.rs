@@ -1,0 +1,414 @@
+//! `dataplane run`: builds the virtual NIC, pools, mode and NF chains from a config, attaches the
+//! wire (embedded generator and checking sink, or pcap files), runs one worker per core with live
+//! stats, and produces the run summary.
+
+use std::path::PathBuf;
+use std::sync::Arc;
+use std::sync::atomic::Ordering;
+use std::time::{Duration, Instant};
+
+use dataplane::driver::vnic::VnicPort;
+use dataplane::runloop::{LiveStats, RunControl, WorkerReport, WorkerSetup, run_worker};
+use dataplane::wire::{FrameSink, FrameSource, Link};
+use dataplane::{DatapathMode, DropReason, Port, QueueStats, merge_stats};
+use serde_json::{Value, json};
+
+use crate::config::{ConfigError, RunConfig};
+use crate::traffic::{Traffic, TrafficReport};
+
+/// Command-line options of `dataplane run`.
+#[derive(Debug, Clone, Default)]
+pub struct RunOptions {
+    /// The config file.
+    pub config: PathBuf,
+    /// `--set key=value` overrides, in order.
+    pub sets: Vec<String>,
+    /// `--packets N`.
+    pub packets: Option<u64>,
+    /// `--duration S`.
+    pub duration_s: Option<f64>,
+    /// `--mode M`.
+    pub mode: Option<DatapathMode>,
+    /// `--workers N`.
+    pub workers: Option<u16>,
+    /// `--rx-pcap FILE`: the wire delivers this capture instead of the generator.
+    pub rx_pcap: Option<PathBuf>,
+    /// `--tx-pcap FILE`: transmitted frames are written here.
+    pub tx_pcap: Option<PathBuf>,
+    /// Print the live stats line (to stderr).
+    pub live_stats: bool,
+}
+
+/// Errors of a run: a bad config, or a failure setting up ports or files.
+#[derive(Debug)]
+pub enum RunError {
+    /// The config (or an override) is invalid; nothing ran.
+    Config(ConfigError),
+    /// Setting up the run failed; nothing ran.
+    Setup(String),
+}
+
+impl std::fmt::Display for RunError {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        match self {
+            RunError::Config(e) => e.fmt(f),
+            RunError::Setup(s) => f.write_str(s),
+        }
+    }
+}
+
+impl std::error::Error for RunError {}
+
+impl From<ConfigError> for RunError {
+    fn from(e: ConfigError) -> Self {
+        RunError::Config(e)
+    }
+}
+
+/// Sends every frame to two sinks (pcap capture plus payload checking).
+struct Tee(Box<dyn FrameSink>, Box<dyn FrameSink>);
+
+impl FrameSink for Tee {
+    fn deliver(&mut self, frame: &[u8]) {
+        self.0.deliver(frame);
+        self.1.deliver(frame);
+    }
+    fn finish(&mut self) {
+        self.0.finish();
+        self.1.finish();
+    }
+}
+
+/// Loads the config with the command-line overrides folded in as `--set`s.
+pub fn load_config(opts: &RunOptions) -> Result<RunConfig, ConfigError> {
+    let mut sets = opts.sets.clone();
+    if let Some(m) = opts.mode {
+        sets.push(format!("datapath.mode={}", m.as_str()));
+    }
+    if let Some(n) = opts.packets {
+        sets.push(format!("run.packets={n}"));
+    }
+    if let Some(d) = opts.duration_s {
+        sets.push(format!("run.duration_s={d}"));
+    }
+    if let Some(w) = opts.workers {
+        sets.push(format!("run.workers={w}"));
+    }
+    RunConfig::load(&opts.config, &sets)
+}
+
+/// Runs the config; returns the JSON summary.
+pub fn run(opts: &RunOptions) -> Result<Value, RunError> {
+    let cfg = load_config(opts)?;
+    let path = opts.config.as_path();
+    let workers = cfg.run.workers;
+    // Build every NF chain first: a bad pipeline fails before any packet moves.
+    let chains = (0..workers)
+        .map(|w| cfg.build_chain(path, w, workers))
+        .collect::<Result<Vec<_>, _>>()?;
+    let mut traffic = if opts.rx_pcap.is_none() {
+        Some(
+            Traffic::from_config(
+                &cfg.traffic,
+                cfg.run.packets,
+                cfg.run.duration_s,
+                cfg.vnic.max_frame,
+            )
+            .map_err(|(key, msg)| ConfigError {
+                file: path.to_path_buf(),
+                key,
+                msg,
+            })?,
+        )
+    } else {
+        None
+    };
+    let (rx, checker): (Box<dyn FrameSource>, Option<Box<dyn FrameSink>>) = match &opts.rx_pcap {
+        Some(p) => (
+            Box::new(
+                dataplane::pcap::PcapSource::open(p).map_err(|e| RunError::Setup(e.to_string()))?,
+            ),
+            None,
+        ),
+        None => {
+            let t = traffic.as_mut().expect("traffic built when no rx pcap");
+            let (Some(src), Some(sink)) = (t.take_source(), t.take_sink()) else {
+                return Err(RunError::Setup("traffic already taken".into()));
+            };
+            (src, Some(sink))
+        }
+    };
+    let tx: Box<dyn FrameSink> = match (&opts.tx_pcap, checker) {
+        (Some(p), chk) => {
+            let pcap: Box<dyn FrameSink> = Box::new(
+                dataplane::pcap::PcapSink::create(p).map_err(|e| RunError::Setup(e.to_string()))?,
+            );
+            match chk {
+                Some(c) => Box::new(Tee(pcap, c)),
+                None => pcap,
+            }
+        }
+        (None, Some(c)) => c,
+        (None, None) => Box::new(dataplane::wire::CountingSink::default()),
+    };
+    let mut port = VnicPort::new("vnic0", 0, cfg.vnic_config(), Link { rx, tx })
+        .map_err(|e| RunError::Setup(format!("config {}: vnic: {e}", path.display())))?;
+    let queues = port.take_queues();
+    let live: Arc<Vec<LiveStats>> = Arc::new((0..workers).map(|_| LiveStats::default()).collect());
+    let control = RunControl {
+        stop: Arc::new(Default::default()),
+        drain_timeout: Duration::from_secs_f64(cfg.run.drain_timeout_s),
+    };
+    let start = Instant::now();
+    let handles: Vec<_> = queues
+        .into_iter()
+        .zip(chains)
+        .enumerate()
+        .map(|(w, (q, chain))| {
+            let setup = WorkerSetup {
+                queues: vec![q],
+                chain,
+                egress: None,
+                burst: cfg.datapath.burst,
+            };
+            let control = control.clone();
+            let live = live.clone();
+            std::thread::Builder::new()
+                .name(format!("worker{w}"))
+                .spawn(move || run_worker(w as u16, workers, setup, &control, &live[w]))
+                .map_err(|e| RunError::Setup(format!("cannot start worker {w}: {e}")))
+        })
+        .collect::<Result<_, _>>()?;
+    supervise(
+        &cfg,
+        opts,
+        &handles,
+        &live,
+        &control,
+        traffic.as_ref(),
+        start,
+    );
+    let reports: Vec<WorkerReport> = handles
+        .into_iter()
+        .map(|h| {
+            h.join()
+                .map_err(|_| RunError::Setup("a worker panicked".into()))
+        })
+        .collect::<Result<_, _>>()?;
+    let elapsed = start.elapsed().as_secs_f64();
+    port.join();
+    let traffic_report = traffic.as_ref().map(|t| t.report());
+    Ok(summary(
+        &cfg,
+        &port,
+        &reports,
+        traffic_report.as_ref(),
+        elapsed,
+    ))
+}
+
+/// Waits for the workers, printing the live stats line and enforcing `duration_s`.
+fn supervise(
+    cfg: &RunConfig,
+    opts: &RunOptions,
+    handles: &[std::thread::JoinHandle<WorkerReport>],
+    live: &[LiveStats],
+    control: &RunControl,
+    traffic: Option<&Traffic>,
+    start: Instant,
+) {
+    let interval = cfg.run.stats_interval_s;
+    let mut next_print = Duration::from_secs_f64(if interval > 0.0 {
+        interval
+    } else {
+        f64::MAX / 4.0
+    });
+    let mut last = (0u64, 0u64, start);
+    while !handles.iter().all(|h| h.is_finished()) {
+        std::thread::sleep(Duration::from_millis(20));
+        let el = start.elapsed();
+        if cfg.run.duration_s > 0.0 && el.as_secs_f64() >= cfg.run.duration_s {
+            if let Some(t) = traffic {
+                t.stop();
+            }
+            control.stop.store(true, Ordering::Relaxed);
+        }
+        if opts.live_stats && el >= next_print {
+            next_print += Duration::from_secs_f64(interval);
+            let (rx, tx) = live.iter().fold((0u64, 0u64), |a, l| {
+                (
+                    a.0 + l.rx_packets.load(Ordering::Relaxed),
+                    a.1 + l.tx_bytes.load(Ordering::Relaxed),
+                )
+            });
+            let now = Instant::now();
+            let dt = (now - last.2).as_secs_f64().max(1e-9);
+            let mpps = (rx - last.0) as f64 / dt / 1e6;
+            let gbps = (tx - last.1) as f64 * 8.0 / dt / 1e9;
+            last = (rx, tx, now);
+            let sum = |f: fn(&LiveStats) -> &std::sync::atomic::AtomicU64| -> u64 {
+                live.iter().map(|l| f(l).load(Ordering::Relaxed)).sum()
+            };
+            let mut drops = String::new();
+            for r in DropReason::ALL {
+                let n: u64 = live
+                    .iter()
+                    .map(|l| l.drops[r.index()].load(Ordering::Relaxed))
+                    .sum();
+                if n > 0 {
+                    drops.push_str(&format!(" {}={n}", r.as_str()));
+                }
+            }
+            eprintln!(
+                "[{:6.1}s] {:7.2} Mpps {:7.2} Gb/s | rx {} | primary {} secondary {} | nombuf {} | drops{}",
+                el.as_secs_f64(),
+                mpps,
+                gbps,
+                rx,
+                sum(|l| &l.rx_primary),
+                sum(|l| &l.rx_secondary),
+                sum(|l| &l.rx_nombuf),
+                if drops.is_empty() {
+                    " 0".to_string()
+                } else {
+                    drops
+                },
+            );
+        }
+    }
+}
+
+/// Builds the JSON summary. Keys of the foundation are stable: later work adds keys, never
+/// renames these.
+fn summary(
+    cfg: &RunConfig,
+    port: &VnicPort,
+    reports: &[WorkerReport],
+    traffic: Option<&TrafficReport>,
+    elapsed: f64,
+) -> Value {
+    let mut q = QueueStats::default();
+    let mut drops = [0u64; DropReason::COUNT];
+    let mut nf = serde_json::Map::new();
+    for r in reports {
+        for s in &r.queue_stats {
+            q.add(s);
+        }
+        for (a, b) in drops.iter_mut().zip(&r.drops) {
+            *a += b;
+        }
+        for (name, stats) in &r.nf_stats {
+            match nf.get_mut(name) {
+                Some(v) => merge_stats(v, stats),
+                None => {
+                    nf.insert(name.clone(), stats.clone());
+                }
+            }
+        }
+    }
+    let drops_obj: serde_json::Map<String, Value> = DropReason::ALL
+        .iter()
+        .map(|r| (r.as_str().to_string(), json!(drops[r.index()])))
+        .collect();
+    let mut pools = Vec::new();
+    for qp in port.pools() {
+        let mut push = |s: nicmem::PoolStats| {
+            pools.push(json!({
+                "name": s.name, "kind": s.kind.as_str(), "buf_size": s.buf_size, "count": s.count,
+                "in_use": s.in_use, "high_water": s.high_water, "alloc_failures": s.alloc_failures,
+            }))
+        };
+        push(qp.header.stats());
+        if let Some(p) = &qp.host_payload {
+            push(p.stats());
+        }
+        if let Some(p) = &qp.nic_payload {
+            push(p.stats());
+        }
+    }
+    let nm = port.nicmem().stats();
+    let mpps = q.wire_tx_frames as f64 / elapsed.max(1e-9) / 1e6;
+    let gbps = q.tx_bytes as f64 * 8.0 / elapsed.max(1e-9) / 1e9;
+    let mut out = json!({
+        "mode": cfg.datapath.mode.as_str(),
+        "workers": cfg.run.workers,
+        "packets_rx": q.rx_packets,
+        "packets_tx": q.wire_tx_frames,
+        "bytes_rx": q.rx_bytes,
+        "bytes_tx": q.tx_bytes,
+        "drops": drops_obj,
+        "rx_primary": q.rx_primary,
+        "rx_secondary": q.rx_secondary,
+        "rx_nombuf": q.rx_nombuf,
+        "rx_missed": q.rx_missed,
+        "rx_oversize": q.rx_oversize,
+        "desc_errors": q.desc_errors,
+        "tx_full": q.tx_full,
+        "elapsed_s": elapsed,
+        "mpps": mpps,
+        "gbps": gbps,
+        "pools": pools,
+        "nicmem": {
+            "capacity": nm.capacity, "allocated": nm.allocated, "peak_allocated": nm.peak_allocated,
+            "cpu_bytes_read": nm.cpu_bytes_read, "cpu_bytes_written": nm.cpu_bytes_written,
+        },
+        "nfs": Value::Object(nf),
+    });
+    if let Some(t) = traffic {
+        out["frame_size"] = json!(t.frame_size);
+        out["payload_mismatches"] = json!(t.payload_mismatches);
+        out["seq_lost"] = json!(t.seq_lost);
+        out["traffic"] = crate::traffic::report_json(t);
+    } else {
+        out["payload_mismatches"] = json!(0);
+        out["seq_lost"] = json!(0);
+    }
+    out
+}
+
+/// Prints a human-readable summary (stderr when JSON goes to stdout).
+pub fn print_summary(s: &Value, to: &mut dyn std::io::Write) -> std::io::Result<()> {
+    writeln!(to, "summary: mode {} workers {}", s["mode"], s["workers"])?;
+    writeln!(
+        to,
+        "  packets rx {} tx {}  bytes rx {} tx {}  in {:.3} s: {:.2} Mpps, {:.2} Gb/s",
+        s["packets_rx"],
+        s["packets_tx"],
+        s["bytes_rx"],
+        s["bytes_tx"],
+        s["elapsed_s"].as_f64().unwrap_or(0.0),
+        s["mpps"].as_f64().unwrap_or(0.0),
+        s["gbps"].as_f64().unwrap_or(0.0)
+    )?;
+    writeln!(
+        to,
+        "  payload from primary (nicmem) {} secondary (host) {}  rx_nombuf {}  rx_missed {}  desc_errors {}",
+        s["rx_primary"], s["rx_secondary"], s["rx_nombuf"], s["rx_missed"], s["desc_errors"]
+    )?;
+    if let Some(fs) = s.get("frame_size") {
+        writeln!(
+            to,
+            "  traffic: frame size {} B  payload_mismatches {}  seq_lost {}",
+            fs, s["payload_mismatches"], s["seq_lost"]
+        )?;
+    }
+    let drops: Vec<String> = s["drops"]
+        .as_object()
+        .map(|m| {
+            m.iter()
+                .filter(|(_, v)| v.as_u64().unwrap_or(0) > 0)
+                .map(|(k, v)| format!("{k}={v}"))
+                .collect()
+        })
+        .unwrap_or_default();
+    writeln!(
+        to,
+        "  drops: {}",
+        if drops.is_empty() {
+            "none".to_string()
+        } else {
+            drops.join(" ")
+        }
+    )?;
+    Ok(())
+}

@@ -1,0 +1,382 @@
+//! The run configuration: one TOML file describing the datapath, the virtual NIC, the traffic and
+//! the NF pipeline, with `--set key=value` overrides applied before it is checked.
+//!
+//! Every error names the file, the key and what is allowed, and nothing runs on a bad config.
+
+use std::fmt;
+use std::path::{Path, PathBuf};
+
+use dataplane::DatapathMode;
+use serde::Deserialize;
+
+/// A configuration error: the file, the dotted key (when known) and the message.
+#[derive(Debug, Clone, PartialEq, Eq)]
+pub struct ConfigError {
+    /// The config file.
+    pub file: PathBuf,
+    /// Dotted key path, e.g. `datapath.mode` (empty when the error is about the whole file).
+    pub key: String,
+    /// What is wrong and what is allowed.
+    pub msg: String,
+}
+
+impl fmt::Display for ConfigError {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        if self.key.is_empty() {
+            write!(f, "config {}: {}", self.file.display(), self.msg)
+        } else {
+            write!(
+                f,
+                "config {}: key `{}`: {}",
+                self.file.display(),
+                self.key,
+                self.msg
+            )
+        }
+    }
+}
+
+impl std::error::Error for ConfigError {}
+
+/// `[run]`: how long and on how many cores.
+#[derive(Debug, Clone, Deserialize, PartialEq)]
+#[serde(deny_unknown_fields, default)]
+pub struct RunSection {
+    /// Worker threads (one per core, one queue pair per worker).
+    pub workers: u16,
+    /// Packets the embedded generator sends (0: unlimited, stop with `duration_s`).
+    pub packets: u64,
+    /// Stop generating after this many seconds (0: no limit).
+    pub duration_s: f64,
+    /// Seconds between live stats lines (0: none).
+    pub stats_interval_s: f64,
+    /// Seconds to wait for queues to drain after a stop.
+    pub drain_timeout_s: f64,
+}
+
+impl Default for RunSection {
+    fn default() -> Self {
+        Self {
+            workers: 1,
+            packets: 0,
+            duration_s: 0.0,
+            stats_interval_s: 1.0,
+            drain_timeout_s: 2.0,
+        }
+    }
+}
+
+/// `[datapath]`: the mode and the packet layout.
+#[derive(Debug, Clone, Deserialize, PartialEq)]
+#[serde(deny_unknown_fields, default)]
+pub struct DatapathSection {
+    /// `host`, `split`, `nic-payload` or `nic-inline`.
+    pub mode: DatapathMode,
+    /// Header segment size in the split modes (bytes).
+    pub split_offset: usize,
+    /// Header bytes inlined into Tx descriptors in `nic-inline`.
+    pub tx_inline: usize,
+    /// Packets per burst.
+    pub burst: usize,
+}
+
+impl Default for DatapathSection {
+    fn default() -> Self {
+        Self {
+            mode: DatapathMode::NicInline,
+            split_offset: 64,
+            tx_inline: 64,
+            burst: 32,
+        }
+    }
+}
+
+/// `[vnic]`: the virtual NIC's rings, memory and behaviour.
+#[derive(Debug, Clone, Deserialize, PartialEq)]
+#[serde(deny_unknown_fields, default)]
+pub struct VnicSection {
+    /// Rx descriptors per ring.
+    pub rx_ring: usize,
+    /// Tx WQEBBs per send queue.
+    pub tx_ring: usize,
+    /// One Tx completion per this many WQEs.
+    pub tx_comp_every: usize,
+    /// Largest frame without FCS (1514 standard; up to 9018 for jumbo).
+    pub max_frame: usize,
+    /// On-NIC memory size, e.g. `"256KiB"`, `"4MiB"`, `"80MiB"`.
+    pub nicmem: String,
+    /// Cap on nicmem payload buffers per queue.
+    pub nicmem_buffers: Option<usize>,
+    /// Host buffers per pool per queue.
+    pub host_buffers: Option<usize>,
+    /// Per-core pool cache size.
+    pub cache_size: usize,
+    /// Take frames from the wire only when descriptors are posted (PAUSE semantics).
+    pub flow_control: bool,
+    /// Alias nicmem payload buffers (performance-only; payload bytes are not preserved).
+    pub nicmem_alias: bool,
+}
+
+impl Default for VnicSection {
+    fn default() -> Self {
+        let d = dataplane::driver::vnic::VnicConfig::default();
+        Self {
+            rx_ring: d.rx_ring,
+            tx_ring: d.tx_ring,
+            tx_comp_every: d.tx_comp_every,
+            max_frame: d.max_frame,
+            nicmem: "256KiB".into(),
+            nicmem_buffers: None,
+            host_buffers: None,
+            cache_size: d.cache_size,
+            flow_control: d.flow_control,
+            nicmem_alias: d.nicmem_alias,
+        }
+    }
+}
+
+/// The whole run configuration.
+#[derive(Debug, Clone, Deserialize, PartialEq, Default)]
+#[serde(deny_unknown_fields)]
+pub struct RunConfig {
+    /// `[run]`.
+    #[serde(default)]
+    pub run: RunSection,
+    /// `[datapath]`.
+    #[serde(default)]
+    pub datapath: DatapathSection,
+    /// `[vnic]`.
+    #[serde(default)]
+    pub vnic: VnicSection,
+    /// `[traffic]`: the embedded generator's profile (checked by `pktgen`).
+    #[serde(default)]
+    pub traffic: toml::Table,
+    /// `[[pipeline]]`: the NF chain, each entry a `name` plus that function's parameters.
+    #[serde(default)]
+    pub pipeline: Vec<toml::Table>,
+}
+
+impl RunConfig {
+    /// Loads `path`, applies `overrides` (`key=value`), and checks the result.
+    pub fn load(path: &Path, overrides: &[String]) -> Result<Self, ConfigError> {
+        let err = |key: &str, msg: String| ConfigError {
+            file: path.to_path_buf(),
+            key: key.to_string(),
+            msg,
+        };
+        let text =
+            std::fs::read_to_string(path).map_err(|e| err("", format!("cannot read: {e}")))?;
+        let mut table: toml::Table = text
+            .parse()
+            .map_err(|e: toml::de::Error| err("", format!("not valid TOML: {}", e.message())))?;
+        for o in overrides {
+            dataplane::model::overrides::apply_assignment(&mut table, o)
+                .map_err(|m| err(o.split('=').next().unwrap_or(""), m))?;
+        }
+        Self::from_table(path, table)
+    }
+
+    /// Checks a parsed table (after overrides).
+    pub fn from_table(path: &Path, table: toml::Table) -> Result<Self, ConfigError> {
+        let cfg: RunConfig =
+            serde_path_to_error::deserialize(toml::Value::Table(table)).map_err(|e| {
+                ConfigError {
+                    file: path.to_path_buf(),
+                    key: e.path().to_string().trim_start_matches('.').to_string(),
+                    msg: e.inner().message().trim().to_string(),
+                }
+            })?;
+        cfg.check(path)?;
+        Ok(cfg)
+    }
+
+    fn check(&self, path: &Path) -> Result<(), ConfigError> {
+        let bad = |key: &str, msg: String| {
+            Err(ConfigError {
+                file: path.to_path_buf(),
+                key: key.to_string(),
+                msg,
+            })
+        };
+        let r = &self.run;
+        if !(1..=64).contains(&r.workers) {
+            return bad(
+                "run.workers",
+                format!("{} out of range; allowed 1..=64", r.workers),
+            );
+        }
+        if !(r.duration_s >= 0.0 && r.duration_s.is_finite()) {
+            return bad("run.duration_s", "must be a finite number >= 0".into());
+        }
+        if !(r.stats_interval_s >= 0.0 && r.stats_interval_s.is_finite()) {
+            return bad(
+                "run.stats_interval_s",
+                "must be a finite number >= 0".into(),
+            );
+        }
+        if !(r.drain_timeout_s >= 0.0 && r.drain_timeout_s.is_finite()) {
+            return bad("run.drain_timeout_s", "must be a finite number >= 0".into());
+        }
+        let v = &self.vnic;
+        if !(60..=9018).contains(&v.max_frame) {
+            return bad(
+                "vnic.max_frame",
+                format!(
+                    "{} out of range; allowed 60..=9018 (bytes without FCS)",
+                    v.max_frame
+                ),
+            );
+        }
+        let d = &self.datapath;
+        if d.mode.splits() && !(14..=v.max_frame).contains(&d.split_offset) {
+            return bad(
+                "datapath.split_offset",
+                format!(
+                    "{} out of range; allowed 14..={}",
+                    d.split_offset, v.max_frame
+                ),
+            );
+        }
+        if d.tx_inline > 930 {
+            return bad(
+                "datapath.tx_inline",
+                format!("{} out of range; allowed 0..=930", d.tx_inline),
+            );
+        }
+        if !(1..=1024).contains(&d.burst) {
+            return bad(
+                "datapath.burst",
+                format!("{} out of range; allowed 1..=1024", d.burst),
+            );
+        }
+        for (k, n) in [("vnic.rx_ring", v.rx_ring), ("vnic.tx_ring", v.tx_ring)] {
+            if !(16..=32768).contains(&n) {
+                return bad(k, format!("{n} out of range; allowed 16..=32768"));
+            }
+        }
+        if v.tx_comp_every == 0 || v.tx_comp_every > v.tx_ring {
+            return bad(
+                "vnic.tx_comp_every",
+                format!(
+                    "{} out of range; allowed 1..={}",
+                    v.tx_comp_every, v.tx_ring
+                ),
+            );
+        }
+        if nicmem::parse_size(&v.nicmem).is_none() {
+            return bad(
+                "vnic.nicmem",
+                format!(
+                    "`{}` is not a size; use e.g. \"256KiB\", \"4MiB\", \"80MiB\" or bytes",
+                    v.nicmem
+                ),
+            );
+        }
+        if v.cache_size == 0 {
+            return bad("vnic.cache_size", "must be at least 1".into());
+        }
+        for (i, nf) in self.pipeline.iter().enumerate() {
+            match nf.get("name") {
+                Some(toml::Value::String(_)) => {}
+                _ => {
+                    return bad(
+                        &format!("pipeline[{i}].name"),
+                        format!("missing; allowed: {}", nfs::NF_NAMES.join(", ")),
+                    );
+                }
+            }
+        }
+        Ok(())
+    }
+
+    /// The virtual NIC parameters this config describes.
+    pub fn vnic_config(&self) -> dataplane::driver::vnic::VnicConfig {
+        let v = &self.vnic;
+        let d = &self.datapath;
+        dataplane::driver::vnic::VnicConfig {
+            mode: d.mode,
+            split_offset: d.split_offset,
+            tx_inline: d.tx_inline,
+            queues: self.run.workers,
+            rx_ring: v.rx_ring,
+            tx_ring: v.tx_ring,
+            tx_comp_every: v.tx_comp_every,
+            max_frame: v.max_frame,
+            nicmem_bytes: nicmem::parse_size(&v.nicmem).unwrap_or(0),
+            nicmem_buffers: v.nicmem_buffers,
+            host_buffers: v.host_buffers,
+            cache_size: v.cache_size,
+            burst: d.burst,
+            flow_control: v.flow_control,
+            nicmem_alias: v.nicmem_alias,
+        }
+    }
+
+    /// Builds one NF chain for worker `worker` of `workers`. Errors name the pipeline entry.
+    pub fn build_chain(
+        &self,
+        path: &Path,
+        worker: u16,
+        workers: u16,
+    ) -> Result<dataplane::NfChain, ConfigError> {
+        let mut chain = dataplane::NfChain::new();
+        let ctx = nfs::BuildContext { worker, workers };
+        for (i, entry) in self.pipeline.iter().enumerate() {
+            let mut params = entry.clone();
+            let name = match params.remove("name") {
+                Some(toml::Value::String(s)) => s,
+                _ => String::new(),
+            };
+            let nf = nfs::build(&name, &params, &ctx).map_err(|msg| ConfigError {
+                file: path.to_path_buf(),
+                key: format!("pipeline[{i}]"),
+                msg,
+            })?;
+            chain.push(nf);
+        }
+        Ok(chain)
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    fn load_str(s: &str, sets: &[&str]) -> Result<RunConfig, ConfigError> {
+        let mut t: toml::Table = s.parse().unwrap();
+        for o in sets {
+            dataplane::model::overrides::apply_assignment(&mut t, o).unwrap();
+        }
+        RunConfig::from_table(Path::new("t.toml"), t)
+    }
+
+    #[test]
+    fn defaults_and_overrides() {
+        let c = load_str("", &["datapath.mode=split", "vnic.rx_ring=256"]).unwrap();
+        assert_eq!(c.datapath.mode, DatapathMode::Split);
+        assert_eq!(c.vnic.rx_ring, 256);
+        assert_eq!(c.run.workers, 1);
+    }
+
+    #[test]
+    fn errors_name_file_key_and_allowed_values() {
+        let e = load_str("[datapath]\nmode = \"hots\"\n", &[]).unwrap_err();
+        assert_eq!(e.key, "datapath.mode");
+        let s = e.to_string();
+        assert!(s.contains("t.toml") && s.contains("nic-inline"), "{s}");
+        let e = load_str("[vnic]\nrx_rings = 5\n", &[]).unwrap_err();
+        assert!(e.to_string().contains("rx_rings"), "{e}");
+        let e = load_str("[vnic]\nmax_frame = 20000\n", &[]).unwrap_err();
+        assert_eq!(e.key, "vnic.max_frame");
+        let e = load_str("[vnic]\nnicmem = \"lots\"\n", &[]).unwrap_err();
+        assert_eq!(e.key, "vnic.nicmem");
+        let e = load_str("[[pipeline]]\nfoo = 1\n", &[]).unwrap_err();
+        assert_eq!(e.key, "pipeline[0].name");
+        let c = load_str("[[pipeline]]\nname = \"nope\"\n", &[]).unwrap();
+        let e = c.build_chain(Path::new("t.toml"), 0, 1).err().unwrap();
+        assert!(
+            e.to_string().contains("pipeline[0]") && e.msg.contains("macswap"),
+            "{e}"
+        );
+    }
+}
