@@ -217,12 +217,10 @@ fn supervise(
     traffic: Option<&Traffic>,
     start: Instant,
 ) {
-    let interval = cfg.run.stats_interval_s;
-    let mut next_print = Duration::from_secs_f64(if interval > 0.0 {
-        interval
-    } else {
-        f64::MAX / 4.0
-    });
+    // `check` guarantees a finite, non-negative interval; 0 turns the live line off.
+    let interval =
+        (cfg.run.stats_interval_s > 0.0).then(|| Duration::from_secs_f64(cfg.run.stats_interval_s));
+    let mut next_print = interval.unwrap_or(Duration::ZERO);
     let mut last = (0u64, 0u64, start);
     while !handles.iter().all(|h| h.is_finished()) {
         std::thread::sleep(Duration::from_millis(20));
@@ -233,8 +231,11 @@ fn supervise(
             }
             control.stop.store(true, Ordering::Relaxed);
         }
-        if opts.live_stats && el >= next_print {
-            next_print += Duration::from_secs_f64(interval);
+        if let Some(iv) = interval
+            && opts.live_stats
+            && el >= next_print
+        {
+            next_print += iv;
             let (rx, tx) = live.iter().fold((0u64, 0u64), |a, l| {
                 (
                     a.0 + l.rx_packets.load(Ordering::Relaxed),

@@ -88,7 +88,9 @@ impl FromStr for DatapathMode {
             .copied()
             .find(|m| m.as_str() == s)
             .ok_or_else(|| {
-                format!("unknown datapath mode `{s}`; allowed: host, split, nic-payload, nic-inline")
+                format!(
+                    "unknown datapath mode `{s}`; allowed: host, split, nic-payload, nic-inline"
+                )
             })
     }
 }

@@ -117,7 +117,10 @@ mod tests {
     #[test]
     fn merge_adds_numbers_and_arrays() {
         let mut a = json!({"x": 1, "v": [1, 2], "o": {"y": 2}});
-        merge_stats(&mut a, &json!({"x": 2, "v": [1, 2, 3], "o": {"y": 3, "z": 1}}));
+        merge_stats(
+            &mut a,
+            &json!({"x": 2, "v": [1, 2, 3], "o": {"y": 3, "z": 1}}),
+        );
         assert_eq!(a, json!({"x": 3, "v": [2, 4, 3], "o": {"y": 5, "z": 1}}));
     }
 }

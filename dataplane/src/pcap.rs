@@ -588,7 +588,7 @@ impl FrameSource for PcapSource {
                     self.local.frames += 1;
                     self.local.bytes += rec.len as u64;
                     self.local.snapped_records += u64::from(rec.snapped);
-                    if self.local.frames % PUBLISH_EVERY == 0 {
+                    if self.local.frames.is_multiple_of(PUBLISH_EVERY) {
                         self.counters.publish(&self.local);
                     }
                     return Some(rec.len);
@@ -784,7 +784,7 @@ impl FrameSink for PcapSink {
             Ok(()) => {
                 self.local.frames += 1;
                 self.local.bytes += incl as u64;
-                if self.local.frames % PUBLISH_EVERY == 0 {
+                if self.local.frames.is_multiple_of(PUBLISH_EVERY) {
                     self.counters.publish(&self.local);
                 }
             }
@@ -1133,7 +1133,7 @@ mod tests {
         );
         assert!(err.to_string().contains("not a classic pcap file"));
 
-        std::fs::write(&p.0, &MAGIC_MICROS.to_le_bytes()).unwrap();
+        std::fs::write(&p.0, MAGIC_MICROS.to_le_bytes()).unwrap();
         let err = PcapSource::open(&p.0).err().unwrap();
         assert!(
             matches!(err, PcapError::ShortHeader { len: 4, .. }),

@@ -126,7 +126,8 @@ mod tests {
     #[test]
     fn matches_published_verification_vectors() {
         let rss = Rss::new(&DEFAULT_RSS_KEY, 1);
-        let cases: [([u8; 4], [u8; 4], u16, u16, u32); 3] = [
+        type Vector = ([u8; 4], [u8; 4], u16, u16, u32);
+        let cases: [Vector; 3] = [
             (
                 [66, 9, 149, 187],
                 [161, 142, 100, 80],

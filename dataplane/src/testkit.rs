@@ -34,8 +34,13 @@ impl PacketFactory {
         Self {
             mode,
             split_offset,
-            hdr: BufPool::new("tk-hdr", Region::host(hdr_size * count, pd), hdr_size, count)
-                .expect("testkit header pool"),
+            hdr: BufPool::new(
+                "tk-hdr",
+                Region::host(hdr_size * count, pd),
+                hdr_size,
+                count,
+            )
+            .expect("testkit header pool"),
             host_payload: BufPool::new(
                 "tk-pay",
                 Region::host(pay_size * count, pd),

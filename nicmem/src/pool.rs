@@ -201,7 +201,7 @@ impl<K: MemClass> BufPool<K> {
         buf_size: usize,
         count: usize,
     ) -> Result<Self, PoolError> {
-        let need = buf_size.checked_mul(count).unwrap_or(usize::MAX);
+        let need = buf_size.saturating_mul(count);
         if need > region.len() {
             return Err(PoolError::RegionTooSmall {
                 need,

@@ -467,7 +467,7 @@ impl Generator {
         if self.seq >= self.limit || self.stopped {
             return None;
         }
-        if self.seq % STOP_CHECK_EVERY == 0 && self.stop.load(Ordering::Relaxed) {
+        if self.seq.is_multiple_of(STOP_CHECK_EVERY) && self.stop.load(Ordering::Relaxed) {
             self.stopped = true;
             return None;
         }
@@ -643,7 +643,7 @@ mod tests {
         for size in sizes {
             for proto in [L4Proto::Udp, L4Proto::Tcp] {
                 // Checksummed variants precompute 251 pattern sums: test a spread of sizes.
-                let spread = size % 13 == 0 || size < 80 || size > 1500;
+                let spread = size.is_multiple_of(13) || !(80..=1500).contains(&size);
                 if proto == L4Proto::Tcp && (size < 74 || !spread) {
                     continue;
                 }

@@ -29,9 +29,15 @@
 //! is exact. With several Rx queues the dataplane legitimately reorders frames of one stream
 //! (different flows go to different cores), so `reordered` then measures that, not a bug.
 //!
+//! A frame whose *sequence number* was corrupted in flight is a payload mismatch too (the pattern
+//! offset moves with it), but its bogus number also enters the sequence accounting, where it
+//! shows as a gap and makes later frames look reordered; `payload_mismatches` is the counter to
+//! trust first.
+//!
 //! Counters are kept in plain fields and published to the shared [`SinkCounters`] with relaxed
-//! stores every [`PUBLISH_EVERY`] frames and in [`FrameSink::finish`], so a live stats thread
-//! sees values at most 64 frames old and the final values are exact after `finish()`.
+//! stores every [`PUBLISH_EVERY`] frames per active stream and in [`FrameSink::finish`] (and on
+//! drop), so a live stats thread sees recent values and the final values are exact after
+//! `finish()`.
 
 use crate::generator::{GenCounters, GeneratorConfig, MAX_STREAMS};
 use crate::signature::{SIGNATURE_LEN, Signature, parse, pattern_matches};

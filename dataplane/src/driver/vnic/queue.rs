@@ -256,8 +256,7 @@ impl VnicQueue {
                 self.unsent.push(p);
                 continue;
             }
-            let (len, ok) = (p.frame_len() as u64, ());
-            let _ = ok;
+            let len = p.frame_len() as u64;
             match self.tx.post(p) {
                 Ok(()) => {
                     sent += 1;

@@ -268,7 +268,8 @@ fn bad_tx_descriptors_get_error_completions() {
             DatapathMode::NicInline => 6,
             _ => 3,
         };
-        let cases: [(usize, fn(&mut [u8; SEG])); 3] = [
+        type Case = (usize, fn(&mut [u8; SEG]));
+        let cases: [Case; 3] = [
             (last, |w| w[4..8].copy_from_slice(&0xbad_u32.to_be_bytes())),
             (last, |w| w[8..16].copy_from_slice(&u64::MAX.to_be_bytes())),
             (0, |w| w[7] = 200),

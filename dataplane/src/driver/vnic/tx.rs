@@ -177,7 +177,7 @@ impl TxRing {
     /// Driver side: posts a NOP WQE that requests a completion, so every earlier WQE gets
     /// reclaimed (used when a run drains).
     pub(crate) fn post_completion_request(&mut self) -> bool {
-        if self.in_use() >= self.mask + 1 {
+        if self.in_use() > self.mask {
             return false;
         }
         let at = self.pi;
