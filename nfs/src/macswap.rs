@@ -50,7 +50,8 @@ mod tests {
             let f = PacketFactory::new(mode, 64, 1518, 4);
             let mut b = Burst::with_capacity(4);
             b.push(f.packet(&frame).unwrap(), Verdict::Tx(0)).unwrap();
-            b.push(f.packet(&frame[..8]).unwrap(), Verdict::Tx(0)).unwrap();
+            b.push(f.packet(&frame[..8]).unwrap(), Verdict::Tx(0))
+                .unwrap();
             MacSwap::default().process(&mut b, &NfContext::default());
             let out = PacketFactory::frame(b.packet(0));
             let mut want = frame.clone();

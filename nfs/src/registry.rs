@@ -40,8 +40,8 @@ pub fn build(
         }
     };
     match name {
-        "io_fwd" | "io-fwd" => no_params(Box::new(crate::io_fwd::IoFwd::default())),
-        "macswap" => no_params(Box::new(crate::macswap::MacSwap::default())),
+        "io_fwd" | "io-fwd" => no_params(Box::<crate::io_fwd::IoFwd>::default()),
+        "macswap" => no_params(Box::<crate::macswap::MacSwap>::default()),
         other => Err(format!(
             "unknown network function `{other}`; allowed: {}",
             NF_NAMES.join(", ")
@@ -61,6 +61,9 @@ mod tests {
         let mut p = toml::Table::new();
         p.insert("x".into(), toml::Value::Integer(1));
         assert!(build("macswap", &p, &ctx).err().unwrap().contains("`x`"));
-        assert_eq!(build("io_fwd", &toml::Table::new(), &ctx).unwrap().name(), "io_fwd");
+        assert_eq!(
+            build("io_fwd", &toml::Table::new(), &ctx).unwrap().name(),
+            "io_fwd"
+        );
     }
 }
