@@ -22,7 +22,14 @@ pub struct BuildContext {
 }
 
 /// Names accepted in `pipeline[].name`.
-pub const NF_NAMES: &[&str] = &["io_fwd", "macswap"];
+pub const NF_NAMES: &[&str] = &[
+    "io_fwd",
+    "macswap",
+    "nat",
+    "lb",
+    "flow_counter",
+    "work_package",
+];
 
 /// Builds the function `name` with `params` (the pipeline entry minus `name`). Errors name the
 /// function and the offending key, and list what is allowed.
@@ -31,7 +38,21 @@ pub fn build(
     params: &toml::Table,
     ctx: &BuildContext,
 ) -> Result<Box<dyn NetworkFunction>, String> {
-    let _ = ctx;
+    let nf_ctx = dataplane::NfContext {
+        now_ns: 0,
+        worker: ctx.worker,
+        workers: ctx.workers,
+    };
+    for hook in [
+        crate::nat::build,
+        crate::lb::build,
+        crate::flow_counter::build,
+        crate::work_package::build,
+    ] {
+        if let Some(r) = hook(name, params, &nf_ctx) {
+            return r;
+        }
+    }
     let no_params = |nf: Box<dyn NetworkFunction>| {
         if let Some(k) = params.keys().next() {
             Err(format!("`{name}` takes no parameters, found `{k}`"))

@@ -1,0 +1,714 @@
+//! Layer-4 load balancer: VIP -> backends with per-flow affinity, round robin (the paper's
+//! `LB_MODE rr`) or Maglev consistent hashing, destination rewrite with incremental checksums.
+//!
+//! # Model
+//!
+//! - Packets to the VIP (default 10.2.0.1) are assigned a backend (default 32 backends
+//!   10.180.250.5 .. 10.180.250.36, the paper's FastClick setup) and their destination address
+//!   is rewritten to it. The IPv4 checksum and the TCP/UDP checksum (pseudo-header) are updated
+//!   incrementally from a per-backend precomputed delta (the paper's LB skipped the IP checksum
+//!   fix; this one does not). UDP checksum 0 stays 0. ICMP has no pseudo-header, so only the IP
+//!   checksum changes.
+//! - **Affinity**: the first packet of a flow (5-tuple; ICMP queries keyed by identifier) picks
+//!   a backend, stored in this core's [`FlowTable`] (value: backend index); later packets follow
+//!   the entry. Entries expire after `idle_timeout_s` (default 60 s, FastClick's LB timeout).
+//!   When the table is full, `full_policy = "evict"` (default, Katran-style LRU) replaces the
+//!   least recently seen entry of the two candidate buckets; `"drop"` drops the packet as
+//!   `flow_table_full`.
+//! - **New flows**: `mode = "round-robin"` (default) takes the next enabled backend (each
+//!   worker starts at a different backend); `mode = "maglev"` looks the flow's hash up in a
+//!   Maglev table of prime size `maglev_table_size` (default 65 537, Katran's and the paper's),
+//!   populated as in the Maglev paper (section 3.4): each backend walks its own permutation
+//!   `offset + j·skip mod M` and the backends take turns claiming their next free slot. The
+//!   Maglev hash uses a fixed seed (`maglev_seed`), identical on every worker and node, so any
+//!   worker (or LB instance) maps a new flow to the same backend.
+//! - **Disable/enable** ([`LoadBalancer::set_backend_enabled`]): the Maglev table is rebuilt
+//!   (into preallocated buffers). Flows pinned to a disabled backend are re-assigned on their
+//!   next packet (`remapped`); flows of other backends keep their entry, so they keep their
+//!   backend. [`maglev_disruption`] measures how many flows a removal moves without the flow
+//!   table (about 1/N for 1 of N backends).
+//! - **Not for the VIP**: forwarded unchanged (`non_vip = "forward"`, default) or dropped as
+//!   `not_for_vip` (`"drop"`). Non-IPv4 frames count as not for the VIP. Frames that claim IPv4
+//!   but are truncated or malformed are dropped with their reason; later fragments to the VIP
+//!   carry no ports and are dropped as `fragment` (as Katran does).
+//!
+//! Memory per flow: one flow-table slot of 2 + 32 B (`u16` value), 38-76 B per flow depending on
+//! how the capacity rounds (see [`crate::flow_table`]). No allocation per packet.
+#![forbid(unsafe_code)]
+
+use dataplane::{Burst, DropReason, NetworkFunction, NfContext};
+use serde::Deserialize;
+
+use crate::common::{
+    ChecksumVerifier, DropCounters, bad_param, mix_seed, parse_ipv4, parse_params, timeout_ms,
+};
+use crate::flow_table::{BULK, FlowKey, FlowTable, FullPolicy, NO_SLOT, hash_key, ms_ticks};
+use crate::headers::{
+    CsumDelta, Frag, IPV4_HLEN, L4, ParseError, Parsed, parse, read_u16, write_u16, write_u32,
+};
+
+/// Name of this NF in configs.
+pub const NAME: &str = "lb";
+
+/// How new flows pick a backend.
+#[derive(Clone, Copy, Debug, PartialEq, Eq, Deserialize)]
+#[serde(rename_all = "kebab-case")]
+pub enum LbMode {
+    /// Next enabled backend (the paper's FastClick `rr`).
+    RoundRobin,
+    /// Maglev consistent hashing.
+    Maglev,
+}
+
+/// What to do with packets not addressed to the VIP.
+#[derive(Clone, Copy, Debug, PartialEq, Eq, Deserialize)]
+#[serde(rename_all = "kebab-case")]
+pub enum NonVipPolicy {
+    /// Forward unchanged.
+    Forward,
+    /// Drop as `not_for_vip`.
+    Drop,
+}
+
+/// Load-balancer parameters. Defaults are the paper's setup.
+#[derive(Clone, Debug, Deserialize)]
+#[serde(deny_unknown_fields, default)]
+pub struct LbConfig {
+    /// The virtual IP.
+    pub vip: String,
+    /// Explicit backend addresses; when absent, `backend_count` consecutive addresses from
+    /// `backend_base`.
+    pub backends: Option<Vec<String>>,
+    /// First backend address when `backends` is absent.
+    pub backend_base: String,
+    /// Number of backends when `backends` is absent.
+    pub backend_count: u32,
+    /// New-flow policy.
+    pub mode: LbMode,
+    /// Maglev lookup table size (prime).
+    pub maglev_table_size: u32,
+    /// Maglev hash seed (must be equal on every worker and node).
+    pub maglev_seed: u64,
+    /// Flows across all workers (each worker gets `flows / workers`).
+    pub flows: u64,
+    /// Idle timeout of a flow's affinity entry, seconds (0 = never).
+    pub idle_timeout_s: u32,
+    /// Full-table policy.
+    pub full_policy: FullPolicy,
+    /// Policy for packets not for the VIP.
+    pub non_vip: NonVipPolicy,
+    /// Backend indices disabled at start.
+    pub disabled: Vec<usize>,
+    /// Flow-table buckets scanned for expiry per burst.
+    pub scan_buckets_per_burst: u32,
+    /// Debug: verify every rewritten frame by full checksum recomputation (slow path).
+    pub verify_checksums: bool,
+    /// Flow-table hash seed (mixed with the worker index).
+    pub seed: u64,
+}
+
+impl Default for LbConfig {
+    fn default() -> Self {
+        Self {
+            vip: "10.2.0.1".into(),
+            backends: None,
+            backend_base: "10.180.250.5".into(),
+            backend_count: 32,
+            mode: LbMode::RoundRobin,
+            maglev_table_size: 65537,
+            maglev_seed: 0x6d61_676c_6576,
+            flows: 10_000_000,
+            idle_timeout_s: 60,
+            full_policy: FullPolicy::Evict,
+            non_vip: NonVipPolicy::Forward,
+            disabled: vec![],
+            scan_buckets_per_burst: 8,
+            verify_checksums: false,
+            seed: 0x6e6d_6470_6c62,
+        }
+    }
+}
+
+/// Marker for "no backend" in a Maglev table.
+pub const NO_BACKEND: u16 = u16::MAX;
+
+/// Simple deterministic primality test (trial division; table sizes are small).
+pub fn is_prime(n: u64) -> bool {
+    if n < 2 {
+        return false;
+    }
+    if n.is_multiple_of(2) {
+        return n == 2;
+    }
+    let mut d = 3u64;
+    while d * d <= n {
+        if n.is_multiple_of(d) {
+            return false;
+        }
+        d += 2;
+    }
+    true
+}
+
+fn backend_hash(addr: u32, seed: u64) -> u64 {
+    hash_key(&FlowKey::new(addr, !addr, 0, 0, 0), seed)
+}
+
+/// A Maglev lookup table (Eisenbud et al., NSDI'16, section 3.4), rebuilt in place.
+#[derive(Clone, Debug)]
+pub struct Maglev {
+    table: Vec<u16>,
+    offset: Vec<u32>,
+    skip: Vec<u32>,
+    pos: Vec<u32>,
+    seed: u64,
+}
+
+impl Maglev {
+    /// A table of prime size `m` for backends with addresses `backends` (each backend's
+    /// permutation derives from its address, so the order of the list does not matter).
+    pub fn new(m: usize, backends: &[u32], seed: u64) -> Self {
+        let mm = m as u64;
+        let offset = backends
+            .iter()
+            .map(|&a| (backend_hash(a, seed ^ 0x6f66_6673) % mm) as u32)
+            .collect();
+        let skip = backends
+            .iter()
+            .map(|&a| (backend_hash(a, seed ^ 0x736b_6970) % (mm - 1) + 1) as u32)
+            .collect();
+        Self {
+            table: vec![NO_BACKEND; m],
+            offset,
+            skip,
+            pos: vec![0; backends.len()],
+            seed,
+        }
+    }
+
+    /// Table size.
+    pub fn size(&self) -> usize {
+        self.table.len()
+    }
+
+    /// Fills the table with the enabled backends (`enabled[i]`): they take turns claiming the
+    /// next free slot of their permutation until every slot is owned. With no enabled backend
+    /// every slot is [`NO_BACKEND`]. No allocation.
+    pub fn populate(&mut self, enabled: &[bool]) {
+        let m = self.table.len() as u32;
+        self.table.fill(NO_BACKEND);
+        if !enabled.iter().any(|&e| e) {
+            return;
+        }
+        for (p, &o) in self.pos.iter_mut().zip(&self.offset) {
+            *p = o;
+        }
+        let mut filled = 0u32;
+        'outer: loop {
+            for (i, &on) in enabled.iter().enumerate().take(self.offset.len()) {
+                if !on {
+                    continue;
+                }
+                let skip = self.skip[i];
+                let mut c = self.pos[i];
+                while self.table[c as usize] != NO_BACKEND {
+                    c += skip;
+                    if c >= m {
+                        c -= m;
+                    }
+                }
+                self.table[c as usize] = i as u16;
+                c += skip;
+                if c >= m {
+                    c -= m;
+                }
+                self.pos[i] = c;
+                filled += 1;
+                if filled == m {
+                    break 'outer;
+                }
+            }
+        }
+    }
+
+    /// The backend for a flow key.
+    #[inline]
+    pub fn lookup(&self, key: &FlowKey) -> u16 {
+        let h = hash_key(key, self.seed);
+        self.table[(h % self.table.len() as u64) as usize]
+    }
+
+    /// The raw table (slot -> backend index).
+    pub fn slots(&self) -> &[u16] {
+        &self.table
+    }
+}
+
+/// Fraction of `flows` whose Maglev backend changes when backend `removed` is disabled, for a
+/// table of size `m` over `backends` (all enabled before). The flows of the removed backend
+/// always move (1/N of them); Maglev keeps most others in place, so the result is close to 1/N.
+pub fn maglev_disruption(backends: &[u32], m: usize, removed: usize, flows: &[FlowKey]) -> f64 {
+    let seed = LbConfig::default().maglev_seed;
+    let mut mg = Maglev::new(m, backends, seed);
+    let mut enabled = vec![true; backends.len()];
+    mg.populate(&enabled);
+    let before: Vec<u16> = flows.iter().map(|k| mg.lookup(k)).collect();
+    enabled[removed] = false;
+    mg.populate(&enabled);
+    let moved = flows
+        .iter()
+        .zip(&before)
+        .filter(|(k, b)| mg.lookup(k) != **b)
+        .count();
+    moved as f64 / flows.len().max(1) as f64
+}
+
+#[derive(Clone, Debug, Default)]
+struct Counters {
+    packets: u64,
+    skipped: u64,
+    vip_packets: u64,
+    new_flows: u64,
+    remapped: u64,
+    not_for_vip: u64,
+    flow_table_full: u64,
+    header_segment_short: u64,
+    fragments_dropped: u64,
+    drops: DropCounters,
+}
+
+#[derive(Clone, Copy)]
+enum Pending {
+    Done,
+    Vip(Parsed),
+}
+
+/// The load balancer (one instance per worker).
+pub struct LoadBalancer {
+    name: String,
+    vip: u32,
+    backends: Vec<u32>,
+    deltas: Vec<CsumDelta>,
+    enabled: Vec<bool>,
+    n_enabled: usize,
+    mode: LbMode,
+    maglev: Maglev,
+    rr: usize,
+    non_vip: NonVipPolicy,
+    table: FlowTable<u16>,
+    scan: usize,
+    verifier: Option<ChecksumVerifier>,
+    backend_packets: Vec<u64>,
+    c: Counters,
+    pending: Vec<Pending>,
+    keys: Vec<FlowKey>,
+    hashes: Vec<u64>,
+    slots: Vec<u32>,
+}
+
+impl LoadBalancer {
+    /// Builds worker `worker`'s instance (of `workers`) from a parameter table.
+    pub fn from_params(params: &toml::Table, worker: u16, workers: u16) -> Result<Self, String> {
+        let cfg: LbConfig = parse_params(NAME, params)?;
+        Self::new(&cfg, worker, workers)
+    }
+
+    /// Builds worker `worker`'s instance (of `workers`) from a config.
+    pub fn new(cfg: &LbConfig, worker: u16, workers: u16) -> Result<Self, String> {
+        let workers = workers.max(1);
+        let vip = parse_ipv4(NAME, "vip", &cfg.vip)?;
+        let backends: Vec<u32> = match &cfg.backends {
+            Some(list) => list
+                .iter()
+                .map(|s| parse_ipv4(NAME, "backends", s))
+                .collect::<Result<_, _>>()?,
+            None => {
+                let base = parse_ipv4(NAME, "backend_base", &cfg.backend_base)?;
+                if u64::from(base) + u64::from(cfg.backend_count) > u64::from(u32::MAX) + 1 {
+                    return Err(bad_param(
+                        NAME,
+                        "backend_count",
+                        "runs past 255.255.255.255",
+                    ));
+                }
+                (0..cfg.backend_count).map(|i| base + i).collect()
+            }
+        };
+        if backends.is_empty() {
+            return Err(bad_param(NAME, "backends", "need at least one backend"));
+        }
+        if backends.len() >= usize::from(NO_BACKEND) {
+            return Err(bad_param(NAME, "backends", "at most 65534 backends"));
+        }
+        let mut sorted = backends.clone();
+        sorted.sort_unstable();
+        if sorted.windows(2).any(|w| w[0] == w[1]) {
+            return Err(bad_param(NAME, "backends", "duplicate backend address"));
+        }
+        let m = cfg.maglev_table_size as usize;
+        if !is_prime(u64::from(cfg.maglev_table_size)) {
+            return Err(bad_param(
+                NAME,
+                "maglev_table_size",
+                format!("{m} is not prime (e.g. 65537 or 655373)"),
+            ));
+        }
+        if m < backends.len() {
+            return Err(bad_param(
+                NAME,
+                "maglev_table_size",
+                "must be at least the number of backends (ideally > 100x)",
+            ));
+        }
+        let mut enabled = vec![true; backends.len()];
+        for &d in &cfg.disabled {
+            if d >= backends.len() {
+                return Err(bad_param(
+                    NAME,
+                    "disabled",
+                    format!("backend index {d} out of range (0..{})", backends.len()),
+                ));
+            }
+            enabled[d] = false;
+        }
+        if cfg.flows == 0 {
+            return Err(bad_param(NAME, "flows", "must be at least 1"));
+        }
+        let per_core = cfg.flows.div_ceil(u64::from(workers));
+        if per_core > u64::from(u32::MAX / 2) {
+            return Err(bad_param(NAME, "flows", "too many flows per worker"));
+        }
+        let timeout = timeout_ms(NAME, "idle_timeout_s", cfg.idle_timeout_s, true)?;
+        let deltas = backends
+            .iter()
+            .map(|&b| {
+                let mut d = CsumDelta::default();
+                d.add32(vip, b);
+                d
+            })
+            .collect();
+        let mut maglev = Maglev::new(m, &backends, cfg.maglev_seed);
+        if cfg.mode == LbMode::Maglev {
+            maglev.populate(&enabled);
+        }
+        let n = backends.len();
+        Ok(Self {
+            name: NAME.to_string(),
+            vip,
+            n_enabled: enabled.iter().filter(|&&e| e).count(),
+            backends,
+            deltas,
+            enabled,
+            mode: cfg.mode,
+            maglev,
+            rr: usize::from(worker) % n,
+            non_vip: cfg.non_vip,
+            table: FlowTable::new(
+                per_core as usize,
+                timeout,
+                cfg.full_policy,
+                mix_seed(cfg.seed, worker, 2),
+            ),
+            scan: cfg.scan_buckets_per_burst as usize,
+            verifier: cfg.verify_checksums.then(ChecksumVerifier::new),
+            backend_packets: vec![0; n],
+            c: Counters::default(),
+            pending: Vec::with_capacity(BULK),
+            keys: vec![FlowKey::default(); BULK],
+            hashes: vec![0; BULK],
+            slots: vec![0; BULK],
+        })
+    }
+
+    /// Backend addresses, by index.
+    pub fn backends(&self) -> &[u32] {
+        &self.backends
+    }
+
+    /// Enables or disables backend `i` (no-op for an out-of-range index). Rebuilds the Maglev
+    /// table; flows pinned to a disabled backend move on their next packet, other flows keep
+    /// their backend.
+    pub fn set_backend_enabled(&mut self, i: usize, on: bool) {
+        if i >= self.enabled.len() || self.enabled[i] == on {
+            return;
+        }
+        self.enabled[i] = on;
+        self.n_enabled = self.enabled.iter().filter(|&&e| e).count();
+        if self.mode == LbMode::Maglev {
+            self.maglev.populate(&self.enabled);
+        }
+    }
+
+    /// True if backend `i` is enabled.
+    pub fn backend_enabled(&self, i: usize) -> bool {
+        self.enabled.get(i).copied().unwrap_or(false)
+    }
+
+    /// The backend index a flow is pinned to, if it has an entry.
+    pub fn flow_backend(&self, key: &FlowKey) -> Option<u16> {
+        self.table.peek(key).copied()
+    }
+
+    /// Live affinity entries.
+    pub fn active_flows(&self) -> usize {
+        self.table.len()
+    }
+
+    /// Picks a backend for a new flow.
+    #[inline]
+    fn pick(&mut self, key: &FlowKey) -> Option<u16> {
+        if self.n_enabled == 0 {
+            return None;
+        }
+        match self.mode {
+            LbMode::RoundRobin => {
+                let n = self.backends.len();
+                loop {
+                    let b = self.rr;
+                    self.rr = if b + 1 == n { 0 } else { b + 1 };
+                    if self.enabled[b] {
+                        return Some(b as u16);
+                    }
+                }
+            }
+            LbMode::Maglev => {
+                let b = self.maglev.lookup(key);
+                (b != NO_BACKEND).then_some(b)
+            }
+        }
+    }
+
+    #[inline(always)]
+    fn key_of(p: &Parsed) -> FlowKey {
+        let (s, d) = p.ports();
+        FlowKey::new(p.src, p.dst, s, d, p.proto)
+    }
+
+    #[inline(always)]
+    fn rewrite(&mut self, h: &mut [u8], p: &Parsed, b: u16) {
+        let d = self.deltas[usize::from(b)];
+        let ip = &mut h[p.l3..p.l3 + IPV4_HLEN];
+        write_u32(ip, 16, self.backends[usize::from(b)]);
+        let hc = d.apply(read_u16(ip, 10));
+        write_u16(ip, 10, hc);
+        match p.l4info {
+            L4::Tcp { .. } => {
+                let o = p.l4 + 16;
+                let c = d.apply(read_u16(h, o));
+                write_u16(h, o, c);
+            }
+            L4::Udp { .. } => {
+                let o = p.l4 + 6;
+                let c = d.apply_udp(read_u16(h, o));
+                write_u16(h, o, c);
+            }
+            _ => {}
+        }
+        self.backend_packets[usize::from(b)] += 1;
+    }
+
+    fn drop_pkt(&mut self, burst: &mut Burst, i: usize, r: DropReason) {
+        self.c.drops.count(r);
+        burst.drop_packet(i, r);
+    }
+
+    fn not_for_vip(&mut self, burst: &mut Burst, i: usize) {
+        self.c.not_for_vip += 1;
+        if self.non_vip == NonVipPolicy::Drop {
+            self.drop_pkt(burst, i, DropReason::NotForVip);
+        }
+    }
+
+    fn process_chunk(&mut self, burst: &mut Burst, start: usize, end: usize, now: u32) {
+        self.pending.clear();
+        let mut nkeys = 0;
+        for i in start..end {
+            if burst.verdict(i).is_drop() {
+                self.c.skipped += 1;
+                self.pending.push(Pending::Done);
+                continue;
+            }
+            self.c.packets += 1;
+            let pkt = burst.packet(i);
+            match parse(pkt.header(), pkt.frame_len()) {
+                Err(ParseError::NotIpv4) => {
+                    self.not_for_vip(burst, i);
+                    self.pending.push(Pending::Done);
+                }
+                Err(e) => {
+                    if e == ParseError::SegmentShort {
+                        self.c.header_segment_short += 1;
+                    }
+                    self.drop_pkt(burst, i, e.drop_reason());
+                    self.pending.push(Pending::Done);
+                }
+                Ok(p) if p.dst != self.vip => {
+                    self.not_for_vip(burst, i);
+                    self.pending.push(Pending::Done);
+                }
+                Ok(p) if p.frag == Frag::Later => {
+                    self.c.fragments_dropped += 1;
+                    self.drop_pkt(burst, i, DropReason::Fragment);
+                    self.pending.push(Pending::Done);
+                }
+                Ok(p) => {
+                    self.c.vip_packets += 1;
+                    self.keys[nkeys] = Self::key_of(&p);
+                    nkeys += 1;
+                    self.pending.push(Pending::Vip(p));
+                }
+            }
+        }
+        self.table
+            .hash_bulk(&self.keys[..nkeys], &mut self.hashes[..nkeys]);
+        self.table.lookup_bulk(
+            &self.keys[..nkeys],
+            &self.hashes[..nkeys],
+            now,
+            &mut self.slots[..nkeys],
+        );
+        let bulk_epoch = self.table.epoch();
+        let mut j = 0;
+        for (k, i) in (start..end).enumerate() {
+            let Pending::Vip(p) = self.pending[k] else {
+                continue;
+            };
+            let key = self.keys[j];
+            let h = self.hashes[j];
+            let mut slot = self.slots[j];
+            j += 1;
+            if self.table.epoch() != bulk_epoch || slot == NO_SLOT {
+                slot = self.table.lookup_hashed(&key, h, now).unwrap_or(NO_SLOT);
+            }
+            let backend = if slot != NO_SLOT {
+                let b = *self.table.value(slot);
+                if self.enabled[usize::from(b)] {
+                    Some(b)
+                } else {
+                    match self.pick(&key) {
+                        Some(nb) => {
+                            *self.table.value_mut(slot) = nb;
+                            self.c.remapped += 1;
+                            Some(nb)
+                        }
+                        None => None,
+                    }
+                }
+            } else {
+                match self.pick(&key) {
+                    Some(b) => match self.table.insert_hashed(key, h, b, now) {
+                        Ok(_) => {
+                            self.c.new_flows += 1;
+                            Some(b)
+                        }
+                        Err(_) => {
+                            self.c.flow_table_full += 1;
+                            self.drop_pkt(burst, i, DropReason::FlowTableFull);
+                            continue;
+                        }
+                    },
+                    None => None,
+                }
+            };
+            match backend {
+                Some(b) => {
+                    self.rewrite(burst.packet_mut(i).header_mut(), &p, b);
+                    if let Some(v) = self.verifier.as_mut() {
+                        v.verify(burst.packet(i));
+                    }
+                }
+                None => self.drop_pkt(burst, i, DropReason::NoBackend),
+            }
+        }
+    }
+}
+
+impl NetworkFunction for LoadBalancer {
+    fn name(&self) -> &str {
+        &self.name
+    }
+
+    fn process(&mut self, burst: &mut Burst, ctx: &NfContext) {
+        let now = ms_ticks(ctx.now_ns);
+        self.table.expire_scan(now, self.scan, |_, _| {});
+        let n = burst.len();
+        let mut start = 0;
+        while start < n {
+            let end = (start + BULK).min(n);
+            self.process_chunk(burst, start, end, now);
+            start = end;
+        }
+    }
+
+    fn stats(&self) -> serde_json::Value {
+        let c = &self.c;
+        let ts = self.table.stats();
+        let mut v = serde_json::json!({
+            "packets": c.packets,
+            "skipped": c.skipped,
+            "vip_packets": c.vip_packets,
+            "new_flows": c.new_flows,
+            "remapped": c.remapped,
+            "backend_packets": self.backend_packets,
+            "not_for_vip": c.not_for_vip,
+            "flow_table_full": c.flow_table_full,
+            "active_flows": self.table.len() as u64,
+            "expired": ts.expired,
+            "evicted": ts.evictions,
+            "header_segment_short": c.header_segment_short,
+            "fragments_dropped": c.fragments_dropped,
+            "dropped": c.drops.total(),
+            "drops": c.drops.to_json(),
+        });
+        if let Some(ver) = &self.verifier {
+            v["verify_slow_path"] = ver.verified.into();
+            v["checksum_mismatches"] = ver.mismatches.into();
+        }
+        v
+    }
+}
+
+/// Registry hook: builds a load balancer for `name == "lb"`, `None` for other names.
+pub fn build(
+    name: &str,
+    params: &toml::Table,
+    ctx: &NfContext,
+) -> Option<Result<Box<dyn NetworkFunction>, String>> {
+    (name == NAME).then(|| {
+        LoadBalancer::from_params(params, ctx.worker, ctx.workers)
+            .map(|n| Box::new(n) as Box<dyn NetworkFunction>)
+    })
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn primes() {
+        assert!(is_prime(65537) && is_prime(655373) && is_prime(16381) && is_prime(2));
+        assert!(!is_prime(65536) && !is_prime(1) && !is_prime(65535) && !is_prime(9));
+    }
+
+    #[test]
+    fn maglev_fills_table_evenly() {
+        let backends: Vec<u32> = (0..32).map(|i| 0x0ab4_fa05 + i).collect();
+        let mut m = Maglev::new(65537, &backends, 1);
+        m.populate(&[true; 32]);
+        let mut counts = [0usize; 32];
+        for &b in m.slots() {
+            counts[usize::from(b)] += 1;
+        }
+        let (lo, hi) = (counts.iter().min().unwrap(), counts.iter().max().unwrap());
+        // M / N = 2048; Maglev's round-robin claiming keeps shares within one slot.
+        assert!(*hi - *lo <= 1, "{lo}..{hi}");
+        // Disable one: it owns nothing, the others still near-equal.
+        let mut en = [true; 32];
+        en[7] = false;
+        m.populate(&en);
+        assert!(!m.slots().contains(&7));
+        assert!(!m.slots().contains(&NO_BACKEND));
+        m.populate(&[false; 32]);
+        assert!(m.slots().iter().all(|&b| b == NO_BACKEND));
+    }
+}

@@ -1,0 +1,263 @@
+//! Load-balancer behaviour tests, in all four datapath modes.
+
+mod common;
+
+use common::{SEC, factory, ip, params, run, run1};
+use dataplane::{DatapathMode, DropReason, NetworkFunction, Verdict};
+use nfs::flow_table::FlowKey;
+use nfs::frames::{FrameSpec, L4Spec};
+use nfs::headers::{PROTO_TCP, PROTO_UDP, TCP_SYN, read_u16, read_u32, verify_frame_checksums};
+use nfs::lb::{LoadBalancer, maglev_disruption};
+
+const VIP: &str = "10.2.0.1";
+
+fn lb(p: &str) -> LoadBalancer {
+    LoadBalancer::from_params(&params(p), 0, 1).expect("lb config")
+}
+
+fn backend_of(frame: &[u8]) -> u32 {
+    read_u32(frame, 30)
+}
+
+fn backend_index(addr: u32) -> usize {
+    (addr - ip("10.180.250.5")) as usize
+}
+
+fn client(i: u32) -> u32 {
+    ip("16.1.1.1") + i
+}
+
+#[test]
+fn round_robin_spreads_flows_and_rewrites_correctly() {
+    for mode in DatapathMode::ALL {
+        let f = factory(mode);
+        let mut l = lb("flows = 4096");
+        let frames: Vec<Vec<u8>> = (0..64)
+            .map(|i| match i % 4 {
+                0 => FrameSpec::udp(client(i), ip(VIP), 1000, 80, 500).build(),
+                1 => FrameSpec::tcp(client(i), ip(VIP), 1000, 80, TCP_SYN, 33).build(),
+                2 => FrameSpec::echo(client(i), ip(VIP), 9, 40).build(),
+                _ => {
+                    let mut s = FrameSpec::udp(client(i), ip(VIP), 1000, 80, 7);
+                    s.l4 = L4Spec::Udp {
+                        sport: 1000,
+                        dport: 80,
+                        zero_checksum: true,
+                    };
+                    s.build()
+                }
+            })
+            .collect();
+        let out = run(&mut l, &f, &frames, SEC, 0);
+        let mut per = [0usize; 32];
+        for ((o, v), inp) in out.iter().zip(&frames) {
+            assert_eq!(*v, Verdict::Tx(1), "{mode}");
+            let b = backend_of(o);
+            per[backend_index(b)] += 1;
+            assert_eq!(verify_frame_checksums(o), Ok(()), "{mode}");
+            // Only the destination address and the checksums changed; payload intact.
+            let csum_at = match inp[23] {
+                PROTO_TCP => 34 + 16,
+                PROTO_UDP => 34 + 6,
+                _ => 34 + 2,
+            };
+            assert_eq!(o.len(), inp.len());
+            for k in 0..o.len() {
+                let changed = (24..26).contains(&k)
+                    || (30..34).contains(&k)
+                    || (inp[23] != 1 && (csum_at..csum_at + 2).contains(&k));
+                if !changed {
+                    assert_eq!(o[k], inp[k], "{mode}: byte {k}");
+                }
+            }
+        }
+        assert!(per.iter().all(|&n| n == 2), "{mode}: {per:?}");
+        let s = l.stats();
+        assert_eq!(s["new_flows"], 64);
+        assert_eq!(s["packets"], 64);
+        let bp: u64 = s["backend_packets"]
+            .as_array()
+            .unwrap()
+            .iter()
+            .map(|x| x.as_u64().unwrap())
+            .sum();
+        assert_eq!(bp, 64);
+        // UDP zero checksum stayed zero.
+        assert_eq!(read_u16(&out[3].0, 40), 0);
+    }
+}
+
+#[test]
+fn affinity_and_disable_enable() {
+    for mode in DatapathMode::ALL {
+        let f = factory(mode);
+        let mut l = lb("flows = 4096");
+        let flows: Vec<Vec<u8>> = (0..32)
+            .map(|i| FrameSpec::udp(client(i), ip(VIP), 5000, 53, 20).build())
+            .collect();
+        let first: Vec<u32> = run(&mut l, &f, &flows, SEC, 0)
+            .iter()
+            .map(|(o, _)| backend_of(o))
+            .collect();
+        let again: Vec<u32> = run(&mut l, &f, &flows, 2 * SEC, 0)
+            .iter()
+            .map(|(o, _)| backend_of(o))
+            .collect();
+        assert_eq!(first, again, "{mode}: affinity");
+        // Disable backend 5: only its flow moves.
+        l.set_backend_enabled(5, false);
+        let after: Vec<u32> = run(&mut l, &f, &flows, 3 * SEC, 0)
+            .iter()
+            .map(|(o, _)| backend_of(o))
+            .collect();
+        for (a, b) in first.iter().zip(&after) {
+            if backend_index(*a) == 5 {
+                assert_ne!(backend_index(*b), 5);
+            } else {
+                assert_eq!(a, b, "{mode}: unrelated flow moved");
+            }
+        }
+        assert_eq!(l.stats()["remapped"], 1);
+        // Re-enable: existing flows keep their (new) backends.
+        l.set_backend_enabled(5, true);
+        let back: Vec<u32> = run(&mut l, &f, &flows, 4 * SEC, 0)
+            .iter()
+            .map(|(o, _)| backend_of(o))
+            .collect();
+        assert_eq!(back, after);
+    }
+}
+
+#[test]
+fn maglev_is_consistent_across_workers_and_minimally_disruptive() {
+    let f = factory(DatapathMode::NicInline);
+    let mut a =
+        LoadBalancer::from_params(&params("mode = \"maglev\"\nflows = 4096"), 0, 2).unwrap();
+    let mut b =
+        LoadBalancer::from_params(&params("mode = \"maglev\"\nflows = 4096"), 1, 2).unwrap();
+    let flows: Vec<Vec<u8>> = (0..200)
+        .map(|i| FrameSpec::tcp(client(i), ip(VIP), 1024 + i as u16, 443, TCP_SYN, 0).build())
+        .collect();
+    let oa = run(&mut a, &f, &flows, SEC, 0);
+    let ob = run(&mut b, &f, &flows, SEC, 0);
+    for ((x, _), (y, _)) in oa.iter().zip(&ob) {
+        assert_eq!(backend_of(x), backend_of(y));
+        assert_eq!(verify_frame_checksums(x), Ok(()));
+    }
+    let used: std::collections::HashSet<u32> = oa.iter().map(|(o, _)| backend_of(o)).collect();
+    assert!(
+        used.len() > 25,
+        "200 flows should reach most of 32 backends: {}",
+        used.len()
+    );
+
+    // Disruption of removing 1 of N is close to 1/N.
+    let backends: Vec<u32> = (0..32).map(|i| ip("10.180.250.5") + i).collect();
+    let keys: Vec<FlowKey> = (0..100_000u32)
+        .map(|i| FlowKey::new(0x1000_0000 + i * 7, ip(VIP), (i % 60000) as u16, 80, 6))
+        .collect();
+    for removed in [0, 13, 31] {
+        let d = maglev_disruption(&backends, 65537, removed, &keys);
+        let ideal = 1.0 / 32.0;
+        assert!(
+            (d - ideal).abs() < 0.3 * ideal,
+            "removing {removed}: {d} vs {ideal}"
+        );
+    }
+}
+
+#[test]
+fn non_vip_policy_and_drops() {
+    for mode in DatapathMode::ALL {
+        let f = factory(mode);
+        let other = FrameSpec::udp(client(1), ip("10.2.0.2"), 1, 2, 10).build();
+        let mut arp = other.clone();
+        arp[12..14].copy_from_slice(&0x0806u16.to_be_bytes());
+        let mut l = lb("flows = 64");
+        let (o, v) = run1(&mut l, &f, &other, SEC);
+        assert_eq!(
+            (o.clone(), v),
+            (other.clone(), Verdict::Tx(1)),
+            "forwarded unchanged"
+        );
+        let (_, v) = run1(&mut l, &f, &arp, SEC);
+        assert_eq!(v, Verdict::Tx(1));
+        assert_eq!(l.stats()["not_for_vip"], 2);
+        let mut l = lb("flows = 64\nnon_vip = \"drop\"");
+        assert_eq!(
+            run1(&mut l, &f, &other, SEC).1,
+            Verdict::Drop(DropReason::NotForVip)
+        );
+        // Later fragment to the VIP.
+        let mut frag = FrameSpec::udp(client(1), ip(VIP), 1, 2, 10);
+        frag.frag = 0x0020;
+        assert_eq!(
+            run1(&mut l, &f, &frag.build(), SEC).1,
+            Verdict::Drop(DropReason::Fragment)
+        );
+        // Truncated VIP packet.
+        let t = FrameSpec::udp(client(1), ip(VIP), 1, 2, 10).build();
+        assert_eq!(
+            run1(&mut l, &f, &t[..37], SEC).1,
+            Verdict::Drop(DropReason::Truncated)
+        );
+        // All backends disabled.
+        let mut l = lb("flows = 64\nbackend_count = 2\ndisabled = [0, 1]");
+        assert_eq!(
+            run1(&mut l, &f, &t, SEC).1,
+            Verdict::Drop(DropReason::NoBackend),
+            "{mode}"
+        );
+        assert_eq!(l.stats()["drops"]["no_backend"], 1);
+    }
+}
+
+#[test]
+fn idle_timeout_and_full_table() {
+    let f = factory(DatapathMode::Split);
+    let mut l = lb("flows = 64\nidle_timeout_s = 60");
+    let fr = FrameSpec::udp(client(1), ip(VIP), 1, 2, 10).build();
+    run1(&mut l, &f, &fr, SEC);
+    run1(&mut l, &f, &fr, 60 * SEC);
+    assert_eq!(l.stats()["new_flows"], 1);
+    run1(&mut l, &f, &fr, 122 * SEC);
+    assert_eq!(l.stats()["new_flows"], 2);
+    assert_eq!(l.stats()["expired"], 1);
+
+    let mut l = lb("flows = 2\nfull_policy = \"drop\"\nidle_timeout_s = 0");
+    let frames: Vec<Vec<u8>> = (0..3)
+        .map(|i| FrameSpec::udp(client(i), ip(VIP), 1, 2, 10).build())
+        .collect();
+    let out = run(&mut l, &f, &frames, SEC, 0);
+    assert_eq!(out[2].1, Verdict::Drop(DropReason::FlowTableFull));
+    assert_eq!(l.stats()["flow_table_full"], 1);
+
+    let mut l = lb("flows = 2\nidle_timeout_s = 0");
+    let out = run(&mut l, &f, &frames, SEC, 0);
+    assert!(
+        out.iter().all(|(_, v)| *v == Verdict::Tx(1)),
+        "evict policy keeps forwarding"
+    );
+    assert_eq!(l.stats()["evicted"], 1);
+}
+
+#[test]
+fn explicit_backends_and_config_errors() {
+    let f = factory(DatapathMode::Host);
+    let mut l = lb("backends = [\"192.0.2.1\", \"192.0.2.2\"]\nflows = 8");
+    let (o, _) = run1(&mut l, &f, &FrameSpec::udp(1, ip(VIP), 1, 2, 0).build(), 0);
+    assert_eq!(backend_of(&o), ip("192.0.2.1"));
+    for (p, key) in [
+        ("maglev_table_size = 65536", "maglev_table_size"),
+        ("backends = [\"1.2.3\"]", "backends"),
+        ("disabled = [32]", "disabled"),
+        ("vip = \"x\"", "vip"),
+        ("mode = \"random\"", "mode"),
+        ("backendz = []", "backendz"),
+        ("backends = []", "backends"),
+        ("backends = [\"1.1.1.1\", \"1.1.1.1\"]", "backends"),
+    ] {
+        let e = LoadBalancer::from_params(&params(p), 0, 1).err().expect(p);
+        assert!(e.contains(key) && e.starts_with("lb"), "{p}: {e}");
+    }
+}
