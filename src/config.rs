@@ -7,6 +7,8 @@ use std::fmt;
 use std::path::{Path, PathBuf};
 
 use dataplane::DatapathMode;
+use dataplane::driver::vnic::{ClockMode, VnicTiming};
+use dataplane::model::HardwareProfile;
 use serde::Deserialize;
 
 /// A configuration error: the file, the dotted key (when known) and the message.
@@ -52,6 +54,9 @@ pub struct RunSection {
     pub stats_interval_s: f64,
     /// Seconds to wait for queues to drain after a stop.
     pub drain_timeout_s: f64,
+    /// `wall` (CPU time measured) or `virtual` (CPU time from the profile's cycle model;
+    /// deterministic: same config, same JSON).
+    pub clock: ClockMode,
 }
 
 impl Default for RunSection {
@@ -62,6 +67,7 @@ impl Default for RunSection {
             duration_s: 0.0,
             stats_interval_s: 1.0,
             drain_timeout_s: 2.0,
+            clock: ClockMode::Wall,
         }
     }
 }
@@ -103,8 +109,9 @@ pub struct VnicSection {
     pub tx_comp_every: usize,
     /// Largest frame without FCS (1514 standard; up to 9018 for jumbo).
     pub max_frame: usize,
-    /// On-NIC memory size, e.g. `"256KiB"`, `"4MiB"`, `"80MiB"`.
-    pub nicmem: String,
+    /// On-NIC memory size, e.g. `"256KiB"`, `"4MiB"`, `"80MiB"`; unset = the profile's
+    /// `nic.nicmem.capacity`.
+    pub nicmem: Option<String>,
     /// Cap on nicmem payload buffers per queue.
     pub nicmem_buffers: Option<usize>,
     /// Host buffers per pool per queue.
@@ -125,7 +132,7 @@ impl Default for VnicSection {
             tx_ring: d.tx_ring,
             tx_comp_every: d.tx_comp_every,
             max_frame: d.max_frame,
-            nicmem: "256KiB".into(),
+            nicmem: None,
             nicmem_buffers: None,
             host_buffers: None,
             cache_size: d.cache_size,
@@ -148,9 +155,18 @@ pub struct RunConfig {
     /// `[vnic]`.
     #[serde(default)]
     pub vnic: VnicSection,
-    /// `[traffic]`: the embedded generator's profile (checked by `pktgen`).
+    /// `[traffic]`: the embedded generator's profile (checked by `pktgen`), plus `rate_gbps`,
+    /// the offered load (see [`RunConfig::offered_gbps`]).
     #[serde(default)]
     pub traffic: toml::Table,
+    /// `[nic]`: `profile` (a built-in hardware profile name or a path to a profile TOML,
+    /// default `cx5-gen3x16-100g`) and any profile key under `nic` as an override
+    /// (`--set nic.pcie.mps=128`).
+    #[serde(default)]
+    pub nic: toml::Table,
+    /// `[host]`: overrides of the profile's `[host]` keys (`--set host.ddio_ways=4`).
+    #[serde(default)]
+    pub host: toml::Table,
     /// `[[pipeline]]`: the NF chain, each entry a `name` plus that function's parameters.
     #[serde(default)]
     pub pipeline: Vec<toml::Table>,
@@ -263,14 +279,40 @@ impl RunConfig {
                 ),
             );
         }
-        if nicmem::parse_size(&v.nicmem).is_none() {
+        if let Some(n) = &v.nicmem
+            && nicmem::parse_size(n).is_none()
+        {
             return bad(
                 "vnic.nicmem",
-                format!(
-                    "`{}` is not a size; use e.g. \"256KiB\", \"4MiB\", \"80MiB\" or bytes",
-                    v.nicmem
-                ),
+                format!("`{n}` is not a size; use e.g. \"256KiB\", \"4MiB\", \"80MiB\" or bytes"),
             );
+        }
+        match self.nic.get("profile") {
+            None | Some(toml::Value::String(_)) => {}
+            Some(other) => {
+                return bad(
+                    "nic.profile",
+                    format!(
+                        "a {} is not allowed; give a built-in profile name ({}) or a path",
+                        other.type_str(),
+                        builtin_names()
+                    ),
+                );
+            }
+        }
+        match self.traffic.get("rate_gbps") {
+            None => {}
+            Some(toml::Value::Integer(i)) if *i >= 0 => {}
+            Some(toml::Value::Float(f)) if f.is_finite() && *f >= 0.0 => {}
+            Some(other) => {
+                return bad(
+                    "traffic.rate_gbps",
+                    format!(
+                        "`{other}` is not allowed; give Gb/s at the wire, 0 < rate <= the profile's \
+                         line rate, or 0 for frames pulled as fast as the NIC takes them"
+                    ),
+                );
+            }
         }
         if v.cache_size == 0 {
             return bad("vnic.cache_size", "must be at least 1".into());
@@ -289,8 +331,126 @@ impl RunConfig {
         Ok(())
     }
 
-    /// The virtual NIC parameters this config describes.
-    pub fn vnic_config(&self) -> dataplane::driver::vnic::VnicConfig {
+    /// The hardware profile: `nic.profile` (built-in name, or a path relative to the config
+    /// file's folder or the working directory) with the config's other `[nic]` and `[host]` keys
+    /// applied as overrides, then validated. Errors name the file and the key.
+    pub fn profile(&self, path: &Path) -> Result<HardwareProfile, ConfigError> {
+        let err = |key: &str, msg: String| ConfigError {
+            file: path.to_path_buf(),
+            key: key.to_string(),
+            msg,
+        };
+        let spec = match self.nic.get("profile") {
+            Some(toml::Value::String(s)) => s.clone(),
+            _ => DEFAULT_PROFILE.to_string(),
+        };
+        let text = match dataplane::model::profile::BUILTIN_PROFILES
+            .iter()
+            .find(|(n, _)| *n == spec)
+        {
+            Some((_, text)) => text.to_string(),
+            None => {
+                let rel = path.parent().map(|d| d.join(&spec));
+                let file = match rel {
+                    Some(r) if r.exists() => r,
+                    _ => PathBuf::from(&spec),
+                };
+                std::fs::read_to_string(&file).map_err(|e| {
+                    err(
+                        "nic.profile",
+                        format!(
+                            "`{spec}` is neither a built-in profile ({}) nor a readable file: {e}",
+                            builtin_names()
+                        ),
+                    )
+                })?
+            }
+        };
+        let mut table: toml::Table = text.parse().map_err(|e: toml::de::Error| {
+            err(
+                "nic.profile",
+                format!("profile `{spec}`: not valid TOML: {}", e.message()),
+            )
+        })?;
+        let mut nic = self.nic.clone();
+        nic.remove("profile");
+        merge(&mut table, "nic", nic);
+        merge(&mut table, "host", self.host.clone());
+        let p: HardwareProfile = serde_path_to_error::deserialize(toml::Value::Table(table))
+            .map_err(|e| {
+                err(
+                    e.path().to_string().trim_start_matches('.'),
+                    format!("profile `{spec}`: {}", e.inner().message().trim()),
+                )
+            })?;
+        p.validate().map_err(|m| {
+            let key = m.split('`').nth(1).unwrap_or("nic").to_string();
+            err(&key, format!("profile `{spec}`: {m}"))
+        })?;
+        Ok(p)
+    }
+
+    /// The offered load in Gb/s at the wire: `traffic.rate_gbps` when set and non-zero; unset,
+    /// the profile's line rate in virtual-clock runs; `None` (frames pulled as fast as the NIC
+    /// takes them, flow control) for 0, or unset in wall-clock runs. Errors for a rate above the
+    /// line rate.
+    pub fn offered_gbps(
+        &self,
+        path: &Path,
+        profile: &HardwareProfile,
+    ) -> Result<Option<f64>, ConfigError> {
+        let line = profile.nic.line_rate_gbps;
+        let rate = match self.traffic.get("rate_gbps") {
+            Some(toml::Value::Integer(i)) => Some(*i as f64),
+            Some(toml::Value::Float(f)) => Some(*f),
+            _ => None,
+        };
+        match rate {
+            None if self.run.clock == ClockMode::Virtual => Ok(Some(line)),
+            None => Ok(None),
+            Some(0.0) => Ok(None),
+            Some(r) if r <= line * (1.0 + 1e-9) => Ok(Some(r)),
+            Some(r) => Err(ConfigError {
+                file: path.to_path_buf(),
+                key: "traffic.rate_gbps".into(),
+                msg: format!(
+                    "{r} Gb/s exceeds the line rate of {line} Gb/s (nic.line_rate_gbps); allowed \
+                     0 (pulled) or 0 < rate <= {line}"
+                ),
+            }),
+        }
+    }
+
+    /// The `[traffic]` table for the generator (without the keys the port uses).
+    pub fn generator_table(&self) -> toml::Table {
+        let mut t = self.traffic.clone();
+        t.remove("rate_gbps");
+        t
+    }
+
+    /// NF cycles per packet of the pipeline under the profile's `[host.cycles.nf]` (functions
+    /// it does not list, such as `io_fwd`, cost nothing beyond the driver).
+    pub fn nf_cycles(&self, profile: &HardwareProfile) -> u32 {
+        let nf = &profile.host.cycles.nf;
+        self.pipeline
+            .iter()
+            .map(|e| match e.get("name").and_then(|v| v.as_str()) {
+                Some("nat") => nf.nat,
+                Some("lb") => nf.lb,
+                Some("flow_counter") => nf.flow_counter,
+                Some("macswap") => nf.macswap,
+                Some("work_package") => nf.work_package,
+                _ => 0,
+            })
+            .sum()
+    }
+
+    /// The virtual NIC parameters this config describes on `profile`, paced at `offered_gbps`.
+    pub fn vnic_config(
+        &self,
+        profile: &HardwareProfile,
+        offered_gbps: Option<f64>,
+    ) -> dataplane::driver::vnic::VnicConfig {
         let v = &self.vnic;
         let d = &self.datapath;
         dataplane::driver::vnic::VnicConfig {
@@ -302,13 +462,22 @@ impl RunConfig {
             tx_ring: v.tx_ring,
             tx_comp_every: v.tx_comp_every,
             max_frame: v.max_frame,
-            nicmem_bytes: nicmem::parse_size(&v.nicmem).unwrap_or(0),
+            nicmem_bytes: match &v.nicmem {
+                Some(n) => nicmem::parse_size(n).unwrap_or(0),
+                None => profile.nic.nicmem.capacity.bytes() as usize,
+            },
             nicmem_buffers: v.nicmem_buffers,
             host_buffers: v.host_buffers,
             cache_size: v.cache_size,
             burst: d.burst,
             flow_control: v.flow_control,
             nicmem_alias: v.nicmem_alias,
+            profile: profile.clone(),
+            timing: Some(VnicTiming {
+                clock: self.run.clock,
+                offered_gbps,
+                nf_cycles: self.nf_cycles(profile),
+            }),
         }
     }
 
@@ -335,6 +504,41 @@ impl RunConfig {
             chain.push(nf);
         }
         Ok(chain)
+    }
+}
+
+/// The hardware profile used when `nic.profile` is not set.
+pub const DEFAULT_PROFILE: &str = "cx5-gen3x16-100g";
+
+fn builtin_names() -> String {
+    dataplane::model::profile::BUILTIN_PROFILES
+        .iter()
+        .map(|(n, _)| *n)
+        .collect::<Vec<_>>()
+        .join(", ")
+}
+
+/// Deep-merges `over` into `table[section]` (leaves of `over` replace those of the table).
+fn merge(table: &mut toml::Table, section: &str, over: toml::Table) {
+    fn go(dst: &mut toml::Table, over: toml::Table) {
+        for (k, v) in over {
+            match (dst.get_mut(&k), v) {
+                (Some(toml::Value::Table(d)), toml::Value::Table(o)) => go(d, o),
+                (_, v) => {
+                    dst.insert(k, v);
+                }
+            }
+        }
+    }
+    if over.is_empty() {
+        return;
+    }
+    let entry = table
+        .entry(section.to_string())
+        .or_insert_with(|| toml::Value::Table(toml::Table::new()));
+    match entry {
+        toml::Value::Table(t) => go(t, over),
+        other => *other = toml::Value::Table(over),
     }
 }
 

@@ -154,6 +154,26 @@ impl Region {
     pub fn owner(&self) -> ProtectionDomain {
         self.inner.owner
     }
+
+    /// The host virtual address and length of the bytes behind this region (feature `extmem`).
+    ///
+    /// Host regions and *modeled* nicmem (the [`crate::NicMem`] SRAM model, which lives in host
+    /// memory) both have one. It exists so that a DMA engine outside this crate can own the range:
+    /// the DPDK driver builds pinned external-buffer mbuf pools over it, which is how it emulates
+    /// nicmem on PMDs without device memory. The range stays valid while any clone of the region
+    /// lives. A region handed to such an engine must not also back a [`crate::BufPool`]: the two
+    /// would both believe they own the bytes.
+    #[cfg(feature = "extmem")]
+    pub fn host_window(&self) -> (std::ptr::NonNull<u8>, usize) {
+        let (raw, base) = self.inner.raw();
+        // `base + len` lies inside the backing allocation (a region's window starts within it), so
+        // the offset pointer is in bounds and therefore non-null.
+        let p = raw.base_ptr().wrapping_add(base);
+        (
+            std::ptr::NonNull::new(p).expect("region memory is never at address 0"),
+            self.inner.len,
+        )
+    }
 }
 
 impl fmt::Debug for Region {

@@ -1,13 +1,15 @@
 //! `dataplane`: run the nicmem dataplane from a config file.
 //!
 //! `dataplane run <config.toml>` builds the virtual NIC, pools, datapath mode and NF chain from the
-//! file and runs it; see `--help` for the flags.
+//! file and runs it; `dataplane model` prints the analytical per-packet PCIe breakdown of a
+//! hardware profile; see `--help` for the flags.
 
 use std::path::PathBuf;
 use std::process::ExitCode;
 
 use clap::{Parser, Subcommand};
 use dataplane::DatapathMode;
+use dataplane::model::{Breakdown, BreakdownInput, HardwareProfile, render_text, to_json};
 use nmdp::app::{RunOptions, print_summary, run};
 
 #[derive(Parser)]
@@ -51,6 +53,36 @@ enum Cmd {
         #[arg(long, short)]
         quiet: bool,
     },
+    /// Print the analytical per-packet PCIe breakdown of forwarding one packet (each item's
+    /// upstream/downstream bytes, the totals, the PCIe-bound rate and the utilisation at the
+    /// offered load) for a hardware profile, mode and frame size.
+    Model {
+        /// Hardware profile: a built-in name (cx5-gen3x16-100g, cx6dx-gen4x16-200g,
+        /// future-80mib) or a path to a profile TOML.
+        #[arg(long, default_value = "cx5-gen3x16-100g")]
+        profile: String,
+        /// Datapath mode: host, split, nic-payload, nic-inline.
+        #[arg(long, value_parser = parse_mode)]
+        mode: DatapathMode,
+        /// Frame size in bytes including the 4 B FCS (64..).
+        #[arg(long)]
+        frame_size: u32,
+        /// Split offset H (default: the profile's nic.descriptors.split_offset).
+        #[arg(long)]
+        split_offset: Option<u32>,
+        /// Tx inline size I (default: the profile's nic.descriptors.txq_inline_min).
+        #[arg(long)]
+        inline: Option<u32>,
+        /// Offered load in Gb/s (default: the line rate).
+        #[arg(long)]
+        offered_gbps: Option<f64>,
+        /// Override a profile key, e.g. --set nic.pcie.mps=128 (repeatable).
+        #[arg(long = "set", value_name = "KEY=VALUE")]
+        sets: Vec<String>,
+        /// Print the breakdown as JSON.
+        #[arg(long)]
+        json: bool,
+    },
 }
 
 fn parse_mode(s: &str) -> Result<DatapathMode, String> {
@@ -60,6 +92,42 @@ fn parse_mode(s: &str) -> Result<DatapathMode, String> {
 fn main() -> ExitCode {
     let cli = Cli::parse();
     match cli.cmd {
+        Cmd::Model {
+            profile,
+            mode,
+            frame_size,
+            split_offset,
+            inline,
+            offered_gbps,
+            sets,
+            json,
+        } => {
+            let out = HardwareProfile::resolve(&profile, &sets).and_then(|p| {
+                let mut input = BreakdownInput::new(&p, mode, frame_size);
+                if let Some(h) = split_offset {
+                    input.split_offset = h;
+                }
+                if let Some(i) = inline {
+                    input.inline_size = i;
+                }
+                input.offered_gbps = offered_gbps;
+                Breakdown::compute(&p, &input)
+            });
+            match out {
+                Ok(b) if json => {
+                    println!("{}", to_json(&b));
+                    ExitCode::SUCCESS
+                }
+                Ok(b) => {
+                    print!("{}", render_text(&b));
+                    ExitCode::SUCCESS
+                }
+                Err(e) => {
+                    eprintln!("error: {e}");
+                    ExitCode::from(2)
+                }
+            }
+        }
         Cmd::Run {
             config,
             packets,

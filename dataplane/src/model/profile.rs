@@ -78,6 +78,10 @@ pub struct NicProfile {
     /// How long the NIC deschedules a Tx ring whose buffer filled (≈ one PCIe RTT)
     /// [nicmem Fig. 3].
     pub tx_deschedule_ns: u64,
+    /// The NIC's receive packet buffer per port: frames wait here for their DMA writes; a frame
+    /// arriving while the PCIe upstream backlog would overflow it is dropped (`pcie_overrun`)
+    /// \[assumption: ConnectX port buffers are configurable, a few hundred KiB\].
+    pub rx_buffer: ByteSize,
     /// `[nic.pcie]`: the PCIe link.
     pub pcie: PcieProfile,
     /// `[nic.descriptors]`: mlx5-style descriptor and completion layout.
@@ -97,6 +101,7 @@ impl Default for NicProfile {
             fcs_bytes: 4,
             min_frame_bytes: 64,
             tx_deschedule_ns: 550,
+            rx_buffer: ByteSize(256 * KIB),
             pcie: PcieProfile::default(),
             descriptors: DescriptorProfile::default(),
             nicmem: NicmemProfile::default(),
@@ -616,6 +621,12 @@ impl HardwareProfile {
             n.line_rate_gbps,
         )?;
         check(n.ports >= 1, "nic.ports", ">= 1", n.ports)?;
+        check(
+            n.rx_buffer.0 >= 2048,
+            "nic.rx_buffer",
+            ">= 2048 bytes (at least one frame)",
+            n.rx_buffer,
+        )?;
         check(
             n.min_frame_bytes > n.fcs_bytes,
             "nic.min_frame_bytes",

@@ -9,7 +9,8 @@
 //! ≈ RTT0/2) and §2.2 (tags).
 //!
 //! Exactness: a resource's cost per unit is a rational number of picoseconds (e.g. 8·10¹² /
-//! 113 700 060 494 ps per byte). Busy-until times are kept scaled by the denominator in `u128`,
+//! 113 700 060 494 ps per byte). Busy-until times are kept as whole picoseconds plus a
+//! remainder in units of the denominator,
 //! so back-to-back reservations never accumulate rounding drift; times handed out are integer
 //! picoseconds (end times rounded up). Everything is deterministic: same calls, same numbers.
 
@@ -79,7 +80,16 @@ impl Cost {
     }
 
     /// Time for `units` units, rounded up to whole picoseconds.
+    #[inline]
     pub fn time_ps(self, units: u64) -> Ps {
+        // Fast path in u64 (a u128 division is a slow library call): units·num/den =
+        // units·q + units·r/den with q, r the quotient and remainder of num/den.
+        if let (Ok(num), Ok(den)) = (u64::try_from(self.num), u64::try_from(self.den)) {
+            let (q, r) = (num / den, num % den);
+            if let (Some(a), Some(b)) = (units.checked_mul(q), units.checked_mul(r)) {
+                return a + b.div_ceil(den);
+            }
+        }
         ceil_div(u128::from(units) * self.num, self.den)
     }
 }
@@ -110,13 +120,24 @@ pub struct Reservation {
 
 /// A single-server FIFO resource with a busy-until time (a PCIe direction, a wire direction,
 /// the DMA engine, the nicmem port, host memory).
+///
+/// The busy-until time is kept exactly as whole picoseconds plus a remainder in units of
+/// `1/den` ps, so back-to-back reservations never drift and a reservation costs one 64-bit
+/// division (the per-unit cost is split into its whole and fractional picoseconds once).
 #[derive(Clone, Debug)]
 pub struct Resource {
     name: &'static str,
     cost: Cost,
+    /// Whole picoseconds per unit.
+    q: u64,
+    /// Fractional picoseconds per unit × `den`.
+    r: u64,
+    /// Denominator of the per-unit cost (`cost.den`, which fits in 64 bits).
+    den: u64,
     latency_ps: Ps,
-    /// Busy-until time × `cost.den`.
-    free_scaled: u128,
+    /// Busy-until time: `free_ps + free_rem / den` ps, `free_rem < den`.
+    free_ps: Ps,
+    free_rem: u64,
     /// Accumulated busy time × `cost.den`.
     busy_scaled: u128,
     units: u64,
@@ -127,11 +148,17 @@ impl Resource {
     /// A resource called `name` costing `cost` per unit, with `latency_ps` from the end of
     /// service to completion at the far side.
     pub fn new(name: &'static str, cost: Cost, latency_ps: Ps) -> Self {
+        let den = u64::try_from(cost.den).expect("cost denominators are bit or op rates");
+        let num = u64::try_from(cost.num).expect("cost numerators fit in 64 bits");
         Resource {
             name,
             cost,
+            q: num / den,
+            r: num % den,
+            den,
             latency_ps,
-            free_scaled: 0,
+            free_ps: 0,
+            free_rem: 0,
             busy_scaled: 0,
             units: 0,
             reservations: 0,
@@ -145,25 +172,45 @@ impl Resource {
 
     /// Books `units` units of work that is ready at `ready`:
     /// `start = max(ready, free); free = start + units·cost; done = free + latency`.
+    #[inline]
     pub fn reserve(&mut self, ready: Ps, units: u64) -> Reservation {
-        let den = self.cost.den;
-        let start = (u128::from(ready) * den).max(self.free_scaled);
-        let dur = u128::from(units) * self.cost.num;
-        self.free_scaled = start + dur;
-        self.busy_scaled += dur;
+        let (mut ps, mut rem) =
+            if ready > self.free_ps || (ready == self.free_ps && self.free_rem == 0) {
+                (ready, 0)
+            } else {
+                (self.free_ps, self.free_rem)
+            };
+        let start = ps + u64::from(rem > 0);
+        match units.checked_mul(self.r) {
+            Some(frac) => {
+                let total = frac + rem;
+                ps += units * self.q + total / self.den;
+                rem = total % self.den;
+            }
+            None => {
+                let total = u128::from(units) * u128::from(self.r) + u128::from(rem);
+                let den = u128::from(self.den);
+                ps += units * self.q + (total / den) as u64;
+                rem = (total % den) as u64;
+            }
+        }
+        self.free_ps = ps;
+        self.free_rem = rem;
+        self.busy_scaled += u128::from(units) * self.cost.num;
         self.units += units;
         self.reservations += 1;
-        let end = ceil_div(self.free_scaled, den);
+        let end = ps + u64::from(rem > 0);
         Reservation {
-            start: ceil_div(start, den),
+            start,
             end,
             done: end + self.latency_ps,
         }
     }
 
     /// When the resource is next free (ps, rounded up).
+    #[inline]
     pub fn free_at(&self) -> Ps {
-        ceil_div(self.free_scaled, self.cost.den)
+        self.free_ps + u64::from(self.free_rem > 0)
     }
 
     /// Total busy time booked so far, ps (fractional).
@@ -459,6 +506,41 @@ impl Timelines {
             issued: req.start,
             request_end: req.end,
             done: cpl.end,
+        }
+    }
+
+    /// A DMA read that logically starts at `start` but whose link, engine and tag bookings are
+    /// made at `book_at` (<= `start`), the time the NIC works on it.
+    ///
+    /// Busy-until timelines are FIFO in booking order, so booking a read's completion at a
+    /// future time (as [`Timelines::dma_read`] does) would make every earlier-ready transfer
+    /// booked after it queue behind an idle gap. Booking at `book_at` keeps the timelines in
+    /// time order; the read's latency is then `start`, plus its wait and serialisation on the up
+    /// link, RTT0 and adders, plus its wait and serialisation on the down link. Unloaded this is
+    /// exactly `start + RTT0 + ser_up(Rq) + ser_down(Rc)`, like [`Timelines::dma_read`].
+    pub fn dma_read_booked(
+        &mut self,
+        book_at: Ps,
+        start: Ps,
+        t: Traffic,
+        extra_latency_ps: Ps,
+    ) -> ReadTiming {
+        let start = self.reads.issue_time(start.max(book_at));
+        let eng =
+            self.resources[ResourceKind::DmaEngine.index()].reserve(book_at, self.dma_read_ps);
+        let req = self.resources[ResourceKind::PcieUp.index()].reserve(eng.end, t.up_bytes);
+        let cpl = self.resources[ResourceKind::PcieDown.index()].reserve(book_at, t.down_bytes);
+        let request_end = start + (req.end - book_at);
+        let done = request_end
+            + self.rtt0_ps
+            + self.read_adder_ps
+            + extra_latency_ps
+            + (cpl.end - book_at);
+        self.reads.record(done);
+        ReadTiming {
+            issued: start,
+            request_end,
+            done,
         }
     }
 

@@ -12,8 +12,14 @@
 //! MAC/RSS stage: it takes frames from the link, hashes them (Toeplitz) and steers them through
 //! the indirection table to per-queue rings, and merges the queues' transmitted frames onto the
 //! link. A single-queue port needs no thread: its queue reads and writes the link directly.
+//!
+//! Accounting and timing (layer 2) live in [`model`]: every queue charges each DMA it performs
+//! through the hardware profile's [`crate::model::OpCosts`] and, when [`VnicConfig::timing`] is
+//! set, runs a clock over the profile's resource timelines. Queues deposit their final reports in
+//! the port's [`ModelSink`] when they are dropped; [`VnicPort::model_report`] sums them.
 
 mod desc;
+pub mod model;
 mod queue;
 mod rx;
 mod tx;
@@ -21,6 +27,10 @@ mod tx;
 pub use desc::{
     CQE_SIZE, Cqe, CtrlSeg, DataSeg, SEG, WQEBB, cqe_op, cqe_ring, inline_rounded, syndrome,
     tx_wqe_ds,
+};
+pub use model::{
+    ClockMode, Item, LiveModel, ModelSink, NicCounters, PortModel, QueueModelReport, TimedReport,
+    VnicTiming,
 };
 pub use queue::{RxRingId, VnicQueue};
 
@@ -31,10 +41,12 @@ use std::thread::JoinHandle;
 use nicmem::{BufPool, Host, Nic, NicMem, ProtectionDomain, Region, RegionTable};
 
 use crate::mode::DatapathMode;
+use crate::model::HardwareProfile;
 use crate::port::{Capabilities, Port, Queue};
 use crate::rss::{DEFAULT_RSS_KEY, Rss};
 use crate::wire::{FrameRing, Link, MAX_WIRE_FRAME};
-use queue::{Egress, Ingress, QueueParams};
+use model::{ModelParams, NicModel};
+use queue::{Egress, Ingress, QueueModel, QueueParams};
 use rx::RxRing;
 use tx::TxRing;
 
@@ -71,6 +83,10 @@ pub struct VnicConfig {
     pub flow_control: bool,
     /// Alias nicmem payload buffers (performance-only; payload bytes are not preserved).
     pub nicmem_alias: bool,
+    /// The hardware profile whose constants the accounting (and timing) use.
+    pub profile: HardwareProfile,
+    /// Timing: `None` = accounting only (no clock, no latency).
+    pub timing: Option<VnicTiming>,
 }
 
 impl Default for VnicConfig {
@@ -91,6 +107,8 @@ impl Default for VnicConfig {
             burst: 32,
             flow_control: true,
             nicmem_alias: false,
+            profile: HardwareProfile::default(),
+            timing: None,
         }
     }
 }
@@ -138,6 +156,7 @@ pub struct VnicPort {
     queues: Vec<VnicQueue>,
     front: Option<JoinHandle<()>>,
     stop: Arc<AtomicBool>,
+    sink: Arc<ModelSink>,
 }
 
 impl VnicPort {
@@ -149,6 +168,7 @@ impl VnicPort {
         let rss = Rss::new(&DEFAULT_RSS_KEY, cfg.queues);
         let alive = Arc::new(());
         let stop = Arc::new(AtomicBool::new(false));
+        let sink = Arc::new(ModelSink::new(q));
         let mut pools = Vec::with_capacity(q);
         let mut queues = Vec::with_capacity(q);
         let (ingress, egress, front) = if q == 1 {
@@ -182,8 +202,21 @@ impl VnicPort {
             )
         };
         for (i, (ing, eg)) in ingress.into_iter().zip(egress).enumerate() {
+            let model = NicModel::new(&ModelParams {
+                profile: &cfg.profile,
+                mode: cfg.mode,
+                queues: cfg.queues,
+                rx_ring: cfg.rx_ring,
+                tx_ring: cfg.tx_ring,
+                timing: cfg.timing.as_ref(),
+            })
+            .map_err(|e| VnicError::BadParam(format!("hardware profile: {e}")))?;
+            let qm = QueueModel {
+                model,
+                sink: Some(sink.clone()),
+            };
             let (qp, pool) =
-                Self::build_queue(&cfg, &nicmem, port_id, i as u16, ing, eg, &rss, &alive)?;
+                Self::build_queue(&cfg, &nicmem, port_id, i as u16, ing, eg, &rss, &alive, qm)?;
             queues.push(qp);
             pools.push(pool);
         }
@@ -195,6 +228,7 @@ impl VnicPort {
             queues,
             front,
             stop,
+            sink,
         })
     }
 
@@ -249,6 +283,7 @@ impl VnicPort {
         egress: Egress,
         rss: &Rss,
         alive: &Arc<()>,
+        qm: QueueModel,
     ) -> Result<(VnicQueue, QueuePools), VnicError> {
         let mem = |e: &dyn std::fmt::Display| VnicError::Memory(format!("queue {qid}: {e}"));
         let pd = ProtectionDomain::new();
@@ -368,6 +403,7 @@ impl VnicPort {
             cfg.burst,
             rss.clone(),
             alive.clone(),
+            qm,
         );
         Ok((
             q,
@@ -387,6 +423,28 @@ impl VnicPort {
     /// The port's on-NIC memory device.
     pub fn nicmem(&self) -> &NicMem {
         &self.nicmem
+    }
+
+    /// The accounting/timing reports of the queues dropped so far, summed (complete once every
+    /// queue has been dropped, e.g. after the workers finished).
+    pub fn model_report(&self) -> PortModel {
+        let slots = self.sink.reports.lock().unwrap_or_else(|e| e.into_inner());
+        let reports: Vec<QueueModelReport> = slots.iter().flatten().cloned().collect();
+        PortModel::summarize(&reports)
+    }
+
+    /// The queues' reports as deposited (index = queue id; `None` for a queue still alive).
+    pub fn queue_model_reports(&self) -> Vec<Option<QueueModelReport>> {
+        self.sink
+            .reports
+            .lock()
+            .unwrap_or_else(|e| e.into_inner())
+            .clone()
+    }
+
+    /// Live accounting counters of the queues (for a live stats line).
+    pub fn model_sink(&self) -> Arc<ModelSink> {
+        self.sink.clone()
     }
 
     /// The pools of each queue (for statistics).

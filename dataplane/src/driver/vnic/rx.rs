@@ -55,6 +55,18 @@ impl<K: MemClass> RxRing<K> {
         self.pi.wrapping_sub(self.nic_ci)
     }
 
+    /// The driver's producer count (WQEs ever posted).
+    #[inline]
+    pub(crate) fn producer(&self) -> u32 {
+        self.pi
+    }
+
+    /// The NIC's consumer count (WQEs ever consumed).
+    #[inline]
+    pub(crate) fn consumer(&self) -> u32 {
+        self.nic_ci
+    }
+
     /// Posts buffers until the ring is full or the pool is empty; returns the number of failed
     /// allocations (0 or 1: the driver stops at the first failure, like DPDK's `rx_nombuf`).
     pub(crate) fn refill(&mut self, limit: u32) -> u64 {
@@ -77,56 +89,52 @@ impl<K: MemClass> RxRing<K> {
         0
     }
 
-    /// NIC side: consumes the next posted WQE, validates it for a write of `len` bytes, and
-    /// returns the slot. On a validation failure the WQE is still consumed (its buffer is handed
+    /// NIC side: consumes the next posted WQE, validates it for a write of `len` bytes and, if
+    /// `write` and valid, DMAs `src[..len]` into its buffer (`src` may be longer: the copy may
+    /// round up to 16 bytes); returns the WQE counter and the validation result. One decode of
+    /// the WQE serves both. On a validation failure the WQE is still consumed (its buffer goes
     /// back to the driver through the error completion).
     #[inline]
-    pub(crate) fn nic_take(
+    pub(crate) fn nic_place(
         &mut self,
         table: &RegionTable,
         pd: ProtectionDomain,
+        src: &[u8],
         len: usize,
+        write: bool,
     ) -> (u16, Result<(), u8>) {
         let slot = (self.nic_ci & self.mask) as usize;
         let counter = self.nic_ci as u16;
         self.nic_ci = self.nic_ci.wrapping_add(1);
         let seg = DataSeg::read(&self.wqes[slot]);
-        let check = (|| {
-            if seg.byte_count == 0 {
-                return Err(syndrome::LOCAL_LENGTH);
-            }
-            if len > seg.byte_count as usize {
-                return Err(syndrome::LOCAL_LENGTH);
-            }
-            table
-                .resolve(pd, MemKey(seg.key), seg.addr, len as u32)
-                .map_err(|_| syndrome::LOCAL_PROTECTION)?;
-            match &self.bufs[slot] {
-                // The driver reads received bytes from the start of the buffer, so the NIC must be
-                // told to write there: any other address is not the posted buffer.
-                Some(b) => match b.locate(MemKey(seg.key), seg.addr, len as u32) {
-                    Ok(0) => Ok(()),
-                    Ok(_) => Err(syndrome::LOCAL_PROTECTION),
-                    Err(AccessError::NotPosted { .. }) => Err(syndrome::LOCAL_PROTECTION),
-                    Err(_) => Err(syndrome::LOCAL_LENGTH),
-                },
-                None => Err(syndrome::LOCAL_PROTECTION),
-            }
-        })();
-        (counter, check)
-    }
-
-    /// NIC side: DMA `src` into the (validated) buffer of the slot with counter `counter`.
-    #[inline]
-    pub(crate) fn nic_write(&mut self, counter: u16, src: &[u8]) {
-        let slot = (counter as u32 & self.mask) as usize;
-        let seg = DataSeg::read(&self.wqes[slot]);
-        if let Some(b) = &mut self.bufs[slot] {
-            let off = (seg.addr - b.iova()) as usize;
-            // Validated by `nic_take`; a failure here would be a model bug, reported as a
-            // dropped write rather than a panic.
-            let _ = b.device_write(off, src);
+        if seg.byte_count == 0 || len > seg.byte_count as usize {
+            return (counter, Err(syndrome::LOCAL_LENGTH));
         }
+        let Some(b) = &mut self.bufs[slot] else {
+            return (counter, Err(syndrome::LOCAL_PROTECTION));
+        };
+        // The driver reads received bytes from the start of the buffer, so the NIC must be told
+        // to write there: any other address is not the posted buffer. A descriptor naming its
+        // own buffer's key and start lies inside a region registered to this queue's domain by
+        // construction; anything else goes through the full region check, as hardware does.
+        if seg.key != b.key().0 || seg.addr != b.iova() {
+            let check = table
+                .resolve(pd, MemKey(seg.key), seg.addr, len as u32)
+                .map_err(|_| syndrome::LOCAL_PROTECTION)
+                .and_then(|_| match b.locate(MemKey(seg.key), seg.addr, len as u32) {
+                    Ok(_) | Err(AccessError::NotPosted { .. }) => Err(syndrome::LOCAL_PROTECTION),
+                    Err(_) => Err(syndrome::LOCAL_LENGTH),
+                });
+            return (counter, check);
+        }
+        if len > b.capacity() {
+            return (counter, Err(syndrome::LOCAL_LENGTH));
+        }
+        if write {
+            // Cannot fail: the range was checked against the buffer above.
+            let _ = b.device_write_prefix(0, src, len);
+        }
+        (counter, Ok(()))
     }
 
     /// Driver side: takes the buffer of the slot a completion names (they complete in order).
@@ -219,8 +227,21 @@ impl CompletionQueue {
     }
 
     /// Completions written and not yet polled.
+    #[inline]
     pub(crate) fn pending(&self) -> u32 {
         self.pi.wrapping_sub(self.ci)
+    }
+
+    /// The NIC's producer count (the slot the next completion goes to).
+    #[inline]
+    pub(crate) fn producer(&self) -> u32 {
+        self.pi
+    }
+
+    /// The driver's consumer count (the slot the next poll reads).
+    #[inline]
+    pub(crate) fn consumer(&self) -> u32 {
+        self.ci
     }
 }
 

@@ -1,0 +1,1168 @@
+//! The virtual NIC's accounting and timing layer (DESIGN.md, "The virtual NIC model", layer 2).
+//!
+//! **Accounting** (always on). Every DMA the NIC performs is charged, in integer bytes and TLPs,
+//! through [`OpCosts`], the same per-operation arithmetic `dataplane model` composes into its
+//! analytical breakdown, so the simulation's counters and the analysis agree by construction:
+//! Rx WQE fetches (one read per `rx_wqe_fetch_batch` WQEs of the mode's WQE size), Rx data writes
+//! (header to host; payload to host or, for a primary-ring payload, to nicmem, which costs no
+//! PCIe), Rx CQE writes (optionally compressed), the Tx doorbell MMIO write, the Tx WQE fetch (the
+//! WQEBBs posted since the previous doorbell, one read split at MRRS; or BlueFlame MMIO pushes),
+//! Tx data reads (one read per host data segment; nothing for inline bytes or nicmem segments) and
+//! Tx completions. Beside PCIe: host-memory bytes the NIC reads and writes (all DMA, and packet
+//! data alone), nicmem bytes written and read and the peak of payload bytes held, and wire bytes
+//! including preamble, SFD, IFG and FCS. Buffers are charged as if MPS-aligned, as the analytical
+//! breakdown assumes (pool buffer sizes are multiples of 64 B, not of MPS; charging real addresses
+//! would add a TLP to some payload writes and make the two disagree by ~1 %).
+//!
+//! The vNIC inlines exactly `datapath.tx_inline` bytes (the nicmem fork's behaviour); the
+//! analysis rounds `txq_inline_min` per the profile (stock mlx5: 64 -> 66, the CPU copying 2 B
+//! out of nicmem). With H = I = 64 both give the same WQE size, so PCIe bytes agree; only the
+//! nicmem read differs by those 2 B.
+//!
+//! Cost per packet is O(1) and allocation-free: fixed operations are precomputed, and
+//! length-dependent charges come from small direct-mapped caches keyed by length (a run of one
+//! frame size hits every time).
+//!
+//! **Timing** (optional, [`VnicTiming`]). Each queue has a clock and the busy-until timelines of
+//! [`Timelines`] (PCIe up/down, wire Rx/Tx, DMA engine, nicmem, host memory). Frames end their
+//! wire slot at times set by the offered rate (or, unpaced, when the NIC pulls them, limited by
+//! the wire); each receive books its descriptor fetch, data and CQE writes; the CPU sees a
+//! completion only once it is visible in host memory; a doorbell books the MMIO write, the WQE
+//! read (request up, RTT, completions down, outstanding reads capped) and each WQE's data reads
+//! and nicmem reads, then the frame's wire slot. Latency per packet, from the end of its arrival
+//! on the wire to the end of its departure, goes into an HDR histogram. The CPU's time is either
+//! the wall clock or, in virtual mode, a cycles-per-packet model from the profile's
+//! `[host.cycles]` plus a DDIO miss cost, so the same config gives the same numbers. CPU
+//! utilisation counts per-packet work plus the doorbell amortised over a full burst: a poll-mode
+//! core at low load rings a doorbell per small burst, which takes its time but is not load (it
+//! shrinks per packet as bursts grow), so 100 % means the core is saturated.
+//!
+//! Booking order: busy-until timelines are FIFO in booking order, so the NIC books the link,
+//! engine and SRAM work of a doorbell (WQE fetch, data reads, completions) at the time it
+//! processes the doorbell, and derives each step's completion from the waits it met plus the
+//! latencies (see [`Timelines::dma_read_booked`]); a paced queue books the arrivals that came
+//! while the CPU worked before a doorbell's work. Booking a read's completion at a future time
+//! would make earlier-ready transfers booked later queue behind an idle gap.
+//!
+//! Drops with a reason: a paced frame that finds no Rx descriptor is `rx_missed`; one that
+//! finds the NIC's receive buffer (`nic.rx_buffer`) full because the PCIe upstream backlog is
+//! too long is `pcie_overrun`. An unpaced (pulled) NIC instead waits, like a link with PAUSE.
+//!
+//! DDIO: the host bytes of Rx buffers in flight (the Rx ring's entries and the packets in
+//! software, times the host bytes per packet, times the queues sharing the LLC) give the hit
+//! fraction of [`DdioModel`]; misses cost a DRAM write-back and re-read per packet (booked on the
+//! host-memory timeline), the CPU a DRAM instead of an LLC access for the header, and Tx reads the
+//! miss latency adder.
+//!
+//! Multi-queue ports: each queue gets a static share (1/queues) of the wire, the PCIe link, the
+//! outstanding reads, the DMA engine, nicmem and DRAM bandwidth, and of the offered load. With
+//! RSS spreading flows evenly this equals sharing; it keeps every queue's timeline on its own
+//! core (no locks) and a virtual run deterministic.
+
+use std::sync::atomic::{AtomicU64, Ordering};
+use std::sync::{Arc, Mutex};
+use std::time::Instant;
+
+use hdrhistogram::Histogram;
+use serde::Deserialize;
+
+use crate::mode::DatapathMode;
+use crate::model::breakdown::OpCosts;
+use crate::model::ddio::{DdioModel, host_bytes_per_packet};
+use crate::model::pcie::{PcieLink, Traffic};
+use crate::model::profile::{Efficiency, HardwareProfile};
+use crate::model::timeline::{Cost, PS_PER_NS, Ps, ResourceKind, Timelines, pick_bottleneck};
+
+/// How a queue's clock runs.
+#[derive(Clone, Copy, Debug, Default, PartialEq, Eq, Deserialize)]
+#[serde(rename_all = "lowercase")]
+pub enum ClockMode {
+    /// CPU time is measured with the wall clock (developers watching real CPU throughput).
+    #[default]
+    Wall,
+    /// CPU time comes from the profile's cycle model: deterministic, same config same numbers
+    /// (sweeps and CI).
+    Virtual,
+}
+
+impl ClockMode {
+    /// Config name (`wall`, `virtual`).
+    pub fn as_str(self) -> &'static str {
+        match self {
+            ClockMode::Wall => "wall",
+            ClockMode::Virtual => "virtual",
+        }
+    }
+}
+
+/// Timing parameters of a port (see the module docs).
+#[derive(Clone, Debug, PartialEq)]
+pub struct VnicTiming {
+    /// Wall or virtual CPU time.
+    pub clock: ClockMode,
+    /// Offered load at the wire in Gb/s (line bits: preamble, SFD, IFG and FCS included);
+    /// `None` = frames arrive when the NIC pulls them (flow control), limited by the wire.
+    pub offered_gbps: Option<f64>,
+    /// NF cycles per packet charged in virtual mode on top of `host.cycles.driver_per_packet`.
+    pub nf_cycles: u32,
+}
+
+impl Default for VnicTiming {
+    fn default() -> Self {
+        Self {
+            clock: ClockMode::Virtual,
+            offered_gbps: None,
+            nf_cycles: 0,
+        }
+    }
+}
+
+/// The operations of the per-packet breakdown, in its order (names as in
+/// [`crate::model::Breakdown`]'s items).
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub enum Item {
+    /// Rx data writes.
+    RxData,
+    /// Rx completion writes.
+    RxCqe,
+    /// Rx WQE fetches.
+    RxWqe,
+    /// Tx doorbell MMIO writes.
+    TxDoorbell,
+    /// Tx WQE fetches (or BlueFlame pushes).
+    TxWqe,
+    /// Tx data reads.
+    TxData,
+    /// Tx completion writes.
+    TxCqe,
+}
+
+impl Item {
+    /// Every item, in breakdown order.
+    pub const ALL: [Item; 7] = [
+        Item::RxData,
+        Item::RxCqe,
+        Item::RxWqe,
+        Item::TxDoorbell,
+        Item::TxWqe,
+        Item::TxData,
+        Item::TxCqe,
+    ];
+
+    /// The breakdown's name for the item ("Rx data", ...).
+    pub fn name(self) -> &'static str {
+        match self {
+            Item::RxData => "Rx data",
+            Item::RxCqe => "Rx CQE",
+            Item::RxWqe => "Rx WQE",
+            Item::TxDoorbell => "Tx doorbell",
+            Item::TxWqe => "Tx WQE",
+            Item::TxData => "Tx data",
+            Item::TxCqe => "Tx CQE",
+        }
+    }
+
+    /// Snake-case key for reports (`rx_data`, ...).
+    pub fn key(self) -> &'static str {
+        match self {
+            Item::RxData => "rx_data",
+            Item::RxCqe => "rx_cqe",
+            Item::RxWqe => "rx_wqe",
+            Item::TxDoorbell => "tx_doorbell",
+            Item::TxWqe => "tx_wqe",
+            Item::TxData => "tx_data",
+            Item::TxCqe => "tx_cqe",
+        }
+    }
+}
+
+/// Integer counters of one queue (summed per port with [`NicCounters::add`]).
+#[derive(Clone, Copy, Debug, Default, PartialEq, Eq)]
+pub struct NicCounters {
+    /// PCIe traffic per breakdown item (index = `Item as usize`).
+    pub items: [Traffic; 7],
+    /// Bytes the NIC read from host memory by DMA (descriptors and packet data).
+    pub host_bytes_read: u64,
+    /// Bytes the NIC wrote to host memory by DMA (packet data and completions).
+    pub host_bytes_written: u64,
+    /// Packet-data bytes the NIC read from host memory.
+    pub host_data_read: u64,
+    /// Packet-data bytes the NIC wrote to host memory.
+    pub host_data_written: u64,
+    /// DRAM bytes caused by DDIO misses (write-back plus re-read), timed runs only.
+    pub dram_bytes: u64,
+    /// Payload bytes the NIC read from nicmem.
+    pub nicmem_bytes_read: u64,
+    /// Payload bytes the NIC wrote to nicmem.
+    pub nicmem_bytes_written: u64,
+    /// Payload bytes currently held in nicmem.
+    pub nicmem_live_bytes: u64,
+    /// Peak of `nicmem_live_bytes` (summed over queues: an upper bound of the port's peak).
+    pub nicmem_peak_bytes: u64,
+    /// Frames that arrived on the wire.
+    pub wire_rx_frames: u64,
+    /// Line bytes of those frames (frame + FCS + preamble/SFD + IFG).
+    pub wire_rx_bytes: u64,
+    /// Frames sent on the wire.
+    pub wire_tx_frames: u64,
+    /// Line bytes of those frames.
+    pub wire_tx_bytes: u64,
+    /// Frames dropped because the receive buffer was full (PCIe upstream behind).
+    pub rx_pcie_overrun: u64,
+    /// Tx doorbells rung.
+    pub doorbells: u64,
+    /// Rx WQE fetch reads.
+    pub rx_wqe_fetches: u64,
+    /// Rx completions written (before compression).
+    pub rx_cqes: u64,
+    /// Tx completions written.
+    pub tx_cqes: u64,
+}
+
+impl NicCounters {
+    /// Total PCIe traffic (sum of the items).
+    pub fn pcie(&self) -> Traffic {
+        self.items.iter().copied().sum()
+    }
+
+    /// Traffic of one item.
+    pub fn item(&self, i: Item) -> Traffic {
+        self.items[i as usize]
+    }
+
+    /// Adds `o` into `self` (the peak is summed: an upper bound across queues).
+    pub fn add(&mut self, o: &NicCounters) {
+        for (a, b) in self.items.iter_mut().zip(&o.items) {
+            *a += *b;
+        }
+        self.host_bytes_read += o.host_bytes_read;
+        self.host_bytes_written += o.host_bytes_written;
+        self.host_data_read += o.host_data_read;
+        self.host_data_written += o.host_data_written;
+        self.dram_bytes += o.dram_bytes;
+        self.nicmem_bytes_read += o.nicmem_bytes_read;
+        self.nicmem_bytes_written += o.nicmem_bytes_written;
+        self.nicmem_live_bytes += o.nicmem_live_bytes;
+        self.nicmem_peak_bytes += o.nicmem_peak_bytes;
+        self.wire_rx_frames += o.wire_rx_frames;
+        self.wire_rx_bytes += o.wire_rx_bytes;
+        self.wire_tx_frames += o.wire_tx_frames;
+        self.wire_tx_bytes += o.wire_tx_bytes;
+        self.rx_pcie_overrun += o.rx_pcie_overrun;
+        self.doorbells += o.doorbells;
+        self.rx_wqe_fetches += o.rx_wqe_fetches;
+        self.rx_cqes += o.rx_cqes;
+        self.tx_cqes += o.tx_cqes;
+    }
+}
+
+/// A direct-mapped cache of charges by length (no allocation, O(1)).
+struct LenCache {
+    slots: [(u32, Traffic); 64],
+}
+
+impl LenCache {
+    fn new() -> Self {
+        Self {
+            slots: [(u32::MAX, Traffic::ZERO); 64],
+        }
+    }
+
+    #[inline]
+    fn get(&mut self, n: u32, f: impl FnOnce(u32) -> Traffic) -> Traffic {
+        let s = &mut self.slots[(n ^ (n >> 6)) as usize & 63];
+        if s.0 != n {
+            *s = (n, f(n));
+        }
+        s.1
+    }
+}
+
+/// Precomputed and cached charges of one profile and mode.
+struct Costs {
+    op: OpCosts,
+    writes: LenCache,
+    reads: LenCache,
+    wqe_reads: LenCache,
+    cqe: Traffic,
+    cqe_size: u64,
+    mini_per_slot: Option<u32>,
+    doorbell: Traffic,
+    rx_fetch_full: Traffic,
+    rx_batch: u32,
+    rx_wqe_size: u32,
+    wqebb: u32,
+    blueflame: bool,
+    wire_overhead: u64,
+}
+
+/// Live counters a queue publishes every few bursts (for the live stats line).
+#[derive(Debug, Default)]
+pub struct LiveModel {
+    /// PCIe bytes up so far.
+    pub up_bytes: AtomicU64,
+    /// PCIe bytes down so far.
+    pub down_bytes: AtomicU64,
+    /// Busy time booked on PCIe up, ps (timed runs).
+    pub up_busy_ps: AtomicU64,
+    /// Busy time booked on PCIe down, ps (timed runs).
+    pub down_busy_ps: AtomicU64,
+    /// The queue's clock, ps (timed runs).
+    pub now_ps: AtomicU64,
+}
+
+/// What a timed queue reports at the end.
+#[derive(Clone, Debug)]
+pub struct TimedReport {
+    /// Virtual (true) or wall clock.
+    pub virtual_clock: bool,
+    /// Time of the first arrival, ps.
+    pub start_ps: Ps,
+    /// Time of the last event (CPU, completion or departure), ps.
+    pub end_ps: Ps,
+    /// Busy time per resource in [`ResourceKind::ALL`] order, ps.
+    pub busy_ps: [f64; 7],
+    /// CPU load (virtual clock only): per-packet work plus doorbells amortised over full bursts,
+    /// ps (see the module docs).
+    pub cpu_busy_ps: Ps,
+    /// Wire-to-wire latency of every forwarded packet, ns.
+    pub latency_ns: Histogram<u64>,
+    /// Reads that waited for a free tag.
+    pub read_stalls: u64,
+    /// The last DDIO hit fraction.
+    pub ddio_hit: f64,
+    /// This queue's share of the offered load, Gb/s (`None`: pulled).
+    pub offered_gbps: Option<f64>,
+}
+
+/// What a queue reports when it is dropped.
+#[derive(Clone, Debug)]
+pub struct QueueModelReport {
+    /// Accounting counters.
+    pub counters: NicCounters,
+    /// Timing results, for timed queues.
+    pub timed: Option<TimedReport>,
+}
+
+/// Where a port's queues deposit their final reports and live counters.
+#[derive(Debug, Default)]
+pub struct ModelSink {
+    /// One slot per queue, filled when the queue is dropped.
+    pub reports: Mutex<Vec<Option<QueueModelReport>>>,
+    /// One live record per queue.
+    pub live: Vec<LiveModel>,
+}
+
+impl ModelSink {
+    /// A sink for `queues` queues.
+    pub fn new(queues: usize) -> Self {
+        Self {
+            reports: Mutex::new(vec![None; queues]),
+            live: (0..queues).map(|_| LiveModel::default()).collect(),
+        }
+    }
+}
+
+/// A port-level summary of the queues' reports.
+#[derive(Clone, Debug)]
+pub struct PortModel {
+    /// Counters summed over the queues.
+    pub counters: NicCounters,
+    /// Whether the queues were timed.
+    pub timed: bool,
+    /// Whether the clock was virtual.
+    pub virtual_clock: bool,
+    /// Model time from the first arrival to the last event, ps (0 when untimed).
+    pub interval_ps: Ps,
+    /// Utilisation per resource (PCIe up/down, wire Rx/Tx, DMA engine, nicmem, host memory,
+    /// and `cpu` in virtual mode), 0..1 (above 1 = a backlog was booked).
+    pub utilization: Vec<(&'static str, f64)>,
+    /// The saturated resource, or `"none"` (see [`PortModel::summarize`]).
+    pub bottleneck: &'static str,
+    /// Latency histogram of all queues, ns.
+    pub latency_ns: Option<Histogram<u64>>,
+    /// Outstanding-read stalls.
+    pub read_stalls: u64,
+    /// Mean DDIO hit fraction over the queues.
+    pub ddio_hit: f64,
+    /// Offered load in Gb/s (`None`: pulled).
+    pub offered_gbps: Option<f64>,
+}
+
+/// Utilisation from which a resource counts as saturated.
+pub const SATURATED: f64 = 0.95;
+
+impl PortModel {
+    /// Sums queue reports. Utilisation is busy time over the common interval, averaged over the
+    /// queues (each queue owns a 1/queues share of every resource). The bottleneck is the most
+    /// utilised saturated (>= [`SATURATED`]) internal resource (PCIe, DMA engine, nicmem, host
+    /// memory, CPU); if none is saturated, `wire_tx` when the transmit wire is; else `none`. Wire
+    /// Rx is the offered load, not a bottleneck, and an internal resource with no headroom is
+    /// named even when the wire is also full (the paper's "PCIe out 99.8 %").
+    pub fn summarize(reports: &[QueueModelReport]) -> Self {
+        let mut counters = NicCounters::default();
+        for r in reports {
+            counters.add(&r.counters);
+        }
+        let timed: Vec<&TimedReport> = reports.iter().filter_map(|r| r.timed.as_ref()).collect();
+        let mut out = PortModel {
+            counters,
+            timed: !timed.is_empty(),
+            virtual_clock: timed.first().is_some_and(|t| t.virtual_clock),
+            interval_ps: 0,
+            utilization: Vec::new(),
+            bottleneck: "none",
+            latency_ns: None,
+            read_stalls: timed.iter().map(|t| t.read_stalls).sum(),
+            ddio_hit: 1.0,
+            offered_gbps: None,
+        };
+        if timed.is_empty() {
+            return out;
+        }
+        let start = timed.iter().map(|t| t.start_ps).min().unwrap_or(0);
+        let end = timed.iter().map(|t| t.end_ps).max().unwrap_or(0);
+        let dt = end.saturating_sub(start);
+        out.interval_ps = dt;
+        let n = timed.len() as f64;
+        let denom = dt as f64 * n;
+        for (i, k) in ResourceKind::ALL.iter().enumerate() {
+            let busy: f64 = timed.iter().map(|t| t.busy_ps[i]).sum();
+            out.utilization
+                .push((k.as_str(), if denom > 0.0 { busy / denom } else { 0.0 }));
+        }
+        if out.virtual_clock {
+            let busy: f64 = timed.iter().map(|t| t.cpu_busy_ps as f64).sum();
+            out.utilization
+                .push(("cpu", if denom > 0.0 { busy / denom } else { 0.0 }));
+        }
+        let internal: Vec<(&'static str, f64)> = out
+            .utilization
+            .iter()
+            .copied()
+            .filter(|(k, _)| !k.starts_with("wire"))
+            .collect();
+        out.bottleneck = pick_bottleneck(&internal, SATURATED)
+            .or_else(|| {
+                let wire: Vec<_> = out
+                    .utilization
+                    .iter()
+                    .copied()
+                    .filter(|(k, _)| *k == "wire_tx")
+                    .collect();
+                pick_bottleneck(&wire, SATURATED)
+            })
+            .unwrap_or("none");
+        let mut hist: Option<Histogram<u64>> = None;
+        for t in &timed {
+            match &mut hist {
+                None => hist = Some(t.latency_ns.clone()),
+                Some(h) => {
+                    let _ = h.add(&t.latency_ns);
+                }
+            }
+        }
+        out.latency_ns = hist;
+        out.ddio_hit = timed.iter().map(|t| t.ddio_hit).sum::<f64>() / n;
+        out.offered_gbps = timed.iter().map(|t| t.offered_gbps).sum::<Option<f64>>();
+        out
+    }
+
+    /// Latency at quantile `q` (0..=1; 1 = the maximum) in ns, `None` without samples.
+    pub fn latency_quantile(&self, q: f64) -> Option<u64> {
+        let h = self.latency_ns.as_ref().filter(|h| !h.is_empty())?;
+        Some(if q >= 1.0 {
+            h.max()
+        } else {
+            h.value_at_quantile(q)
+        })
+    }
+
+    /// Mean latency in ns, `None` without samples.
+    pub fn latency_mean(&self) -> Option<f64> {
+        let h = self.latency_ns.as_ref().filter(|h| !h.is_empty())?;
+        Some(h.mean())
+    }
+
+    /// Latency samples recorded.
+    pub fn latency_count(&self) -> u64 {
+        self.latency_ns.as_ref().map_or(0, |h| h.len())
+    }
+
+    /// Utilisation of the resource called `name` (0 when absent).
+    pub fn util(&self, name: &str) -> f64 {
+        self.utilization
+            .iter()
+            .find(|(k, _)| *k == name)
+            .map_or(0.0, |(_, u)| *u)
+    }
+}
+
+/// The timing state of one queue (see the module docs).
+pub(crate) struct Timing {
+    virtual_clock: bool,
+    epoch: Instant,
+    tl: Timelines,
+    line: Cost,
+    pace: Option<Cost>,
+    offered_gbps: Option<f64>,
+    up: Cost,
+    cycle: Cost,
+    pkt_cycles: u64,
+    miss_cycles: u64,
+    doorbell_cycles: u64,
+    /// Packets a full burst amortises a doorbell over (the profile's `tx_burst`).
+    burst_cycles_div: u64,
+    /// The CPU's clock, ps.
+    now: Ps,
+    cpu_busy: Ps,
+    next_slot: Ps,
+    rx_buffer: u64,
+    /// Time PCIe upstream needs to drain a full receive buffer.
+    rx_buffer_drain: Ps,
+    posted_latency: Ps,
+    first: Option<Ps>,
+    last: Ps,
+    hist: Histogram<u64>,
+    ddio: DdioModel,
+    queues: u64,
+    miss_ppm: u64,
+    dram_acc: u64,
+    /// Per Rx CQ slot: when the CQE is visible to the CPU, and when its frame arrived.
+    cq_ready: Box<[Ps]>,
+    cq_arrival: Box<[Ps]>,
+    cq_mask: u32,
+    /// Tx WQEs in flight in model time: (departure, WQEBBs), FIFO.
+    inflight: Box<[(Ps, u32)]>,
+    if_head: usize,
+    if_len: usize,
+    inflight_bbs: u32,
+}
+
+impl Timing {
+    /// True for the virtual clock.
+    #[inline]
+    pub(crate) fn is_virtual(&self) -> bool {
+        self.virtual_clock
+    }
+
+    /// True when arrivals are paced by an offered rate.
+    #[inline]
+    pub(crate) fn paced(&self) -> bool {
+        self.pace.is_some()
+    }
+
+    /// The CPU's clock (wall mode: sampled now).
+    #[inline]
+    pub(crate) fn sync(&mut self) -> Ps {
+        if !self.virtual_clock {
+            let t = self.epoch.elapsed().as_nanos() as u64 * PS_PER_NS;
+            self.now = self.now.max(t);
+        }
+        self.now
+    }
+
+    /// The CPU's clock without sampling.
+    #[inline]
+    pub(crate) fn now(&self) -> Ps {
+        self.now
+    }
+
+    /// Virtual mode: the CPU idles until `t`.
+    #[inline]
+    pub(crate) fn idle_until(&mut self, t: Ps) {
+        if self.virtual_clock && t > self.now {
+            self.now = t;
+        }
+    }
+
+    /// Virtual mode: the CPU spent `n` packets' worth of cycles. The load counted is the
+    /// per-packet work plus the doorbell amortised over a full burst: what the core needs per
+    /// packet once saturated (when bursts are full), so 100 % means saturated; at low load the
+    /// core rings a doorbell per small burst, which takes time but is not load.
+    #[inline]
+    pub(crate) fn cpu_packets(&mut self, n: u64) {
+        if self.virtual_clock && n > 0 {
+            let miss = self.miss_cycles * self.miss_ppm / 1_000_000;
+            let cycles = n * (self.pkt_cycles + miss);
+            self.now += self.cycle.time_ps(cycles);
+            self.cpu_busy += self
+                .cycle
+                .time_ps(cycles + n * self.doorbell_cycles / self.burst_cycles_div);
+        }
+    }
+
+    /// The end of the next paced arrival slot for a frame of `len` bytes (without FCS), and the
+    /// slot start that follows it; `None` when unpaced.
+    #[inline]
+    pub(crate) fn paced_arrival(&self, len: usize, wire_overhead: u64) -> Option<(Ps, Ps)> {
+        let pace = self.pace?;
+        let bytes = len as u64 + wire_overhead;
+        let start = self
+            .next_slot
+            .max(self.tl.get(ResourceKind::WireRx).free_at());
+        Some((
+            start + self.line.time_ps(bytes),
+            self.next_slot + pace.time_ps(bytes),
+        ))
+    }
+
+    /// Books a frame's wire Rx slot starting no earlier than `ready` (unpaced) or at its paced
+    /// slot; returns the arrival time (end of the frame on the wire).
+    #[inline]
+    pub(crate) fn arrive(&mut self, ready: Ps, len: usize, wire_overhead: u64) -> Ps {
+        let bytes = len as u64 + wire_overhead;
+        let at = match self.pace {
+            Some(p) => {
+                let s = self.next_slot;
+                self.next_slot += p.time_ps(bytes);
+                s
+            }
+            None => {
+                // Flow control: the sender waits while the receive buffer is too full.
+                let drain = self.rx_buffer_drain;
+                ready.max(
+                    self.tl
+                        .get(ResourceKind::PcieUp)
+                        .free_at()
+                        .saturating_sub(drain),
+                )
+            }
+        };
+        let r = self.tl.get_mut(ResourceKind::WireRx).reserve(at, bytes);
+        if self.first.is_none() {
+            self.first = Some(r.end);
+        }
+        r.end
+    }
+
+    /// True when a frame needing `up_bytes` upstream would overflow the receive buffer at `at`.
+    #[inline]
+    pub(crate) fn overrun(&self, at: Ps, up_bytes: u64) -> bool {
+        let free = self.tl.get(ResourceKind::PcieUp).free_at();
+        if free <= at {
+            return up_bytes > self.rx_buffer;
+        }
+        // Backlog bytes = backlog time / time per byte.
+        let backlog = self.up_bytes_in(free - at);
+        backlog + up_bytes > self.rx_buffer
+    }
+
+    fn up_bytes_in(&self, ps: Ps) -> u64 {
+        // time_ps(b) = ceil(b * num / den) → b ≈ ps * den / num; one probe gives the scale.
+        let per_mb = self.up.time_ps(1 << 20).max(1);
+        ((u128::from(ps) << 20) / u128::from(per_mb)) as u64
+    }
+
+    /// Records when Rx CQ slot `slot` becomes visible and when its frame arrived.
+    #[inline]
+    pub(crate) fn cq_set(&mut self, slot: u32, ready: Ps, arrival: Ps) {
+        let i = (slot & self.cq_mask) as usize;
+        self.cq_ready[i] = ready;
+        self.cq_arrival[i] = arrival;
+        self.last = self.last.max(ready);
+    }
+
+    /// When Rx CQ slot `slot` becomes visible.
+    #[inline]
+    pub(crate) fn cq_ready(&self, slot: u32) -> Ps {
+        self.cq_ready[(slot & self.cq_mask) as usize]
+    }
+
+    /// When the frame of Rx CQ slot `slot` arrived.
+    #[inline]
+    pub(crate) fn cq_arrival(&self, slot: u32) -> Ps {
+        self.cq_arrival[(slot & self.cq_mask) as usize]
+    }
+
+    /// WQEBBs free in the send queue in model time (WQEs whose frames have not left count).
+    #[inline]
+    pub(crate) fn tx_room(&mut self, ring_bbs: u32) -> u32 {
+        let now = self.now;
+        let cap = self.inflight.len();
+        while self.if_len > 0 {
+            let (dep, nbb) = self.inflight[self.if_head];
+            if dep > now {
+                break;
+            }
+            self.inflight_bbs -= nbb;
+            self.if_head = (self.if_head + 1) % cap;
+            self.if_len -= 1;
+        }
+        ring_bbs.saturating_sub(self.inflight_bbs)
+    }
+
+    #[inline]
+    fn tx_inflight_push(&mut self, dep: Ps, nbb: u32) {
+        let cap = self.inflight.len();
+        if self.if_len == cap {
+            // Cannot happen while posting respects `tx_room`; keep the oldest accounting sane.
+            let (_, old) = self.inflight[self.if_head];
+            self.inflight_bbs -= old;
+            self.if_head = (self.if_head + 1) % cap;
+            self.if_len -= 1;
+        }
+        let at = (self.if_head + self.if_len) % cap;
+        self.inflight[at] = (dep, nbb);
+        self.if_len += 1;
+        self.inflight_bbs += nbb;
+    }
+
+    /// Updates the DDIO hit fraction from the entries holding host packet data.
+    pub(crate) fn ddio_update(&mut self, entries: u64, host_bytes: u64) {
+        let w = entries * host_bytes * self.queues;
+        let p = self.ddio.p_hit(w);
+        self.miss_ppm = ((1.0 - p) * 1e6).round() as u64;
+    }
+
+    fn report(&self) -> TimedReport {
+        let mut busy = [0.0; 7];
+        for (b, k) in busy.iter_mut().zip(ResourceKind::ALL) {
+            *b = self.tl.get(k).busy_ps();
+        }
+        let mut end = self.last.max(self.now);
+        for k in [
+            ResourceKind::WireTx,
+            ResourceKind::PcieUp,
+            ResourceKind::PcieDown,
+        ] {
+            end = end.max(self.tl.get(k).free_at());
+        }
+        TimedReport {
+            virtual_clock: self.virtual_clock,
+            start_ps: self.first.unwrap_or(0),
+            end_ps: end,
+            busy_ps: busy,
+            cpu_busy_ps: self.cpu_busy,
+            latency_ns: self.hist.clone(),
+            read_stalls: self.tl.reads().stalls(),
+            ddio_hit: 1.0 - self.miss_ppm as f64 / 1e6,
+            offered_gbps: self.offered_gbps,
+        }
+    }
+}
+
+/// A profile with a 1/`q` share of every shared rate (see the module docs).
+fn share(p: &HardwareProfile, q: u32) -> Result<HardwareProfile, String> {
+    if q <= 1 {
+        return Ok(p.clone());
+    }
+    let f = f64::from(q);
+    let mut s = p.clone();
+    let eta = PcieLink::from_profile(&p.nic.pcie)?.efficiency();
+    s.nic.pcie.efficiency = Efficiency::Fixed(eta / f);
+    s.nic.line_rate_gbps /= f;
+    s.nic.pcie.max_outstanding_reads = (p.nic.pcie.max_outstanding_reads / q).max(1);
+    s.nic.pcie.max_read_mops /= f;
+    s.nic.pcie.max_write_mops /= f;
+    s.nic.nicmem.bandwidth_gbps /= f;
+    s.host.dram_bandwidth_gbyte_s /= f;
+    s.nic.rx_buffer.0 /= u64::from(q);
+    Ok(s)
+}
+
+/// Accounting (and optional timing) of one queue.
+pub(crate) struct NicModel {
+    pub(crate) c: NicCounters,
+    k: Costs,
+    rx_wqe_left: u32,
+    rx_mini: u32,
+    pub(crate) t: Option<Box<Timing>>,
+    live_every: u32,
+    bursts: u32,
+}
+
+/// Per-queue construction parameters of the model.
+pub(crate) struct ModelParams<'a> {
+    pub profile: &'a HardwareProfile,
+    pub mode: DatapathMode,
+    pub queues: u16,
+    pub rx_ring: usize,
+    pub tx_ring: usize,
+    pub timing: Option<&'a VnicTiming>,
+}
+
+impl NicModel {
+    pub(crate) fn new(p: &ModelParams<'_>) -> Result<Self, String> {
+        let prof = p.profile;
+        let op = OpCosts::new(prof)?;
+        let d = prof.nic.descriptors.clone();
+        let rx_wqe_size = op.rx_wqe_size(p.mode);
+        let k = Costs {
+            cqe: op.cqe_write(1),
+            cqe_size: u64::from(d.cqe_size),
+            mini_per_slot: d.cqe_compression.then_some(d.mini_cqes_per_slot.max(1)),
+            doorbell: op.tx_doorbell(),
+            rx_fetch_full: op.rx_wqe_fetch(d.rx_wqe_fetch_batch, rx_wqe_size),
+            rx_batch: d.rx_wqe_fetch_batch.max(1),
+            rx_wqe_size,
+            wqebb: d.wqebb,
+            blueflame: d.blueflame,
+            wire_overhead: u64::from(
+                prof.nic.fcs_bytes + prof.nic.preamble_sfd_bytes + prof.nic.ifg_bytes,
+            ),
+            op,
+            writes: LenCache::new(),
+            reads: LenCache::new(),
+            wqe_reads: LenCache::new(),
+        };
+        let t = match p.timing {
+            None => None,
+            Some(vt) => {
+                let q = u32::from(p.queues.max(1));
+                let sp = share(prof, q)?;
+                let tl = Timelines::from_profile(&sp)?;
+                let link = PcieLink::from_profile(&sp.nic.pcie)?;
+                let cyc = &prof.host.cycles;
+                let cq = p.rx_ring.next_power_of_two();
+                let txn = p.tx_ring.next_power_of_two().max(16);
+                let hist = Histogram::new_with_bounds(1, 60_000_000_000, 3)
+                    .map_err(|e| format!("latency histogram: {e}"))?;
+                Some(Box::new(Timing {
+                    virtual_clock: vt.clock == ClockMode::Virtual,
+                    epoch: Instant::now(),
+                    tl,
+                    line: Cost::per_byte_at_gbps(sp.nic.line_rate_gbps),
+                    pace: vt
+                        .offered_gbps
+                        .map(|g| Cost::per_byte_at_gbps(g / f64::from(q))),
+                    offered_gbps: vt.offered_gbps.map(|g| g / f64::from(q)),
+                    up: Cost::per_byte_at_bps(link.capacity_bps()),
+                    cycle: Cost::per_op_at_rate(prof.host.cpu_ghz * 1e9),
+                    pkt_cycles: u64::from(cyc.driver_per_packet) + u64::from(vt.nf_cycles),
+                    miss_cycles: u64::from(cyc.dram_access.saturating_sub(cyc.llc_access)),
+                    doorbell_cycles: u64::from(cyc.doorbell),
+                    burst_cycles_div: u64::from(prof.nic.descriptors.tx_burst.max(1)),
+                    now: 0,
+                    cpu_busy: 0,
+                    next_slot: 0,
+                    rx_buffer: sp.nic.rx_buffer.bytes(),
+                    rx_buffer_drain: Cost::per_byte_at_bps(link.capacity_bps())
+                        .time_ps(sp.nic.rx_buffer.bytes()),
+                    posted_latency: prof.nic.pcie.posted_latency_ns * PS_PER_NS,
+                    first: None,
+                    last: 0,
+                    hist,
+                    ddio: DdioModel::from_profile(&prof.host),
+                    queues: u64::from(q),
+                    miss_ppm: 0,
+                    dram_acc: 0,
+                    cq_ready: vec![0; cq].into_boxed_slice(),
+                    cq_arrival: vec![0; cq].into_boxed_slice(),
+                    cq_mask: cq as u32 - 1,
+                    inflight: vec![(0, 0); txn].into_boxed_slice(),
+                    if_head: 0,
+                    if_len: 0,
+                    inflight_bbs: 0,
+                }))
+            }
+        };
+        Ok(Self {
+            c: NicCounters::default(),
+            k,
+            rx_wqe_left: 0,
+            rx_mini: 0,
+            t,
+            live_every: 64,
+            bursts: 0,
+        })
+    }
+
+    /// Line bytes a frame of `len` bytes (without FCS) adds beyond `len`.
+    #[inline]
+    pub(crate) fn wire_overhead(&self) -> u64 {
+        self.k.wire_overhead
+    }
+
+    #[inline]
+    fn charge(&mut self, i: Item, t: Traffic) {
+        self.c.items[i as usize] += t;
+    }
+
+    /// A frame of `len` bytes arrived on the wire.
+    #[inline]
+    pub(crate) fn wire_rx(&mut self, len: usize) {
+        self.c.wire_rx_frames += 1;
+        self.c.wire_rx_bytes += len as u64 + self.k.wire_overhead;
+    }
+
+    /// Upstream bytes a received frame will need (for the overrun check).
+    #[inline]
+    pub(crate) fn rx_up_bytes(&mut self, hl: u32, host_payload: u32) -> u64 {
+        let op = &self.k.op;
+        let mut b = self.k.writes.get(hl, |n| op.rx_data_write(n)).up_bytes;
+        if host_payload > 0 {
+            b += self
+                .k
+                .writes
+                .get(host_payload, |n| op.rx_data_write(n))
+                .up_bytes;
+        }
+        b + self.k.cqe.up_bytes
+    }
+
+    /// The NIC consumed a header-ring WQE (`posted` were posted, this one included): fetch a
+    /// batch when the prefetched ones are used up.
+    #[inline]
+    pub(crate) fn rx_wqe_consumed(&mut self, posted: u32, at: Ps) {
+        if self.rx_wqe_left == 0 {
+            let n = posted.clamp(1, self.k.rx_batch);
+            let tr = if n == self.k.rx_batch {
+                self.k.rx_fetch_full
+            } else {
+                self.k.op.rx_wqe_fetch(n, self.k.rx_wqe_size)
+            };
+            self.charge(Item::RxWqe, tr);
+            self.c.rx_wqe_fetches += 1;
+            self.c.host_bytes_read += u64::from(n * self.k.rx_wqe_size);
+            if let Some(t) = &mut self.t {
+                t.tl.dma_read_booked(at, at, tr, 0);
+            }
+            self.rx_wqe_left = n;
+        }
+        self.rx_wqe_left -= 1;
+    }
+
+    /// A received frame was placed at `at`: `hl` header bytes and `host_payload` payload bytes
+    /// written to host memory, `nic_payload` payload bytes written to nicmem.
+    #[inline]
+    pub(crate) fn rx_placed(&mut self, at: Ps, hl: u32, host_payload: u32, nic_payload: u32) {
+        let op = &self.k.op;
+        let w1 = self.k.writes.get(hl, |n| op.rx_data_write(n));
+        let mut tr = w1;
+        let w2 = if host_payload > 0 {
+            let w = self.k.writes.get(host_payload, |n| op.rx_data_write(n));
+            tr += w;
+            w
+        } else {
+            Traffic::ZERO
+        };
+        self.charge(Item::RxData, tr);
+        let host = u64::from(hl) + u64::from(host_payload);
+        self.c.host_bytes_written += host;
+        self.c.host_data_written += host;
+        if nic_payload > 0 {
+            self.c.nicmem_bytes_written += u64::from(nic_payload);
+            self.c.nicmem_live_bytes += u64::from(nic_payload);
+            if self.c.nicmem_live_bytes > self.c.nicmem_peak_bytes {
+                self.c.nicmem_peak_bytes = self.c.nicmem_live_bytes;
+            }
+        }
+        if let Some(t) = &mut self.t {
+            t.tl.posted_write(at, w1);
+            if host_payload > 0 {
+                t.tl.posted_write(at, w2);
+            }
+            if nic_payload > 0 {
+                t.tl.get_mut(ResourceKind::Nicmem)
+                    .reserve(at, u64::from(nic_payload));
+            }
+            if t.miss_ppm > 0 {
+                // Write-back and re-read of the missed share of the packet's host bytes.
+                t.dram_acc += 2 * host * t.miss_ppm;
+                let b = t.dram_acc / 1_000_000;
+                t.dram_acc %= 1_000_000;
+                if b > 0 {
+                    self.c.dram_bytes += b;
+                    t.tl.get_mut(ResourceKind::Hostmem).reserve(at, b);
+                }
+            }
+        }
+    }
+
+    /// The NIC wrote an Rx completion at `at`; returns when the CPU can see it.
+    #[inline]
+    pub(crate) fn rx_cqe(&mut self, at: Ps) -> Ps {
+        self.c.rx_cqes += 1;
+        let tr = match self.k.mini_per_slot {
+            None => self.k.cqe,
+            Some(per) => {
+                self.rx_mini += 1;
+                if self.rx_mini == per {
+                    self.rx_mini = 0;
+                    self.k.cqe
+                } else {
+                    Traffic::ZERO
+                }
+            }
+        };
+        if tr.up_bytes > 0 {
+            self.charge(Item::RxCqe, tr);
+            self.c.host_bytes_written += self.k.cqe_size;
+        }
+        match &mut self.t {
+            Some(t) if tr.up_bytes > 0 => t.tl.posted_write(at, tr).done,
+            Some(t) => at + t.posted_latency,
+            None => at,
+        }
+    }
+
+    /// The CPU rang the doorbell for `nbb` new WQEBBs; returns when the WQEs are at the NIC.
+    #[inline]
+    pub(crate) fn tx_doorbell(&mut self, nbb: u32) -> Ps {
+        let db = self.k.doorbell;
+        self.charge(Item::TxDoorbell, db);
+        self.c.doorbells += 1;
+        let bytes = nbb * self.k.wqebb;
+        let op = &self.k.op;
+        let fetch = if self.k.blueflame {
+            op.tx_wqe_push(bytes)
+        } else {
+            self.c.host_bytes_read += u64::from(bytes);
+            self.k.wqe_reads.get(bytes, |n| op.tx_wqe_fetch(n))
+        };
+        self.charge(Item::TxWqe, fetch);
+        match &mut self.t {
+            None => 0,
+            Some(t) => {
+                let now = t.now;
+                if t.virtual_clock {
+                    // Takes CPU time but is not counted as load: a per-burst cost shrinks per
+                    // packet as bursts grow, so it never saturates a poll-mode core.
+                    t.now += t.cycle.time_ps(t.doorbell_cycles);
+                }
+                let d = t.tl.mmio_write(now, db);
+                if self.k.blueflame {
+                    t.tl.mmio_write(now, fetch).done
+                } else {
+                    t.tl.dma_read_booked(now, d.done, fetch, 0).done
+                }
+            }
+        }
+    }
+
+    /// The NIC read `n` bytes of packet data from host memory once the WQE was ready at `ready`;
+    /// returns when the data is at the NIC.
+    #[inline]
+    pub(crate) fn tx_host_read(&mut self, ready: Ps, n: u32) -> Ps {
+        let op = &self.k.op;
+        let tr = self.k.reads.get(n, |n| op.tx_data_read(n));
+        self.charge(Item::TxData, tr);
+        self.c.host_bytes_read += u64::from(n);
+        self.c.host_data_read += u64::from(n);
+        match &mut self.t {
+            None => 0,
+            Some(t) => {
+                let adder = t.ddio.miss_adder_ps() * t.miss_ppm / 1_000_000;
+                let now = t.now;
+                t.tl.dma_read_booked(now.min(ready), ready, tr, adder).done
+            }
+        }
+    }
+
+    /// The NIC read `n` payload bytes from nicmem at `ready`; returns when they are read.
+    #[inline]
+    pub(crate) fn tx_nic_read(&mut self, ready: Ps, n: u32) -> Ps {
+        self.c.nicmem_bytes_read += u64::from(n);
+        match &mut self.t {
+            None => 0,
+            Some(t) => {
+                // Booked now (time order on the shared SRAM port), finishing relative to `ready`.
+                let now = t.now.min(ready);
+                let r =
+                    t.tl.get_mut(ResourceKind::Nicmem)
+                        .reserve(now, u64::from(n));
+                ready + (r.done - now)
+            }
+        }
+    }
+
+    /// A frame of `len` bytes, gathered at `ready`, goes on the wire; `arrival_ns` is when it
+    /// arrived. Returns its departure time.
+    #[inline]
+    pub(crate) fn tx_wire(&mut self, ready: Ps, len: usize, arrival_ns: u64) -> Ps {
+        let bytes = len as u64 + self.k.wire_overhead;
+        self.c.wire_tx_frames += 1;
+        self.c.wire_tx_bytes += bytes;
+        match &mut self.t {
+            None => 0,
+            Some(t) => {
+                let r = t.tl.get_mut(ResourceKind::WireTx).reserve(ready, bytes);
+                let lat = (r.end / PS_PER_NS).saturating_sub(arrival_ns).max(1);
+                t.hist.saturating_record(lat);
+                t.last = t.last.max(r.end);
+                r.end
+            }
+        }
+    }
+
+    /// A WQE of `nbb` WQEBBs finished at `done` (its frame left, or it failed).
+    #[inline]
+    pub(crate) fn tx_done(&mut self, done: Ps, nbb: u32) {
+        if let Some(t) = &mut self.t {
+            t.tx_inflight_push(done, nbb);
+        }
+    }
+
+    /// The NIC wrote a Tx completion at `at`.
+    #[inline]
+    pub(crate) fn tx_cqe(&mut self, at: Ps) {
+        let tr = self.k.cqe;
+        self.charge(Item::TxCqe, tr);
+        self.c.tx_cqes += 1;
+        self.c.host_bytes_written += self.k.cqe_size;
+        if let Some(t) = &mut self.t {
+            // Booked now, like the reads of the same doorbell (nobody waits for its visibility:
+            // reclaim is functional).
+            let now = t.now.min(at);
+            let d = t.tl.posted_write(now, tr).done;
+            t.last = t.last.max(d.max(at));
+        }
+    }
+
+    /// A nicmem payload of `n` bytes was freed.
+    #[inline]
+    pub(crate) fn nicmem_freed(&mut self, n: u64) {
+        self.c.nicmem_live_bytes = self.c.nicmem_live_bytes.saturating_sub(n);
+    }
+
+    /// Host bytes per packet of `mode` for DDIO (`len` frame bytes, split offset `h`).
+    pub(crate) fn host_bytes(mode: DatapathMode, len: u64, h: u64) -> u64 {
+        host_bytes_per_packet(mode, len, h)
+    }
+
+    /// Counts a burst; true every few bursts, when live counters should be published.
+    #[inline]
+    pub(crate) fn tick(&mut self) -> bool {
+        self.bursts += 1;
+        if self.bursts < self.live_every {
+            return false;
+        }
+        self.bursts = 0;
+        true
+    }
+
+    pub(crate) fn publish(&self, l: &LiveModel) {
+        let p = self.c.pcie();
+        l.up_bytes.store(p.up_bytes, Ordering::Relaxed);
+        l.down_bytes.store(p.down_bytes, Ordering::Relaxed);
+        if let Some(t) = &self.t {
+            l.up_busy_ps.store(
+                t.tl.get(ResourceKind::PcieUp).busy_ps() as u64,
+                Ordering::Relaxed,
+            );
+            l.down_busy_ps.store(
+                t.tl.get(ResourceKind::PcieDown).busy_ps() as u64,
+                Ordering::Relaxed,
+            );
+            l.now_ps.store(t.now, Ordering::Relaxed);
+        }
+    }
+
+    /// The final report (charges a partly filled compressed CQE slot).
+    pub(crate) fn report(&mut self) -> QueueModelReport {
+        if self.rx_mini > 0 {
+            self.rx_mini = 0;
+            let tr = self.k.cqe;
+            self.charge(Item::RxCqe, tr);
+            self.c.host_bytes_written += self.k.cqe_size;
+        }
+        QueueModelReport {
+            counters: self.c,
+            timed: self.t.as_ref().map(|t| t.report()),
+        }
+    }
+}
+
+/// Shared handle type of a port's model sink.
+pub type ModelSinkRef = Arc<ModelSink>;
