@@ -1,26 +1,43 @@
 //! The traffic generator: Ethernet/IPv4/UDP-or-TCP frames carrying a [`Signature`] and the
 //! sequence-dependent pattern, as a [`FrameSource`] a port's wire side can pull from.
 //!
-//! Traffic shape (the paper's TRex profile by default): flow `i` of `flows` has source IP
-//! `src_ip + i` and destination IP `dst_ip + (i % dst_ip_count)` (16.1.1.1 upward to
-//! 48.1.1.1..=48.1.1.4), fixed ports (53 -> 53, Scapy's defaults, as in the paper's profile),
-//! configurable MACs; flows are used round robin, one frame each, so consecutive frames belong to
-//! different flows.
+//! **Flows.** Flow `i` of `flows` takes each header field from its own range, by field index
+//! `i % count` (`addr_mode = "increment"`, TRex's `inc` variables moving in lock step) or by a
+//! keyed hash of `i` into the range (`"random"`, RFC 4814 pseudorandom ports and addresses, the
+//! same value every time flow `i` is sent): source IP from `src_ip` over `src_ip_count`
+//! addresses (default: one per flow, the paper's 4.13 M sources), destination IP from `dst_ip`
+//! over `dst_ip_count` (default 4), source and destination ports over `src_port_count` /
+//! `dst_port_count` (default 1: Scapy's 53 -> 53 as in the paper's profile).
 //!
-//! Cost per frame: copy the header template, write the two addresses, the IPv4 checksum, the
-//! signature, and `memcpy` the pattern. **Deviation from the foundation issue**, which asked for
-//! one precomputed header template per flow: the paper's default is 10 M flows (4.13 M source
-//! addresses in its TRex profile), which would be 540 MB of templates and a cache miss per frame.
-//! Instead there is one template plus the ones'-complement sum of its constant IPv4 words; the
-//! per-frame IPv4 checksum adds the four address words to that sum (a handful of adds, no loop).
-//! The optional UDP checksum, and the TCP checksum (always written, TCP has no "no checksum"
-//! value), are equally O(1): the pattern region's sum depends only on `seq % 251`, so its 251
-//! possible values are precomputed at construction.
+//! **Flow popularity** (`flow_dist`): round robin (default; consecutive frames belong to
+//! different flows, one frame each), uniform random, or Zipf-skewed (`"zipf:1.0"`), drawn from a
+//! precomputed alias table in O(1) per frame.
+//!
+//! **Sizes**: one `frame_size`, or a `size_mix` (`"imix"`, `"64:7,594:4,1518:1"`, ...) played as a
+//! precomputed smooth schedule so every stretch of frames carries the mix's proportions.
+//!
+//! **Timestamps** (`timestamps = true`): frames carry the v2 signature with the departure time
+//! (see [`crate::signature`]); from [`FrameSource::next_frame`] that is the process wall clock
+//! ([`crate::rate::wall_ns`]), from [`Generator::produce_at`] whatever the caller passes (a
+//! pacer's intended departure time, or a virtual clock).
+//!
+//! Cost per frame: copy the header template, write the two addresses (and ports when they vary),
+//! the IPv4 checksum, the signature, and `memcpy` the pattern. **Deviation from the foundation
+//! issue**, which asked for one precomputed header template per flow: the paper's default is
+//! 10 M flows (4.13 M source addresses in its TRex profile), which would be 540 MB of templates
+//! and a cache miss per frame. Instead there is one template per frame size plus the
+//! ones'-complement sum of its constant IPv4 words; the per-frame IPv4 checksum adds the four
+//! address words to that sum (a handful of adds, no loop). The optional UDP checksum, and the
+//! TCP checksum (always written, TCP has no "no checksum" value), are equally O(1): the pattern
+//! region's sum depends only on `seq % 251`, so its 251 possible values are precomputed per size.
+//! Round-robin flows with incrementing fields use per-field counters (no division); other
+//! choices use multiply-shift reductions ([`crate::dist::FastMod`]), never a division.
 //!
 //! Counters ([`GenCounters`]) are published with a relaxed store per frame (a plain `mov` to a
 //! line only this core writes), so they are exact at every moment and no "final flush" is needed
 //! when a run ends by time. The stop flag is read every [`STOP_CHECK_EVERY`] frames.
 
+use crate::dist::{AliasTable, FastMod, FlowDist, Rng, SizeMix, fastrange, mix64, zipf_weights};
 use crate::signature::{
     ETH_HLEN, ETHERTYPE_IPV4, IPV4_HLEN, L4Proto, PATTERN, PATTERN_PERIOD, SIGNATURE_LEN,
     Signature, TCP_HLEN, fold_checksum, sum_words,
@@ -43,6 +60,8 @@ pub const MAX_FRAME_SIZE: u32 = MAX_WIRE_FRAME as u32 + FCS_LEN;
 pub const MAX_STREAMS: u16 = 256;
 /// The stop flag is read once per this many frames.
 pub const STOP_CHECK_EVERY: u64 = 256;
+/// Largest flow count with a non-round-robin `flow_dist` (the alias table takes 8 B per flow).
+pub const MAX_RANDOM_FLOWS: u32 = 1 << 25;
 
 /// An Ethernet MAC address, written `"02:00:00:00:00:01"` in configs.
 #[derive(Clone, Copy, Debug, Default, PartialEq, Eq, Hash)]
@@ -104,15 +123,26 @@ impl<'de> Deserialize<'de> for MacAddr {
     }
 }
 
+/// How a flow's header fields are taken from their ranges.
+#[derive(Clone, Copy, Debug, Default, PartialEq, Eq, Serialize, Deserialize)]
+#[serde(rename_all = "lowercase")]
+pub enum AddrMode {
+    /// Field index `flow % count`: consecutive flows get consecutive values.
+    #[default]
+    Increment,
+    /// Field index from a keyed hash of the flow: pseudorandom but fixed per flow (RFC 4814).
+    Random,
+}
+
 /// What to generate. Deserialised from a config table (unknown keys rejected; every key has a
 /// default, see [`GeneratorConfig::default`]); check with [`GeneratorConfig::validate`].
 #[derive(Clone, Debug, PartialEq, Eq, Serialize, Deserialize)]
 #[serde(deny_unknown_fields, default)]
 pub struct GeneratorConfig {
     /// Frame size in bytes **including** the 4-byte FCS (RFC 2544 convention), 64..=16388; the
-    /// generator emits `frame_size - 4` bytes. TCP needs at least 74.
+    /// generator emits `frame_size - 4` bytes. TCP needs at least 74. Ignored with `size_mix`.
     pub frame_size: u32,
-    /// Number of distinct 5-tuples, used round robin; at least 1.
+    /// Number of distinct flows (5-tuples); at least 1.
     pub flows: u32,
     /// Frames to generate; `None` (key absent) = until stopped.
     pub count: Option<u64>,
@@ -128,22 +158,39 @@ pub struct GeneratorConfig {
     pub src_mac: MacAddr,
     /// Destination MAC of every frame.
     pub dst_mac: MacAddr,
-    /// Source IP of flow 0; flow `i` uses `src_ip + i`.
+    /// First source IP.
     pub src_ip: Ipv4Addr,
-    /// First destination IP; flow `i` uses `dst_ip + i % dst_ip_count`.
+    /// Number of source IPs (`None`: one per flow, flow `i` from `src_ip + i`).
+    pub src_ip_count: Option<u32>,
+    /// First destination IP.
     pub dst_ip: Ipv4Addr,
     /// Number of destination IPs, at least 1.
     pub dst_ip_count: u32,
-    /// Source port of every flow.
+    /// First source port.
     pub src_port: u16,
-    /// Destination port of every flow.
+    /// Number of source ports, at least 1.
+    pub src_port_count: u32,
+    /// First destination port.
     pub dst_port: u16,
+    /// Number of destination ports, at least 1.
+    pub dst_port_count: u32,
+    /// `"increment"` or `"random"` field values per flow (see the module docs).
+    pub addr_mode: AddrMode,
+    /// Flow popularity: `"round-robin"`, `"uniform"` or `"zipf:<s>"`.
+    pub flow_dist: FlowDist,
+    /// A frame size mix instead of `frame_size`: `"imix"`, `"imix-csit"`, `"rfc2544"` or
+    /// `"64:7,594:4,1518:1"`.
+    pub size_mix: Option<SizeMix>,
+    /// Seed of the random choices (random flows, random addresses).
+    pub seed: u64,
+    /// Carry the departure time in every frame (v2 signature) for latency measurement.
+    pub timestamps: bool,
 }
 
 impl Default for GeneratorConfig {
     /// 64 B UDP frames, one flow 16.1.1.1:53 -> 48.1.1.1:53 (the paper's TRex profile widens
     /// this with `flows`), unlimited count, stream 0, no UDP checksum, locally administered MACs
-    /// 02:00:00:00:00:01 -> 02:00:00:00:00:02.
+    /// 02:00:00:00:00:01 -> 02:00:00:00:00:02, round robin, no timestamps.
     fn default() -> Self {
         Self {
             frame_size: MIN_FRAME_SIZE,
@@ -155,10 +202,18 @@ impl Default for GeneratorConfig {
             src_mac: MacAddr([0x02, 0, 0, 0, 0, 0x01]),
             dst_mac: MacAddr([0x02, 0, 0, 0, 0, 0x02]),
             src_ip: Ipv4Addr::new(16, 1, 1, 1),
+            src_ip_count: None,
             dst_ip: Ipv4Addr::new(48, 1, 1, 1),
             dst_ip_count: 4,
             src_port: 53,
+            src_port_count: 1,
             dst_port: 53,
+            dst_port_count: 1,
+            addr_mode: AddrMode::Increment,
+            flow_dist: FlowDist::RoundRobin,
+            size_mix: None,
+            seed: 1,
+            timestamps: false,
         }
     }
 }
@@ -201,10 +256,39 @@ pub struct FlowTuple {
     pub proto: L4Proto,
 }
 
+/// Per-field keys of the `random` address mode (any distinct odd constants).
+const FIELD_KEYS: [u64; 4] = [
+    0x9e37_79b9_7f4a_7c15,
+    0xc2b2_ae3d_27d4_eb4f,
+    0x1656_67b1_9e37_79f9,
+    0x27d4_eb2f_1656_67c5,
+];
+
 impl GeneratorConfig {
-    /// Bytes per generated frame (without FCS): `frame_size - 4`.
+    /// Bytes per generated frame (without FCS): `frame_size - 4` (the largest size of a mix).
     pub fn generated_len(&self) -> usize {
-        self.frame_size.saturating_sub(FCS_LEN) as usize
+        self.max_frame_size().saturating_sub(FCS_LEN) as usize
+    }
+
+    /// The largest frame size generated (FCS included).
+    pub fn max_frame_size(&self) -> u32 {
+        self.size_mix
+            .as_ref()
+            .map_or(self.frame_size, SizeMix::max_size)
+    }
+
+    /// The mean frame size (FCS included): `frame_size`, or the mix's weighted mean.
+    pub fn mean_frame_size(&self) -> f64 {
+        self.size_mix
+            .as_ref()
+            .map_or(f64::from(self.frame_size), SizeMix::mean_size)
+    }
+
+    /// True if every frame has the same length.
+    pub fn fixed_size(&self) -> bool {
+        self.size_mix
+            .as_ref()
+            .is_none_or(|m| m.entries.iter().all(|e| e.0 == m.entries[0].0))
     }
 
     /// Bytes of Ethernet + IPv4 + L4 header before the signature.
@@ -217,24 +301,55 @@ impl GeneratorConfig {
         ((self.header_len() + SIGNATURE_LEN) as u32 + FCS_LEN).max(MIN_FRAME_SIZE)
     }
 
+    /// Number of source addresses.
+    pub fn src_ip_count(&self) -> u32 {
+        self.src_ip_count.unwrap_or(self.flows)
+    }
+
     /// Checks every setting; the error names the key and the allowed values.
     pub fn validate(&self) -> Result<(), ConfigError> {
         let min = self.min_frame_size();
-        if !(min..=MAX_FRAME_SIZE).contains(&self.frame_size) {
+        let size_ok = |s: u32| (min..=MAX_FRAME_SIZE).contains(&s);
+        match &self.size_mix {
+            None if !size_ok(self.frame_size) => {
+                return Err(ConfigError {
+                    key: "frame_size",
+                    value: self.frame_size.to_string(),
+                    allowed: format!(
+                        "{min}..={MAX_FRAME_SIZE} bytes including the 4-byte FCS for {:?}",
+                        self.proto
+                    ),
+                });
+            }
+            Some(m) if !m.entries.iter().all(|e| size_ok(e.0)) => {
+                return Err(ConfigError {
+                    key: "size_mix",
+                    value: m.to_string(),
+                    allowed: format!(
+                        "sizes {min}..={MAX_FRAME_SIZE} bytes including the 4-byte FCS for {:?}",
+                        self.proto
+                    ),
+                });
+            }
+            _ => {}
+        }
+        if self.flows == 0 {
             return Err(ConfigError {
-                key: "frame_size",
-                value: self.frame_size.to_string(),
-                allowed: format!(
-                    "{min}..={MAX_FRAME_SIZE} bytes including the 4-byte FCS for {:?}",
-                    self.proto
-                ),
+                key: "flows",
+                value: "0".into(),
+                allowed: "1..=4294967295".into(),
             });
         }
         let src_room = u64::from(u32::MAX - u32::from(self.src_ip)) + 1;
-        if self.flows == 0 || u64::from(self.flows) > src_room {
+        let src_count = self.src_ip_count();
+        if src_count == 0 || u64::from(src_count) > src_room {
             return Err(ConfigError {
-                key: "flows",
-                value: self.flows.to_string(),
+                key: if self.src_ip_count.is_some() {
+                    "src_ip_count"
+                } else {
+                    "flows"
+                },
+                value: src_count.to_string(),
                 allowed: format!("1..={src_room} (source addresses from {})", self.src_ip),
             });
         }
@@ -249,6 +364,26 @@ impl GeneratorConfig {
                 ),
             });
         }
+        for (key, first, count) in [
+            ("src_port_count", self.src_port, self.src_port_count),
+            ("dst_port_count", self.dst_port, self.dst_port_count),
+        ] {
+            let room = 65_536 - u32::from(first);
+            if count == 0 || count > room {
+                return Err(ConfigError {
+                    key,
+                    value: count.to_string(),
+                    allowed: format!("1..={room} (ports from {first})"),
+                });
+            }
+        }
+        if self.flow_dist != FlowDist::RoundRobin && self.flows > MAX_RANDOM_FLOWS {
+            return Err(ConfigError {
+                key: "flows",
+                value: self.flows.to_string(),
+                allowed: format!("1..={MAX_RANDOM_FLOWS} with flow_dist {}", self.flow_dist),
+            });
+        }
         if self.stream >= MAX_STREAMS {
             return Err(ConfigError {
                 key: "stream",
@@ -259,16 +394,37 @@ impl GeneratorConfig {
         Ok(())
     }
 
+    /// Index into a field's range of `count` values for flow `flow`.
+    fn field_index(&self, field: usize, flow: u32, count: u32) -> u32 {
+        match self.addr_mode {
+            AddrMode::Increment => flow % count.max(1),
+            AddrMode::Random => fastrange(
+                mix64(u64::from(flow) ^ FIELD_KEYS[field] ^ self.seed),
+                count.max(1),
+            ),
+        }
+    }
+
     /// The 5-tuple of flow `flow` (taken modulo `flows`).
     pub fn flow_tuple(&self, flow: u32) -> FlowTuple {
         let flow = flow % self.flows.max(1);
         FlowTuple {
-            src_ip: Ipv4Addr::from(u32::from(self.src_ip).wrapping_add(flow)),
-            dst_ip: Ipv4Addr::from(
-                u32::from(self.dst_ip).wrapping_add(flow % self.dst_ip_count.max(1)),
-            ),
-            src_port: self.src_port,
-            dst_port: self.dst_port,
+            src_ip: Ipv4Addr::from(u32::from(self.src_ip).wrapping_add(self.field_index(
+                0,
+                flow,
+                self.src_ip_count(),
+            ))),
+            dst_ip: Ipv4Addr::from(u32::from(self.dst_ip).wrapping_add(self.field_index(
+                1,
+                flow,
+                self.dst_ip_count,
+            ))),
+            src_port: self
+                .src_port
+                .wrapping_add(self.field_index(2, flow, self.src_port_count) as u16),
+            dst_port: self
+                .dst_port
+                .wrapping_add(self.field_index(3, flow, self.dst_port_count) as u16),
             proto: self.proto,
         }
     }
@@ -279,9 +435,9 @@ impl GeneratorConfig {
 pub struct GenCounters {
     frames: AtomicU64,
     bytes: AtomicU64,
-    /// The configured frame size (FCS included).
+    /// The configured frame size (FCS included); for a size mix, its mean rounded.
     pub frame_size: u32,
-    /// Bytes per generated frame (FCS excluded).
+    /// Bytes per generated frame (FCS excluded); for a size mix, the largest.
     pub generated_len: usize,
     /// The stream id the frames carry.
     pub stream: u16,
@@ -307,30 +463,116 @@ const IP_DST: usize = IP + 16;
 const L4: usize = IP + IPV4_HLEN;
 const TEMPLATE_LEN: usize = L4 + TCP_HLEN;
 
+/// One frame size: its header template and checksum partial sums.
+struct Variant {
+    /// Headers up to the signature; addresses, ports and checksums are filled per frame.
+    template: [u8; TEMPLATE_LEN],
+    gen_len: usize,
+    /// Frame size with FCS.
+    frame_size: u32,
+    /// Sum of the IPv4 header words without addresses and checksum.
+    ip_sum: u64,
+    /// For L4 checksums: sum of pseudo-header (without addresses), L4 header without ports and
+    /// the constant signature words (magic + stream); `None` if no L4 checksum is written.
+    l4_sum: Option<u64>,
+    /// `pattern_sums[k]` = sum of the pattern region when `seq % 251 == k` (empty unless an L4
+    /// checksum is written).
+    pattern_sums: Box<[u64]>,
+}
+
+impl Variant {
+    fn new(cfg: &GeneratorConfig, frame_size: u32) -> Self {
+        let gen_len = (frame_size - FCS_LEN) as usize;
+        let hdr_len = cfg.header_len();
+        let l4_len = gen_len - L4;
+        let mut t = [0u8; TEMPLATE_LEN];
+        t[0..6].copy_from_slice(&cfg.dst_mac.0);
+        t[6..12].copy_from_slice(&cfg.src_mac.0);
+        t[12..14].copy_from_slice(&ETHERTYPE_IPV4.to_be_bytes());
+        t[IP] = 0x45;
+        t[IP + 2..IP + 4].copy_from_slice(&((gen_len - IP) as u16).to_be_bytes());
+        // Identification 0, Don't Fragment, TTL 64.
+        t[IP + 6] = 0x40;
+        t[IP + 8] = 64;
+        t[IP + 9] = cfg.proto.ip_proto();
+        match cfg.proto {
+            L4Proto::Udp => {
+                t[L4 + 4..L4 + 6].copy_from_slice(&(l4_len as u16).to_be_bytes());
+            }
+            L4Proto::Tcp => {
+                // Sequence/ack numbers 0, data offset 5 words, ACK|PSH, window 65535.
+                t[L4 + 12] = 0x50;
+                t[L4 + 13] = 0x18;
+                t[L4 + 14..L4 + 16].copy_from_slice(&0xffffu16.to_be_bytes());
+            }
+        }
+        let ip_sum = sum_words(&t[IP..L4]);
+        let want_l4 = cfg.proto == L4Proto::Tcp || cfg.udp_checksum;
+        let region = gen_len - hdr_len - SIGNATURE_LEN;
+        let (l4_sum, pattern_sums) = if want_l4 {
+            let sig_const = Signature {
+                stream: cfg.stream,
+                flow: 0,
+                seq: 0,
+                ts: cfg.timestamps.then_some(0),
+            }
+            .encode();
+            // Ports are added per frame; the template's port bytes are zero here.
+            let sum = u64::from(cfg.proto.ip_proto())
+                + l4_len as u64
+                + sum_words(&t[L4..hdr_len])
+                + sum_words(&sig_const);
+            let sums = (0..PATTERN_PERIOD as usize)
+                .map(|k| sum_words(&PATTERN[k..k + region]))
+                .collect();
+            (Some(sum), sums)
+        } else {
+            (None, Box::default())
+        };
+        Self {
+            template: t,
+            gen_len,
+            frame_size,
+            ip_sum,
+            l4_sum,
+            pattern_sums,
+        }
+    }
+}
+
+/// How the next flow is chosen.
+enum Chooser {
+    RoundRobin,
+    Uniform,
+    Zipf(AliasTable),
+}
+
 /// The generator: a [`FrameSource`] producing the configured frames.
 pub struct Generator {
     cfg: GeneratorConfig,
-    /// Headers up to the signature; addresses and checksums are filled per frame.
-    template: [u8; TEMPLATE_LEN],
+    variants: Box<[Variant]>,
+    /// Variant index per position of the size schedule (a single 0 for one size).
+    schedule: Box<[u16]>,
+    sched_pos: usize,
     hdr_len: usize,
-    gen_len: usize,
-    /// Sum of the IPv4 header words without addresses and checksum.
-    ip_sum: u64,
-    /// For L4 checksums: sum of pseudo-header (without addresses), L4 header and signature
-    /// magic + stream; `None` if no L4 checksum is written.
-    l4_sum: Option<u64>,
     /// Offset of the L4 checksum field.
     l4_csum_at: usize,
-    /// `pattern_sums[k]` = sum of the pattern region when `seq % 251 == k` (empty unless an L4
-    /// checksum is written).
-    pattern_sums: Vec<u64>,
     src_base: u32,
     dst_base: u32,
+    chooser: Chooser,
+    rng: Rng,
+    /// Field reducers for non-sequential flow choices: src ip, dst ip, src port, dst port.
+    field_mod: [FastMod; 4],
+    /// Ports vary per flow (written per frame).
+    ports_vary: bool,
+    /// Round-robin state: the flow and each field's index.
     flow: u32,
-    dst_idx: u32,
+    idx: [u32; 4],
+    counts: [u32; 4],
     /// `seq % 251`, kept incrementally.
     pat_off: usize,
     seq: u64,
+    bytes: u64,
     limit: u64,
     stopped: bool,
     stop: Arc<AtomicBool>,
@@ -348,85 +590,75 @@ impl fmt::Debug for Generator {
 }
 
 impl Generator {
-    /// Validates `cfg` and precomputes the header template and checksum partial sums.
+    /// Validates `cfg` and precomputes the header templates, checksum partial sums, size
+    /// schedule and (for Zipf) the alias table.
     pub fn new(cfg: GeneratorConfig) -> Result<Self, ConfigError> {
         cfg.validate()?;
-        let gen_len = cfg.generated_len();
-        let hdr_len = cfg.header_len();
-        let l4_len = gen_len - L4;
-        let mut t = [0u8; TEMPLATE_LEN];
-        t[0..6].copy_from_slice(&cfg.dst_mac.0);
-        t[6..12].copy_from_slice(&cfg.src_mac.0);
-        t[12..14].copy_from_slice(&ETHERTYPE_IPV4.to_be_bytes());
-        t[IP] = 0x45;
-        t[IP + 2..IP + 4].copy_from_slice(&((gen_len - IP) as u16).to_be_bytes());
-        // Identification 0, Don't Fragment, TTL 64.
-        t[IP + 6] = 0x40;
-        t[IP + 8] = 64;
-        t[IP + 9] = cfg.proto.ip_proto();
-        t[L4..L4 + 2].copy_from_slice(&cfg.src_port.to_be_bytes());
-        t[L4 + 2..L4 + 4].copy_from_slice(&cfg.dst_port.to_be_bytes());
-        let l4_csum_at = match cfg.proto {
-            L4Proto::Udp => {
-                t[L4 + 4..L4 + 6].copy_from_slice(&(l4_len as u16).to_be_bytes());
-                L4 + 6
-            }
-            L4Proto::Tcp => {
-                // Sequence/ack numbers 0, data offset 5 words, ACK|PSH, window 65535.
-                t[L4 + 12] = 0x50;
-                t[L4 + 13] = 0x18;
-                t[L4 + 14..L4 + 16].copy_from_slice(&0xffffu16.to_be_bytes());
-                L4 + 16
-            }
+        let (variants, schedule): (Vec<Variant>, Vec<u16>) = match &cfg.size_mix {
+            None => (vec![Variant::new(&cfg, cfg.frame_size)], vec![0]),
+            Some(m) => (
+                m.entries.iter().map(|e| Variant::new(&cfg, e.0)).collect(),
+                m.schedule(),
+            ),
         };
-        let ip_sum = sum_words(&t[IP..L4]);
-        let want_l4 = cfg.proto == L4Proto::Tcp || cfg.udp_checksum;
-        let region = gen_len - hdr_len - SIGNATURE_LEN;
-        let (l4_sum, pattern_sums) = if want_l4 {
-            let sig_const = Signature {
-                stream: cfg.stream,
-                flow: 0,
-                seq: 0,
-            }
-            .encode();
-            let sum = u64::from(cfg.proto.ip_proto())
-                + l4_len as u64
-                + sum_words(&t[L4..hdr_len])
-                + sum_words(&sig_const);
-            let sums = (0..PATTERN_PERIOD as usize)
-                .map(|k| sum_words(&PATTERN[k..k + region]))
-                .collect();
-            (Some(sum), sums)
-        } else {
-            (None, Vec::new())
+        let chooser = match cfg.flow_dist {
+            FlowDist::RoundRobin => Chooser::RoundRobin,
+            FlowDist::Uniform => Chooser::Uniform,
+            FlowDist::Zipf { s } => Chooser::Zipf(AliasTable::new(&zipf_weights(cfg.flows, s))),
         };
+        let counts = [
+            cfg.src_ip_count(),
+            cfg.dst_ip_count,
+            cfg.src_port_count,
+            cfg.dst_port_count,
+        ];
+        let mean = cfg.mean_frame_size().round() as u32;
         let counters = Arc::new(GenCounters {
             frames: AtomicU64::new(0),
             bytes: AtomicU64::new(0),
-            frame_size: cfg.frame_size,
-            generated_len: gen_len,
+            frame_size: mean,
+            generated_len: cfg.generated_len(),
             stream: cfg.stream,
         });
-        Ok(Self {
-            template: t,
-            hdr_len,
-            gen_len,
-            ip_sum,
-            l4_sum,
-            l4_csum_at,
-            pattern_sums,
+        let mut g = Self {
+            variants: variants.into(),
+            schedule: schedule.into(),
+            sched_pos: 0,
+            hdr_len: cfg.header_len(),
+            l4_csum_at: match cfg.proto {
+                L4Proto::Udp => L4 + 6,
+                L4Proto::Tcp => L4 + 16,
+            },
             src_base: u32::from(cfg.src_ip),
             dst_base: u32::from(cfg.dst_ip),
+            chooser,
+            rng: Rng::new(cfg.seed ^ u64::from(cfg.stream) << 48),
+            field_mod: counts.map(FastMod::new),
+            ports_vary: cfg.src_port_count > 1 || cfg.dst_port_count > 1,
             flow: 0,
-            dst_idx: 0,
+            idx: [0; 4],
+            counts,
             pat_off: 0,
             seq: 0,
+            bytes: 0,
             limit: cfg.count.unwrap_or(u64::MAX),
             stopped: false,
             stop: Arc::new(AtomicBool::new(false)),
             counters,
             cfg,
-        })
+        };
+        // Ports are part of the per-frame sums; bake constant ports into the templates.
+        if !g.ports_vary {
+            let (sp, dp) = (g.cfg.src_port, g.cfg.dst_port);
+            for v in g.variants.iter_mut() {
+                v.template[L4..L4 + 2].copy_from_slice(&sp.to_be_bytes());
+                v.template[L4 + 2..L4 + 4].copy_from_slice(&dp.to_be_bytes());
+                if let Some(s) = &mut v.l4_sum {
+                    *s += u64::from(sp) + u64::from(dp);
+                }
+            }
+        }
+        Ok(g)
     }
 
     /// Uses `flag` as the stop flag (e.g. one flag shared by all generators of a run).
@@ -451,9 +683,9 @@ impl Generator {
         &self.cfg
     }
 
-    /// Bytes per generated frame (FCS excluded).
+    /// Bytes per generated frame (FCS excluded); the largest for a size mix.
     pub fn generated_len(&self) -> usize {
-        self.gen_len
+        self.cfg.generated_len()
     }
 
     /// Sequence number the next frame gets (= frames generated so far).
@@ -461,9 +693,74 @@ impl Generator {
         self.seq
     }
 
-    /// Writes the next frame into `buf`, if the count allows and no stop was requested.
+    /// Size (FCS included) of the frame the next call produces.
     #[inline]
-    fn produce(&mut self, buf: &mut [u8]) -> Option<usize> {
+    pub fn next_frame_size(&self) -> u32 {
+        self.variants[usize::from(self.schedule[self.sched_pos])].frame_size
+    }
+
+    /// True if the count is used up or a stop was requested.
+    pub fn done(&self) -> bool {
+        self.seq >= self.limit || self.stopped || self.stop.load(Ordering::Relaxed)
+    }
+
+    /// Changes the frame limit (e.g. to extend a trial); `None` = unlimited.
+    pub fn set_count(&mut self, count: Option<u64>) {
+        self.limit = count.unwrap_or(u64::MAX);
+    }
+
+    /// Picks the next flow and its field indices.
+    #[inline]
+    fn next_flow(&mut self) -> (u32, [u32; 4]) {
+        match &self.chooser {
+            Chooser::RoundRobin if self.cfg.addr_mode == AddrMode::Increment => {
+                let out = (self.flow, self.idx);
+                self.flow += 1;
+                if self.flow == self.cfg.flows {
+                    self.flow = 0;
+                    self.idx = [0; 4];
+                } else {
+                    for (i, c) in self.idx.iter_mut().zip(self.counts) {
+                        *i += 1;
+                        if *i == c {
+                            *i = 0;
+                        }
+                    }
+                }
+                out
+            }
+            chooser => {
+                let flow = match chooser {
+                    Chooser::RoundRobin => {
+                        let f = self.flow;
+                        self.flow += 1;
+                        if self.flow == self.cfg.flows {
+                            self.flow = 0;
+                        }
+                        f
+                    }
+                    Chooser::Uniform => self.rng.below(self.cfg.flows),
+                    Chooser::Zipf(t) => t.sample(&mut self.rng),
+                };
+                let idx = match self.cfg.addr_mode {
+                    AddrMode::Increment => [0, 1, 2, 3].map(|k| self.field_mod[k].rem(flow)),
+                    AddrMode::Random => [0, 1, 2, 3].map(|k| {
+                        fastrange(
+                            mix64(u64::from(flow) ^ FIELD_KEYS[k] ^ self.cfg.seed),
+                            self.counts[k],
+                        )
+                    }),
+                };
+                (flow, idx)
+            }
+        }
+    }
+
+    /// Writes the next frame into `buf` with departure timestamp `ts_ns` (written only when
+    /// `timestamps` is on), if the count allows and no stop was requested. Returns its length
+    /// (FCS excluded).
+    #[inline]
+    pub fn produce_at(&mut self, buf: &mut [u8], ts_ns: u64) -> Option<usize> {
         if self.seq >= self.limit || self.stopped {
             return None;
         }
@@ -471,44 +768,65 @@ impl Generator {
             self.stopped = true;
             return None;
         }
-        let len = self.gen_len;
+        let vi = usize::from(self.schedule[self.sched_pos]);
+        let v = &self.variants[vi];
+        let len = v.gen_len;
         let hdr = self.hdr_len;
         let f = buf.get_mut(..len)?;
-        let flow = self.flow;
-        let src = self.src_base.wrapping_add(flow);
-        let dst = self.dst_base.wrapping_add(self.dst_idx);
+        let (flow, idx) = self.next_flow();
+        let v = &self.variants[vi];
+        let src = self.src_base.wrapping_add(idx[0]);
+        let dst = self.dst_base.wrapping_add(idx[1]);
         let seq = self.seq;
 
         // Copying the whole (fixed-size) template compiles to a few vector moves instead of a
         // memcpy call; for UDP its last 12 bytes are overwritten by the signature below. Every
         // frame is at least 60 B, longer than the template.
-        f[..TEMPLATE_LEN].copy_from_slice(&self.template);
+        f[..TEMPLATE_LEN].copy_from_slice(&v.template);
         f[IP_SRC..IP_SRC + 4].copy_from_slice(&src.to_be_bytes());
         f[IP_DST..IP_DST + 4].copy_from_slice(&dst.to_be_bytes());
         let addr_sum = u64::from(src >> 16)
             + u64::from(src & 0xffff)
             + u64::from(dst >> 16)
             + u64::from(dst & 0xffff);
-        f[IP_CSUM..IP_CSUM + 2]
-            .copy_from_slice(&fold_checksum(self.ip_sum + addr_sum).to_be_bytes());
+        f[IP_CSUM..IP_CSUM + 2].copy_from_slice(&fold_checksum(v.ip_sum + addr_sum).to_be_bytes());
+        let mut port_sum = 0;
+        if self.ports_vary {
+            let sp = self.cfg.src_port.wrapping_add(idx[2] as u16);
+            let dp = self.cfg.dst_port.wrapping_add(idx[3] as u16);
+            f[L4..L4 + 2].copy_from_slice(&sp.to_be_bytes());
+            f[L4 + 2..L4 + 4].copy_from_slice(&dp.to_be_bytes());
+            port_sum = u64::from(sp) + u64::from(dp);
+        }
+        let ts = self.cfg.timestamps.then_some(ts_ns as u32);
         let sig = Signature {
             stream: self.cfg.stream,
             flow,
             seq,
+            ts,
         };
         f[hdr..hdr + SIGNATURE_LEN].copy_from_slice(&sig.encode());
         let body = hdr + SIGNATURE_LEN;
         f[body..].copy_from_slice(&PATTERN[self.pat_off..self.pat_off + (len - body)]);
-        if let Some(base) = self.l4_sum {
+        if let Some(base) = v.l4_sum {
+            let var = match ts {
+                None => {
+                    (seq >> 48) + ((seq >> 32) & 0xffff) + ((seq >> 16) & 0xffff) + (seq & 0xffff)
+                }
+                Some(t) => {
+                    u64::from(t >> 16)
+                        + u64::from(t & 0xffff)
+                        + ((seq >> 16) & 0xffff)
+                        + (seq & 0xffff)
+                }
+            };
             let sum = base
                 + addr_sum
+                + port_sum
                 + u64::from(flow >> 16)
                 + u64::from(flow & 0xffff)
-                + (seq >> 48)
-                + ((seq >> 32) & 0xffff)
-                + ((seq >> 16) & 0xffff)
-                + (seq & 0xffff)
-                + self.pattern_sums[self.pat_off];
+                + var
+                + v.pattern_sums[self.pat_off];
             let mut c = fold_checksum(sum);
             if c == 0 && self.cfg.proto == L4Proto::Udp {
                 c = 0xffff;
@@ -517,22 +835,19 @@ impl Generator {
         }
 
         self.seq += 1;
+        self.bytes += len as u64;
         self.pat_off += 1;
         if self.pat_off == PATTERN_PERIOD as usize {
             self.pat_off = 0;
         }
-        self.flow += 1;
-        self.dst_idx += 1;
-        if self.flow == self.cfg.flows {
-            self.flow = 0;
-            self.dst_idx = 0;
-        } else if self.dst_idx == self.cfg.dst_ip_count {
-            self.dst_idx = 0;
+        if self.schedule.len() > 1 {
+            self.sched_pos += 1;
+            if self.sched_pos == self.schedule.len() {
+                self.sched_pos = 0;
+            }
         }
         self.counters.frames.store(self.seq, Ordering::Relaxed);
-        self.counters
-            .bytes
-            .store(self.seq * len as u64, Ordering::Relaxed);
+        self.counters.bytes.store(self.bytes, Ordering::Relaxed);
         Some(len)
     }
 }
@@ -540,11 +855,16 @@ impl Generator {
 impl FrameSource for Generator {
     #[inline]
     fn next_frame(&mut self, buf: &mut [u8]) -> Option<usize> {
-        self.produce(buf)
+        let ts = if self.cfg.timestamps {
+            crate::rate::wall_ns()
+        } else {
+            0
+        };
+        self.produce_at(buf, ts)
     }
 
     fn exhausted(&self) -> bool {
-        self.seq >= self.limit || self.stopped || self.stop.load(Ordering::Relaxed)
+        self.done()
     }
 }
 

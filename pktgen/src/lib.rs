@@ -1,17 +1,25 @@
-//! Traffic generation and checking for nmdp: the generator a port's wire side pulls frames from,
-//! and the checking sink it delivers transmitted frames to.
+//! Traffic generation, measurement and benchmarking for nmdp: the generator a port's wire side
+//! pulls frames from, the checking sink it delivers transmitted frames to, and the RFC 2544 /
+//! MLRsearch harness built on them.
 //!
-//! This is the foundation the full pktgen (profiles, IMIX, rate control, RFC 2544 and MLRsearch,
-//! latency) builds on:
-//!
-//! * [`signature`]: the 16-byte test payload (magic, stream, flow, sequence number) after the L4
-//!   header, the sequence-dependent pattern after it, and the header walk that finds both again
-//!   in frames that NFs have rewritten.
-//! * [`generator`]: [`Generator`], a [`dataplane::wire::FrameSource`] for fixed-size UDP/TCP
-//!   frames over N flows, with shared counters and a stop flag.
-//! * [`sink`]: [`CheckingSink`], a [`dataplane::wire::FrameSink`] counting received frames,
-//!   payload mismatches, duplicates, reordering and holes per stream, and [`report`], which
-//!   joins generator and sink counters into a [`TrafficReport`] (`seq_lost = sent - unique`).
+//! * [`signature`]: the 16-byte test payload after the L4 header (v1: stream, flow, 64-bit
+//!   sequence; v2: stream, flow, 32-bit sequence and departure timestamp), the pattern after it,
+//!   and the header walk that finds both again in frames NFs have rewritten.
+//! * [`generator`]: [`Generator`], a [`dataplane::wire::FrameSource`] of UDP/TCP frames over
+//!   flows with address/port ranges, round-robin/uniform/Zipf popularity, fixed sizes or mixes.
+//! * [`dist`]: PRNG, division-free reductions, alias tables, size mixes (IMIX).
+//! * [`rate`]: rates (pps, L1/L2 bps, % of line), wire overhead, intended departure times.
+//! * [`profile`]: several streams (or pcap replays) per port, each with its own rate.
+//! * [`sink`]: [`CheckingSink`], counting received frames, payload mismatches, duplicates,
+//!   reordering and holes per stream and recording latency; [`report`] joins generator and sink
+//!   counters into a [`TrafficReport`] (`seq_lost = sent - unique`).
+//! * [`latency`]: HDR histogram summaries and the loopback calibration.
+//! * [`trial`]: the trial contract and the [`trial::Dut`] trait; [`testdut`]: an in-process DUT
+//!   in virtual time with capacity, queue, latency, loss/duplicate/reorder policies and noise.
+//! * [`search`]: NDR/PDR (MLRsearch-style), RFC 2544 throughput, frame loss rate, back-to-back,
+//!   latency.
+//! * [`sweep`]: products of parameters, progress bar, JSON/CSV; [`plot`]: SVG/PNG plots.
+//! * [`nat`]: learning NAT mappings from forwarded frames and valid return traffic.
 //!
 //! Both ends are built for the hot path of a 30 Mpps-per-core dataplane: no allocation, lock or
 //! syscall per frame; counters are shared through `Arc`s of relaxed atomics that a stats thread
@@ -34,9 +42,19 @@
 //! assert_eq!((r.sent, r.received, r.seq_lost, r.payload_mismatches), (1000, 1000, 0, 0));
 //! ```
 
+pub mod dist;
 pub mod generator;
+pub mod latency;
+pub mod nat;
+pub mod plot;
+pub mod profile;
+pub mod rate;
+pub mod search;
 pub mod signature;
 pub mod sink;
+pub mod sweep;
+pub mod testdut;
+pub mod trial;
 
 pub use generator::{
     ConfigError, FCS_LEN, FlowTuple, GenCounters, Generator, GeneratorConfig, MAX_FRAME_SIZE,

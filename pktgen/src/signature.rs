@@ -1,16 +1,24 @@
 //! The test payload every generated frame carries, and the parser that finds it again.
 //!
-//! Right after the L4 header (UDP 8 B, TCP 20 B or more) sits a 16-byte [`Signature`]:
+//! Right after the L4 header (UDP 8 B, TCP 20 B or more) sits a 16-byte [`Signature`], in one
+//! of two versions told apart by the magic:
 //!
 //! ```text
-//! offset  size  field
-//!      0     2  magic 0x4E4D ("NM")
-//!      2     2  stream id
-//!      4     4  flow id (index of the flow's 5-tuple in the generator)
-//!      8     8  sequence number, per stream, from 0
+//! offset  size  v1 "NM" (untimed)                 v2 "NT" (timestamped)
+//!      0     2  magic 0x4E4D                      magic 0x4E54
+//!      2     2  stream id                         stream id
+//!      4     4  flow id (5-tuple index)           flow id
+//!      8     4  sequence number, high 32 bits     departure time, ns mod 2^32
+//!     12     4  sequence number, low 32 bits      sequence number mod 2^32
 //! ```
 //!
-//! all big-endian. It fits the minimum frame: 60 B without FCS = 14 Ethernet + 20 IPv4 + 8 UDP +
+//! all big-endian. **Why v2 truncates instead of growing**: a 64 B UDP frame has exactly 18 bytes
+//! after its headers, so a timestamp cannot be added without dropping something; a 20- or 24-byte
+//! signature would push the RFC 2544 minimum frame out. Both truncated fields are recovered
+//! exactly by the receiver: the sequence number is unwrapped against the stream's highest
+//! number seen (exact while reordering stays below 2^31 frames, far beyond the 16 Ki reorder
+//! window), and the departure time against the receive time (exact while the one-way latency is
+//! below 2^32 ns = 4.29 s). This is the wrap-around trick of TCP timestamps and PTP. It fits the minimum frame: 60 B without FCS = 14 Ethernet + 20 IPv4 + 8 UDP +
 //! 16 signature + 2 pattern bytes. The bytes after the signature, up to the end of the IPv4
 //! packet, are `PATTERN[seq % 251 ..][..len]`: a slice of a fixed pseudo-random table that starts
 //! at an offset depending on the sequence number. A payload that is corrupted, shifted, cut
@@ -30,8 +38,10 @@
 
 use serde::{Deserialize, Serialize};
 
-/// First two bytes of every signature: "NM".
+/// First two bytes of every untimed (v1) signature: "NM".
 pub const SIGNATURE_MAGIC: u16 = 0x4E4D;
+/// First two bytes of every timestamped (v2) signature: "NT".
+pub const SIGNATURE_MAGIC_TS: u16 = 0x4E54;
 /// Size of the signature.
 pub const SIGNATURE_LEN: usize = 16;
 /// The pattern offset is `seq % PATTERN_PERIOD`; prime so that no power-of-two change of the
@@ -141,8 +151,12 @@ pub struct Signature {
     pub stream: u16,
     /// Which flow (5-tuple index) of that stream.
     pub flow: u32,
-    /// Sequence number within the stream, from 0.
+    /// Sequence number within the stream, from 0. A decoded v2 signature carries only the low
+    /// 32 bits here (see [`unwrap_seq`]).
     pub seq: u64,
+    /// Departure time in ns modulo 2^32 (v2 only; `None` encodes a v1 signature). See
+    /// [`unwrap_time`].
+    pub ts: Option<u32>,
 }
 
 impl Signature {
@@ -150,10 +164,19 @@ impl Signature {
     #[inline]
     pub fn encode(&self) -> [u8; SIGNATURE_LEN] {
         let mut b = [0u8; SIGNATURE_LEN];
-        b[0..2].copy_from_slice(&SIGNATURE_MAGIC.to_be_bytes());
         b[2..4].copy_from_slice(&self.stream.to_be_bytes());
         b[4..8].copy_from_slice(&self.flow.to_be_bytes());
-        b[8..16].copy_from_slice(&self.seq.to_be_bytes());
+        match self.ts {
+            None => {
+                b[0..2].copy_from_slice(&SIGNATURE_MAGIC.to_be_bytes());
+                b[8..16].copy_from_slice(&self.seq.to_be_bytes());
+            }
+            Some(ts) => {
+                b[0..2].copy_from_slice(&SIGNATURE_MAGIC_TS.to_be_bytes());
+                b[8..12].copy_from_slice(&ts.to_be_bytes());
+                b[12..16].copy_from_slice(&(self.seq as u32).to_be_bytes());
+            }
+        }
         b
     }
 
@@ -162,15 +185,46 @@ impl Signature {
     #[inline]
     pub fn decode(b: &[u8]) -> Option<Self> {
         let b: &[u8; SIGNATURE_LEN] = b.get(..SIGNATURE_LEN)?.try_into().ok()?;
-        if u16::from_be_bytes([b[0], b[1]]) != SIGNATURE_MAGIC {
-            return None;
+        let stream = u16::from_be_bytes([b[2], b[3]]);
+        let flow = u32::from_be_bytes([b[4], b[5], b[6], b[7]]);
+        match u16::from_be_bytes([b[0], b[1]]) {
+            SIGNATURE_MAGIC => Some(Self {
+                stream,
+                flow,
+                seq: u64::from_be_bytes([b[8], b[9], b[10], b[11], b[12], b[13], b[14], b[15]]),
+                ts: None,
+            }),
+            SIGNATURE_MAGIC_TS => Some(Self {
+                stream,
+                flow,
+                seq: u64::from(u32::from_be_bytes([b[12], b[13], b[14], b[15]])),
+                ts: Some(u32::from_be_bytes([b[8], b[9], b[10], b[11]])),
+            }),
+            _ => None,
         }
-        Some(Self {
-            stream: u16::from_be_bytes([b[2], b[3]]),
-            flow: u32::from_be_bytes([b[4], b[5], b[6], b[7]]),
-            seq: u64::from_be_bytes([b[8], b[9], b[10], b[11], b[12], b[13], b[14], b[15]]),
-        })
     }
+}
+
+/// The full sequence number whose low 32 bits are `low`, nearest to `expected` (the stream's
+/// next expected number): exact while the true number is within 2^31 of `expected`.
+#[inline]
+pub fn unwrap_seq(low: u32, expected: u64) -> u64 {
+    let delta = low.wrapping_sub(expected as u32) as i32;
+    match expected.checked_add_signed(i64::from(delta)) {
+        Some(v) => v,
+        // Near the start of a stream there is nothing below 0 to wrap back to.
+        None => expected
+            .wrapping_add_signed(i64::from(delta))
+            .wrapping_add(1 << 32),
+    }
+}
+
+/// The full departure time (ns) whose low 32 bits are `low`, given the receive time `rx_ns`:
+/// the latest time not after `rx_ns` with those low bits (exact for latencies below 2^32 ns).
+#[inline]
+pub fn unwrap_time(low: u32, rx_ns: u64) -> u64 {
+    let back = (rx_ns as u32).wrapping_sub(low);
+    rx_ns.wrapping_sub(u64::from(back))
 }
 
 /// Where the headers and the signature of a frame are.
@@ -289,6 +343,7 @@ mod tests {
             stream: 0xabcd,
             flow: 0x0102_0304,
             seq: 0x1122_3344_5566_7788,
+            ts: None,
         };
         let b = s.encode();
         assert_eq!(
@@ -302,6 +357,37 @@ mod tests {
         let mut bad = b;
         bad[1] ^= 1;
         assert_eq!(Signature::decode(&bad), None);
+    }
+
+    #[test]
+    fn v2_signature_round_trips_truncated_fields_and_unwraps() {
+        let s = Signature {
+            stream: 7,
+            flow: 99,
+            seq: 0x1_0000_0005,
+            ts: Some(0xdead_beef),
+        };
+        let b = s.encode();
+        assert_eq!(b[0..2], [0x4e, 0x54]);
+        assert_eq!(b[8..12], [0xde, 0xad, 0xbe, 0xef]);
+        assert_eq!(b[12..16], [0, 0, 0, 5]);
+        let d = Signature::decode(&b).unwrap();
+        assert_eq!(
+            (d.stream, d.flow, d.seq, d.ts),
+            (7, 99, 5, Some(0xdead_beef))
+        );
+        // Sequence unwrapping around the expected number, across the 2^32 boundary.
+        assert_eq!(unwrap_seq(5, 0x1_0000_0000), 0x1_0000_0005);
+        assert_eq!(unwrap_seq(0xffff_fff0, 0x1_0000_0003), 0xffff_fff0);
+        assert_eq!(unwrap_seq(3, 3), 3);
+        assert_eq!(unwrap_seq(10, 0), 10);
+        assert_eq!(unwrap_seq(0xffff_fffd, 0), 0xffff_fffd);
+        assert_eq!(unwrap_seq(0xffff_fffd, 2), 0xffff_fffd);
+        // Time unwrapping: departure 5 s before a receive time past several wraps.
+        let tx = 3 * (1u64 << 32) + 123_456_789;
+        for lat in [0u64, 1, 1_000_000, 4_000_000_000] {
+            assert_eq!(unwrap_time(tx as u32, tx + lat), tx, "latency {lat}");
+        }
     }
 
     #[test]
@@ -354,6 +440,7 @@ mod tests {
                 stream: 3,
                 flow: 9,
                 seq: 77,
+                ts: None,
             }
             .encode(),
         );

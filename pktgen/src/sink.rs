@@ -38,14 +38,27 @@
 //! stores every [`PUBLISH_EVERY`] frames per active stream and in [`FrameSink::finish`] (and on
 //! drop), so a live stats thread sees recent values and the final values are exact after
 //! `finish()`.
+//!
+//! ## Timestamped frames (v2 signatures)
+//!
+//! A v2 signature carries the low 32 bits of the sequence number, unwrapped against the stream's
+//! `next` before the accounting above ([`crate::signature::unwrap_seq`]), and the departure time.
+//! The receive time is the process wall clock ([`crate::rate::wall_ns`]) for frames handed to
+//! [`FrameSink::deliver`], or the caller's (virtual) time for [`CheckingSink::check_at`]. The
+//! latency `rx - tx` goes into the stream's HDR histogram ([`crate::latency`]); the histograms
+//! are published to [`SinkCounters`] only in `finish()` (a lock per stream then, never per
+//! frame). Each stream's histogram is allocated when its first timestamped frame arrives: one
+//! allocation per stream, none per frame.
 
 use crate::generator::{GenCounters, GeneratorConfig, MAX_STREAMS};
-use crate::signature::{SIGNATURE_LEN, Signature, parse, pattern_matches};
+use crate::latency::{LatencyStats, new_histogram, record};
+use crate::signature::{SIGNATURE_LEN, Signature, parse, pattern_matches, unwrap_seq, unwrap_time};
 use dataplane::wire::FrameSink;
+use hdrhistogram::Histogram;
 use serde::Serialize;
 use std::fmt;
-use std::sync::Arc;
 use std::sync::atomic::{AtomicU64, Ordering};
+use std::sync::{Arc, Mutex};
 
 /// Sequence numbers per stream within which reordering and duplication are told apart exactly.
 pub const REORDER_WINDOW: u64 = 16 * 1024;
@@ -128,6 +141,8 @@ pub struct SinkCounters {
     length_mismatches: AtomicU64,
     total: StreamCounters,
     streams: Box<[StreamCounters]>,
+    /// Per-stream latency histograms, published by `finish()`.
+    latency: Box<[Mutex<Option<Histogram<u64>>>]>,
 }
 
 impl Default for SinkCounters {
@@ -141,6 +156,7 @@ impl Default for SinkCounters {
             streams: (0..MAX_STREAMS)
                 .map(|_| StreamCounters::default())
                 .collect(),
+            latency: (0..MAX_STREAMS).map(|_| Mutex::new(None)).collect(),
         }
     }
 }
@@ -180,6 +196,19 @@ impl SinkCounters {
             .map(StreamCounters::snapshot)
             .unwrap_or_default()
     }
+
+    /// A copy of one stream's latency histogram as of the sink's last `finish()` (`None` if the
+    /// stream had no timestamped frame).
+    pub fn latency_histogram(&self, id: u16) -> Option<Histogram<u64>> {
+        let slot = self.latency.get(usize::from(id))?;
+        slot.lock().unwrap_or_else(|e| e.into_inner()).clone()
+    }
+
+    /// One stream's latency summary as of the last `finish()`.
+    pub fn latency(&self, id: u16) -> Option<LatencyStats> {
+        self.latency_histogram(id)
+            .and_then(|h| LatencyStats::from_histogram(&h))
+    }
 }
 
 /// How the sequence number of a frame related to what its stream had seen.
@@ -216,6 +245,8 @@ struct StreamState {
     stats: StreamStats,
     /// Bit `s % REORDER_WINDOW` set iff `s` in `[next - WINDOW, next)` was received.
     seen: Box<[u64; WINDOW_WORDS]>,
+    /// Latency of timestamped frames, allocated with the first one.
+    latency: Option<Histogram<u64>>,
 }
 
 impl StreamState {
@@ -223,6 +254,7 @@ impl StreamState {
         Self {
             stats: StreamStats::default(),
             seen: Box::new([0; WINDOW_WORDS]),
+            latency: None,
         }
     }
 
@@ -292,6 +324,7 @@ impl StreamState {
 /// Verifies received frames and accounts for them; see the module docs.
 pub struct CheckingSink {
     expected_len: Option<usize>,
+    latency: bool,
     streams: Vec<Option<StreamState>>,
     frames: u64,
     bytes: u64,
@@ -321,6 +354,7 @@ impl CheckingSink {
     pub fn new(expected_len: Option<usize>) -> Self {
         Self {
             expected_len,
+            latency: true,
             streams: (0..MAX_STREAMS).map(|_| None).collect(),
             frames: 0,
             bytes: 0,
@@ -332,9 +366,10 @@ impl CheckingSink {
         }
     }
 
-    /// A sink expecting what a generator with `cfg` sends.
+    /// A sink expecting what a generator with `cfg` sends (any length for a size mix; the
+    /// pattern and the IPv4 length are still checked).
     pub fn for_generator(cfg: &GeneratorConfig) -> Self {
-        Self::new(Some(cfg.generated_len()))
+        Self::new(cfg.fixed_size().then(|| cfg.generated_len()))
     }
 
     /// The shared counters.
@@ -348,8 +383,44 @@ impl CheckingSink {
     }
 
     /// Checks and accounts one frame; [`FrameSink::deliver`] is this without the result.
+    /// Timestamped frames are timed against the process wall clock.
     #[inline]
     pub fn check(&mut self, frame: &[u8]) -> FrameCheck {
+        self.check_inner(frame, None)
+    }
+
+    /// Like [`CheckingSink::check`], with the receive time given (ns on the same clock the
+    /// generator stamped with, e.g. a simulation's virtual time).
+    #[inline]
+    pub fn check_at(&mut self, frame: &[u8], rx_ns: u64) -> FrameCheck {
+        self.check_inner(frame, Some(rx_ns))
+    }
+
+    /// Turns latency recording of timestamped frames on (default) or off.
+    pub fn set_latency(&mut self, on: bool) {
+        self.latency = on;
+    }
+
+    /// The latency histogram of stream `id` so far (the sink's own copy, before publishing).
+    pub fn latency_histogram(&self, id: u16) -> Option<&Histogram<u64>> {
+        self.streams
+            .get(usize::from(id))?
+            .as_ref()?
+            .latency
+            .as_ref()
+    }
+
+    /// Forgets every stream's latency samples (e.g. after a warm-up), keeping the counters.
+    pub fn reset_latency(&mut self) {
+        for st in self.streams.iter_mut().flatten() {
+            if let Some(h) = &mut st.latency {
+                h.reset();
+            }
+        }
+    }
+
+    #[inline]
+    fn check_inner(&mut self, frame: &[u8], rx_ns: Option<u64>) -> FrameCheck {
         self.frames += 1;
         self.bytes += frame.len() as u64;
         if self.frames >= self.next_publish {
@@ -376,6 +447,15 @@ impl CheckingSink {
             }
         };
 
+        let mut sig = sig;
+        if let Some(ts) = sig.ts {
+            sig.seq = unwrap_seq(sig.seq as u32, state.stats.next_seq);
+            if self.latency {
+                let rx = rx_ns.unwrap_or_else(crate::rate::wall_ns);
+                let lat = rx.wrapping_sub(unwrap_time(ts, rx));
+                record(state.latency.get_or_insert_with(new_histogram), lat);
+            }
+        }
         let body = loc.sig_offset + SIGNATURE_LEN;
         let length_ok = self.expected_len.is_none_or(|n| n == frame.len());
         let payload_ok = length_ok
@@ -426,6 +506,23 @@ impl CheckingSink {
     }
 }
 
+impl CheckingSink {
+    /// Publishes the counters and the latency histograms (what `finish()` does).
+    pub fn publish_all(&self) {
+        self.publish();
+        for &id in &self.active {
+            let id = usize::from(id);
+            if let Some(Some(st)) = self.streams.get(id)
+                && let Some(h) = &st.latency
+            {
+                *self.counters.latency[id]
+                    .lock()
+                    .unwrap_or_else(|e| e.into_inner()) = Some(h.clone());
+            }
+        }
+    }
+}
+
 impl FrameSink for CheckingSink {
     #[inline]
     fn deliver(&mut self, frame: &[u8]) {
@@ -433,13 +530,13 @@ impl FrameSink for CheckingSink {
     }
 
     fn finish(&mut self) {
-        self.publish();
+        self.publish_all();
     }
 }
 
 impl Drop for CheckingSink {
     fn drop(&mut self) {
-        self.publish();
+        self.publish_all();
     }
 }
 

@@ -1,0 +1,810 @@
+//! Sweeps: a test (NDR/PDR search, RFC 2544 throughput, or one trial at a fixed load) run at
+//! every point of the product of parameter axes, with a progress bar, results as JSON and CSV,
+//! and SVG/PNG plots of throughput, latency and loss against the swept parameter, one series per
+//! value of another axis (typically the datapath mode).
+//!
+//! A sweep is described by a TOML file (see `configs/sweeps/`):
+//!
+//! ```toml
+//! dut = "configs/default.toml"   # what the DUT factory builds (for the vNIC: a dataplane config)
+//! test = "ndr-pdr"               # ndr-pdr | throughput | trial
+//! sets = ["run.workers=1"]       # fixed overrides for every point
+//!
+//! [[axis]]
+//! key = "frame_size"             # traffic keys go to the generator, the rest to the DUT
+//! values = [64, 512, 1518]
+//! [[axis]]
+//! key = "mode"
+//! values = ["host", "nic-inline"]
+//!
+//! [plot]
+//! x = "frame_size"
+//! series = "mode"
+//! ```
+//!
+//! Axis keys `frame_size`, `size_mix`, `flows`, `proto`, `flow_dist` and any `traffic.<key>` set
+//! the traffic ([`crate::GeneratorConfig`] fields); every other key is handed to the
+//! [`DutFactory`], which maps it (for the vNIC: `mode` -> `datapath.mode`, `cores` ->
+//! `run.workers`, `rx_ring` -> `vnic.rx_ring`, `nicmem` -> `vnic.nicmem`, dotted keys -> `--set`).
+//!
+//! **Why `indicatif`** for the progress bar: sweeps of the paper's matrices take minutes to hours;
+//! it gives a bar with rate and ETA on stderr, redraws at a bounded rate, and hides itself when
+//! stderr is not a terminal (CI logs stay clean).
+
+use crate::generator::GeneratorConfig;
+use crate::plot::{LinePlot, Series};
+use crate::search::{
+    SearchConfig, SearchGoal, SearchResult, TrialSettings, mlr_search, rfc2544_throughput,
+};
+use crate::trial::{Dut, DutError, TrialResult};
+use serde::{Deserialize, Serialize};
+use serde_json::Value;
+use std::collections::BTreeMap;
+use std::path::{Path, PathBuf};
+
+/// What to run at each point.
+#[derive(Clone, Copy, Debug, Default, PartialEq, Eq, Serialize, Deserialize)]
+#[serde(rename_all = "kebab-case")]
+pub enum TestKind {
+    /// NDR and PDR in one MLRsearch-style search.
+    #[default]
+    NdrPdr,
+    /// The classic RFC 2544 zero-loss binary search.
+    Throughput,
+    /// One trial at `rate` (percent of line rate by default 100 %).
+    Trial,
+}
+
+/// One axis of the product.
+#[derive(Clone, Debug, PartialEq, Serialize, Deserialize)]
+#[serde(deny_unknown_fields)]
+pub struct Axis {
+    /// The parameter.
+    pub key: String,
+    /// Its values, in order.
+    pub values: Vec<toml::Value>,
+}
+
+/// Which axes the plots use.
+#[derive(Clone, Debug, Default, PartialEq, Serialize, Deserialize)]
+#[serde(deny_unknown_fields, default)]
+pub struct PlotSpec {
+    /// Axis on the x axis (default: the first axis).
+    pub x: Option<String>,
+    /// Axis whose values are the series (default: the second axis, if any).
+    pub series: Option<String>,
+    /// Do not render plots.
+    pub disabled: bool,
+}
+
+/// Timing of the searches (the NDR/PDR goals share it).
+#[derive(Clone, Debug, PartialEq, Serialize, Deserialize)]
+#[serde(deny_unknown_fields, default)]
+pub struct SearchSpec {
+    /// Loss ratio of the PDR goal.
+    pub pdr: f64,
+    /// Exceed ratio (0 for deterministic DUTs).
+    pub exceed_ratio: f64,
+    /// Relative width goal.
+    pub relative_width: f64,
+    /// First-phase trial duration, seconds.
+    pub initial_trial_s: f64,
+    /// Final trial duration, seconds.
+    pub final_trial_s: f64,
+    /// Duration sum per load in the final phase, seconds.
+    pub duration_sum_s: f64,
+    /// Maximum trials per search.
+    pub max_trials: u32,
+    /// Lowest load, percent of line rate.
+    pub min_load_percent: f64,
+}
+
+impl Default for SearchSpec {
+    /// Settings for deterministic (virtual-time) DUTs: exceed ratio 0, 0.5 % width, short trials.
+    fn default() -> Self {
+        Self {
+            pdr: 0.005,
+            exceed_ratio: 0.0,
+            relative_width: 0.005,
+            initial_trial_s: 0.01,
+            final_trial_s: 0.1,
+            duration_sum_s: 0.1,
+            max_trials: 200,
+            min_load_percent: 0.1,
+        }
+    }
+}
+
+impl SearchSpec {
+    /// The search configuration for a DUT of line rate `line_pps`.
+    pub fn config(&self, line_pps: f64) -> SearchConfig {
+        let timing = SearchGoal {
+            exceed_ratio: self.exceed_ratio,
+            relative_width: self.relative_width,
+            initial_trial_s: self.initial_trial_s,
+            final_trial_s: self.final_trial_s,
+            duration_sum_s: self.duration_sum_s,
+            ..Default::default()
+        };
+        SearchConfig {
+            goals: SearchGoal::ndr_pdr(self.pdr, &timing),
+            min_load_pps: Some(line_pps * self.min_load_percent / 100.0),
+            max_load_pps: None,
+            max_trials: self.max_trials,
+            discard_first: false,
+        }
+    }
+}
+
+/// A sweep description (the TOML file).
+#[derive(Clone, Debug, PartialEq, Serialize, Deserialize)]
+#[serde(deny_unknown_fields)]
+pub struct SweepSpec {
+    /// Name used for output files (default: the spec file's stem).
+    #[serde(default)]
+    pub name: Option<String>,
+    /// The DUT description handed to the factory (for the vNIC: a dataplane config path,
+    /// relative to the working directory).
+    pub dut: String,
+    /// The test.
+    #[serde(default)]
+    pub test: TestKind,
+    /// Fixed DUT overrides for every point.
+    #[serde(default)]
+    pub sets: Vec<String>,
+    /// The axes (their product is swept, first axis outermost).
+    pub axis: Vec<Axis>,
+    /// Plot layout.
+    #[serde(default)]
+    pub plot: PlotSpec,
+    /// Search timing.
+    #[serde(default)]
+    pub search: SearchSpec,
+    /// Warm-up, drain, latency.
+    #[serde(default)]
+    pub trial: TrialSettingsSpec,
+    /// Base traffic (frame size etc. may be swept).
+    #[serde(default)]
+    pub traffic: Option<toml::Table>,
+    /// Load for `test = "trial"`: percent of line rate.
+    #[serde(default = "default_rate_percent")]
+    pub rate_percent: f64,
+    /// Duration for `test = "trial"` and `"throughput"` trials, seconds.
+    #[serde(default = "default_trial_s")]
+    pub trial_s: f64,
+    /// Output directory (default `target/sweeps/<name>`).
+    #[serde(default)]
+    pub output: Option<PathBuf>,
+}
+
+fn default_rate_percent() -> f64 {
+    100.0
+}
+
+fn default_trial_s() -> f64 {
+    0.1
+}
+
+/// `[trial]` of a sweep spec.
+#[derive(Clone, Debug, PartialEq, Serialize, Deserialize)]
+#[serde(deny_unknown_fields, default)]
+pub struct TrialSettingsSpec {
+    /// Warm-up before each trial, seconds.
+    pub warmup_s: f64,
+    /// Drain after each trial, seconds.
+    pub drain_s: f64,
+    /// Measure latency.
+    pub latency: bool,
+}
+
+impl Default for TrialSettingsSpec {
+    fn default() -> Self {
+        Self {
+            warmup_s: 0.0,
+            drain_s: 0.01,
+            latency: true,
+        }
+    }
+}
+
+/// A point of the sweep: `(axis key, value)` in axis order.
+pub type Point = Vec<(String, toml::Value)>;
+
+/// Builds the DUT for a point (given the keys that are not traffic keys).
+pub trait DutFactory {
+    /// The DUT for `dut` (the spec's string), with `sets` and this point's DUT parameters.
+    fn build(
+        &mut self,
+        dut: &str,
+        sets: &[String],
+        params: &Point,
+    ) -> Result<Box<dyn Dut>, DutError>;
+}
+
+impl<F> DutFactory for F
+where
+    F: FnMut(&str, &[String], &Point) -> Result<Box<dyn Dut>, DutError>,
+{
+    fn build(
+        &mut self,
+        dut: &str,
+        sets: &[String],
+        params: &Point,
+    ) -> Result<Box<dyn Dut>, DutError> {
+        self(dut, sets, params)
+    }
+}
+
+/// Keys that set the traffic rather than the DUT.
+pub fn is_traffic_key(key: &str) -> bool {
+    matches!(
+        key,
+        "frame_size"
+            | "size_mix"
+            | "flows"
+            | "proto"
+            | "flow_dist"
+            | "src_port_count"
+            | "dst_port_count"
+    ) || key.starts_with("traffic.")
+}
+
+/// Applies the traffic keys of `point` to `base`.
+pub fn traffic_for(base: &toml::Table, point: &Point) -> Result<GeneratorConfig, DutError> {
+    let mut t = base.clone();
+    for (k, v) in point {
+        if is_traffic_key(k) {
+            t.insert(k.trim_start_matches("traffic.").to_string(), v.clone());
+        }
+    }
+    let cfg: GeneratorConfig = toml::Value::Table(t)
+        .try_into()
+        .map_err(|e: toml::de::Error| DutError(format!("traffic: {}", e.message())))?;
+    cfg.validate().map_err(|e| DutError(e.to_string()))?;
+    Ok(cfg)
+}
+
+/// Every point of the product, first axis outermost.
+pub fn points(axes: &[Axis]) -> Vec<Point> {
+    let mut out: Vec<Point> = vec![Vec::new()];
+    for a in axes {
+        out = out
+            .into_iter()
+            .flat_map(|p| {
+                a.values.iter().map(move |v| {
+                    let mut q = p.clone();
+                    q.push((a.key.clone(), v.clone()));
+                    q
+                })
+            })
+            .collect();
+    }
+    out
+}
+
+/// A value as plain text (strings without quotes).
+pub fn value_text(v: &toml::Value) -> String {
+    match v {
+        toml::Value::String(s) => s.clone(),
+        other => other.to_string(),
+    }
+}
+
+fn value_json(v: &toml::Value) -> Value {
+    serde_json::to_value(v).unwrap_or(Value::Null)
+}
+
+/// One row of results.
+#[derive(Clone, Debug, PartialEq, Serialize)]
+pub struct SweepRow {
+    /// The point's parameters.
+    pub point: BTreeMap<String, Value>,
+    /// The DUT's name.
+    pub dut: String,
+    /// Mean frame size, FCS included.
+    pub frame_size: f64,
+    /// Line rate, Gb/s (L1) as frames of this size can use it.
+    pub line_rate_pps: f64,
+    /// NDR (or RFC 2544 throughput, or forwarding rate of the single trial), frames/s.
+    pub ndr_pps: Option<f64>,
+    /// The same, L1 Gb/s.
+    pub ndr_gbps: Option<f64>,
+    /// PDR, frames/s (`ndr-pdr` only).
+    pub pdr_pps: Option<f64>,
+    /// PDR, L1 Gb/s.
+    pub pdr_gbps: Option<f64>,
+    /// Latency p50 at the NDR (or of the single trial), ns.
+    pub latency_p50_ns: Option<u64>,
+    /// Latency p99, ns.
+    pub latency_p99_ns: Option<u64>,
+    /// Loss ratio at the maximum load (the first trial at line rate).
+    pub loss_at_max: Option<f64>,
+    /// The drop stage dominating at the NDR's upper bound (or the trial's).
+    pub bounded_by: Option<String>,
+    /// The DUT's named bottleneck there, when it models one.
+    pub bottleneck: Option<String>,
+    /// Trials run for this point.
+    pub trials: usize,
+    /// Every trial in virtual time.
+    pub deterministic: bool,
+    /// The full search (or trial) result.
+    pub detail: Value,
+}
+
+/// The sweep's outcome.
+#[derive(Clone, Debug, PartialEq, Serialize)]
+pub struct SweepResult {
+    /// The spec.
+    pub spec: SweepSpec,
+    /// One row per point, in product order.
+    pub rows: Vec<SweepRow>,
+}
+
+/// Reports progress: called before each point with its index, the total and a label.
+pub trait Progress {
+    /// Point `i` of `n` starts.
+    fn start(&mut self, i: usize, n: usize, label: &str);
+    /// A trial of the current point finished.
+    fn trial(&mut self, _r: &TrialResult) {}
+    /// All done.
+    fn finish(&mut self) {}
+}
+
+/// No progress output.
+pub struct NoProgress;
+
+impl Progress for NoProgress {
+    fn start(&mut self, _: usize, _: usize, _: &str) {}
+}
+
+/// An `indicatif` progress bar on stderr with the ETA (hidden when stderr is not a terminal).
+pub struct Bar(indicatif::ProgressBar);
+
+impl Bar {
+    /// A bar for `n` points.
+    pub fn new(n: usize) -> Self {
+        let b = indicatif::ProgressBar::new(n as u64);
+        b.set_style(
+            indicatif::ProgressStyle::with_template(
+                "{elapsed_precise} [{bar:30}] {pos}/{len} points, ETA {eta_precise} {msg}",
+            )
+            .unwrap_or_else(|_| indicatif::ProgressStyle::default_bar())
+            .progress_chars("=> "),
+        );
+        Self(b)
+    }
+}
+
+impl Progress for Bar {
+    fn start(&mut self, i: usize, _n: usize, label: &str) {
+        self.0.set_position(i as u64);
+        self.0.set_message(label.to_string());
+    }
+    fn trial(&mut self, r: &TrialResult) {
+        self.0.tick();
+        let _ = r;
+    }
+    fn finish(&mut self) {
+        self.0.finish_and_clear();
+    }
+}
+
+/// Runs the sweep.
+pub fn run_sweep(
+    spec: &SweepSpec,
+    factory: &mut dyn DutFactory,
+    progress: &mut dyn Progress,
+) -> Result<SweepResult, DutError> {
+    let pts = points(&spec.axis);
+    let base = spec.traffic.clone().unwrap_or_default();
+    let mut rows = Vec::with_capacity(pts.len());
+    for (i, p) in pts.iter().enumerate() {
+        let label: Vec<String> = p
+            .iter()
+            .map(|(k, v)| format!("{k}={}", value_text(v)))
+            .collect();
+        progress.start(i, pts.len(), &label.join(" "));
+        let traffic = traffic_for(&base, p)?;
+        let dut_params: Point = p
+            .iter()
+            .filter(|(k, _)| !is_traffic_key(k))
+            .cloned()
+            .collect();
+        let mut dut = factory.build(&spec.dut, &spec.sets, &dut_params)?;
+        let settings = TrialSettings {
+            warmup_s: spec.trial.warmup_s,
+            drain_s: spec.trial.drain_s,
+            latency: spec.trial.latency,
+            traffic,
+            ..Default::default()
+        };
+        let row = run_point(spec, dut.as_mut(), &settings, p, progress)
+            .map_err(|e| DutError(format!("point {}: {e}", label.join(" "))))?;
+        rows.push(row);
+    }
+    progress.finish();
+    Ok(SweepResult {
+        spec: spec.clone(),
+        rows,
+    })
+}
+
+fn run_point(
+    spec: &SweepSpec,
+    dut: &mut dyn Dut,
+    settings: &TrialSettings,
+    p: &Point,
+    progress: &mut dyn Progress,
+) -> Result<SweepRow, DutError> {
+    let fs = settings.traffic.mean_frame_size();
+    let line = dut.line_rate_pps(fs);
+    let point = p.iter().map(|(k, v)| (k.clone(), value_json(v))).collect();
+    let mut row = SweepRow {
+        point,
+        dut: dut.name(),
+        frame_size: fs,
+        line_rate_pps: line,
+        ndr_pps: None,
+        ndr_gbps: None,
+        pdr_pps: None,
+        pdr_gbps: None,
+        latency_p50_ns: None,
+        latency_p99_ns: None,
+        loss_at_max: None,
+        bounded_by: None,
+        bottleneck: None,
+        trials: 0,
+        deterministic: dut.deterministic(),
+        detail: Value::Null,
+    };
+    let g = |pps: f64| crate::trial::gbps(pps, fs);
+    match spec.test {
+        TestKind::NdrPdr => {
+            let cfg = spec.search.config(line);
+            let r: SearchResult =
+                mlr_search(dut, settings, &cfg, &mut |t| progress.trial(&t.result))?;
+            let (ndr, pdr) = (&r.goals[0], &r.goals[1]);
+            row.ndr_pps = ndr.lower_pps;
+            row.ndr_gbps = ndr.lower_gbps;
+            row.pdr_pps = pdr.lower_pps;
+            row.pdr_gbps = pdr.lower_gbps;
+            row.latency_p50_ns = ndr.latency.map(|l| l.p50_ns);
+            row.latency_p99_ns = ndr.latency.map(|l| l.p99_ns);
+            row.loss_at_max = r
+                .trials
+                .iter()
+                .find(|t| (t.load_pps - line).abs() <= line * 1e-9)
+                .map(|t| t.result.loss_ratio());
+            row.bounded_by = ndr
+                .loss_at_upper
+                .as_ref()
+                .and_then(|a| a.dominant().map(str::to_string));
+            row.bottleneck = ndr.bottleneck.clone();
+            row.trials = r.trials.len();
+            row.deterministic = r.deterministic;
+            row.detail = serde_json::to_value(&r).unwrap_or(Value::Null);
+        }
+        TestKind::Throughput => {
+            let t = rfc2544_throughput(
+                dut,
+                settings,
+                spec.trial_s,
+                spec.search.relative_width,
+                line * spec.search.min_load_percent / 100.0,
+            )?;
+            row.ndr_pps = t.throughput_pps;
+            row.ndr_gbps = t.throughput_gbps;
+            if let Some((_, first)) = t.trials.first() {
+                row.loss_at_max = Some(first.loss_ratio());
+                row.bounded_by = first.attribution.dominant().map(str::to_string);
+                row.bottleneck = first.bottleneck.clone();
+            }
+            if let Some(x) = t.throughput_pps
+                && let Some((_, r)) = t.trials.iter().rev().find(|(l, _)| *l == x)
+            {
+                row.latency_p50_ns = r.latency.map(|l| l.p50_ns);
+                row.latency_p99_ns = r.latency.map(|l| l.p99_ns);
+            }
+            row.trials = t.trials.len();
+            row.deterministic &= t.trials.iter().all(|(_, r)| r.deterministic);
+            row.detail = serde_json::to_value(&t).unwrap_or(Value::Null);
+        }
+        TestKind::Trial => {
+            let load = line * spec.rate_percent / 100.0;
+            let r = dut.trial(&settings.spec(load, spec.trial_s, 0))?;
+            progress.trial(&r);
+            row.ndr_pps = Some(r.forwarding_pps());
+            row.ndr_gbps = Some(g(r.forwarding_pps()));
+            row.latency_p50_ns = r.latency.map(|l| l.p50_ns);
+            row.latency_p99_ns = r.latency.map(|l| l.p99_ns);
+            row.loss_at_max = Some(r.loss_ratio());
+            row.bounded_by = r.attribution.dominant().map(str::to_string);
+            row.bottleneck = r.bottleneck.clone();
+            row.trials = 1;
+            row.deterministic = r.deterministic;
+            row.detail = serde_json::to_value(&r).unwrap_or(Value::Null);
+        }
+    }
+    Ok(row)
+}
+
+/// CSV columns (after one column per axis).
+pub const CSV_COLUMNS: [&str; 14] = [
+    "dut",
+    "mean_frame_size",
+    "line_rate_pps",
+    "ndr_pps",
+    "ndr_gbps",
+    "pdr_pps",
+    "pdr_gbps",
+    "latency_p50_ns",
+    "latency_p99_ns",
+    "loss_at_max",
+    "bounded_by",
+    "bottleneck",
+    "trials",
+    "deterministic",
+];
+
+fn csv_field(s: &str) -> String {
+    if s.contains([',', '"', '\n']) {
+        format!("\"{}\"", s.replace('"', "\"\""))
+    } else {
+        s.to_string()
+    }
+}
+
+impl SweepResult {
+    /// The rows as CSV: one column per axis, then [`CSV_COLUMNS`].
+    pub fn to_csv(&self) -> String {
+        let axes: Vec<&str> = self.spec.axis.iter().map(|a| a.key.as_str()).collect();
+        let mut out = String::new();
+        let header: Vec<&str> = axes.iter().copied().chain(CSV_COLUMNS).collect();
+        out.push_str(&header.join(","));
+        out.push('\n');
+        let opt = |v: Option<f64>| v.map_or(String::new(), |x| format!("{x}"));
+        let optu = |v: Option<u64>| v.map_or(String::new(), |x| x.to_string());
+        for r in &self.rows {
+            let mut f: Vec<String> = axes
+                .iter()
+                .map(|a| match r.point.get(*a) {
+                    Some(Value::String(s)) => csv_field(s),
+                    Some(v) => csv_field(&v.to_string()),
+                    None => String::new(),
+                })
+                .collect();
+            f.extend([
+                csv_field(&r.dut),
+                format!("{}", r.frame_size),
+                format!("{}", r.line_rate_pps),
+                opt(r.ndr_pps),
+                opt(r.ndr_gbps),
+                opt(r.pdr_pps),
+                opt(r.pdr_gbps),
+                optu(r.latency_p50_ns),
+                optu(r.latency_p99_ns),
+                opt(r.loss_at_max),
+                r.bounded_by.clone().unwrap_or_default(),
+                r.bottleneck.clone().unwrap_or_default(),
+                r.trials.to_string(),
+                r.deterministic.to_string(),
+            ]);
+            out.push_str(&f.join(","));
+            out.push('\n');
+        }
+        out
+    }
+
+    /// The result as JSON (`rows` without the per-trial detail when `brief`).
+    pub fn to_json(&self, brief: bool) -> Value {
+        let mut v = serde_json::to_value(self).unwrap_or(Value::Null);
+        if brief && let Some(rows) = v.get_mut("rows").and_then(Value::as_array_mut) {
+            for r in rows {
+                if let Some(o) = r.as_object_mut() {
+                    o.remove("detail");
+                }
+            }
+        }
+        v
+    }
+
+    /// The three plots (throughput, latency, loss) against the x axis, one series per value of
+    /// the series axis. Points whose x value is not numeric are placed at their index.
+    pub fn plots(&self) -> Vec<(String, LinePlot)> {
+        let axes = &self.spec.axis;
+        let x = self
+            .spec
+            .plot
+            .x
+            .clone()
+            .or_else(|| axes.first().map(|a| a.key.clone()))
+            .unwrap_or_default();
+        let series_key = self
+            .spec
+            .plot
+            .series
+            .clone()
+            .or_else(|| axes.iter().find(|a| a.key != x).map(|a| a.key.clone()));
+        let x_values: Vec<Value> = axes
+            .iter()
+            .find(|a| a.key == x)
+            .map(|a| a.values.iter().map(value_json).collect())
+            .unwrap_or_default();
+        let x_of = |v: &Value| -> f64 {
+            v.as_f64()
+                .unwrap_or_else(|| x_values.iter().position(|w| w == v).unwrap_or(0) as f64)
+        };
+        let names: Vec<String> = match &series_key {
+            Some(k) => axes
+                .iter()
+                .find(|a| &a.key == k)
+                .map(|a| a.values.iter().map(value_text).collect())
+                .unwrap_or_default(),
+            None => vec![String::new()],
+        };
+        let rows_of = |name: &str| -> Vec<&SweepRow> {
+            self.rows
+                .iter()
+                .filter(|r| match &series_key {
+                    Some(k) => {
+                        r.point.get(k).map(|v| match v {
+                            Value::String(s) => s.clone(),
+                            o => o.to_string(),
+                        }) == Some(name.to_string())
+                    }
+                    None => true,
+                })
+                .collect()
+        };
+        let mk = |metric: &dyn Fn(&SweepRow) -> Option<f64>,
+                  suffix: &str,
+                  dashed: bool|
+         -> Vec<Series> {
+            names
+                .iter()
+                .enumerate()
+                .map(|(i, n)| Series {
+                    name: format!("{}{suffix}", if n.is_empty() { "result" } else { n }),
+                    points: rows_of(n)
+                        .iter()
+                        .filter_map(|r| Some((x_of(r.point.get(&x)?), metric(r)?)))
+                        .collect(),
+                    dashed,
+                    color: i,
+                })
+                .collect()
+        };
+        let title_of = |what: &str| {
+            format!(
+                "{what} vs {x}{}",
+                series_key
+                    .as_ref()
+                    .map_or(String::new(), |s| format!(" per {s}"))
+            )
+        };
+        let mut thr = mk(
+            &|r| r.ndr_gbps,
+            if self.spec.test == TestKind::NdrPdr {
+                " NDR"
+            } else {
+                ""
+            },
+            false,
+        );
+        if self.spec.test == TestKind::NdrPdr {
+            thr.extend(mk(&|r| r.pdr_gbps, " PDR", true));
+        }
+        let mut lat = mk(
+            &|r| r.latency_p50_ns.map(|v| v as f64 / 1000.0),
+            " p50",
+            false,
+        );
+        lat.extend(mk(
+            &|r| r.latency_p99_ns.map(|v| v as f64 / 1000.0),
+            " p99",
+            true,
+        ));
+        let loss = mk(&|r| r.loss_at_max, "", false);
+        vec![
+            (
+                "throughput".into(),
+                LinePlot {
+                    title: title_of("Throughput"),
+                    x_label: x.clone(),
+                    y_label: "throughput (Gb/s, L1)".into(),
+                    series: thr,
+                    log_y: false,
+                },
+            ),
+            (
+                "latency".into(),
+                LinePlot {
+                    title: title_of("Latency at NDR"),
+                    x_label: x.clone(),
+                    y_label: "latency (us)".into(),
+                    series: lat,
+                    log_y: true,
+                },
+            ),
+            (
+                "loss".into(),
+                LinePlot {
+                    title: title_of("Loss at line rate"),
+                    x_label: x.clone(),
+                    y_label: "loss ratio".into(),
+                    series: loss,
+                    log_y: false,
+                },
+            ),
+        ]
+    }
+
+    /// Writes `<name>.json`, `<name>.csv` and (unless disabled) `<name>-<plot>.svg/.png` into
+    /// `dir`; returns the files written.
+    pub fn write(&self, dir: &Path, name: &str) -> Result<Vec<PathBuf>, String> {
+        std::fs::create_dir_all(dir)
+            .map_err(|e| format!("cannot create {}: {e}", dir.display()))?;
+        let mut files = Vec::new();
+        let json = dir.join(format!("{name}.json"));
+        let text = serde_json::to_string_pretty(&self.to_json(false)).map_err(|e| e.to_string())?;
+        std::fs::write(&json, text + "\n").map_err(|e| format!("{}: {e}", json.display()))?;
+        files.push(json);
+        let csv = dir.join(format!("{name}.csv"));
+        std::fs::write(&csv, self.to_csv()).map_err(|e| format!("{}: {e}", csv.display()))?;
+        files.push(csv);
+        if !self.spec.plot.disabled {
+            for (what, plot) in self.plots() {
+                let svg = dir.join(format!("{name}-{what}.svg"));
+                plot.save_svg(&svg)?;
+                files.push(svg);
+                let png = dir.join(format!("{name}-{what}.png"));
+                plot.save_png(&png)?;
+                files.push(png);
+            }
+        }
+        Ok(files)
+    }
+}
+
+/// Parses a sweep spec; errors name the file and the key.
+pub fn load_spec(path: &Path) -> Result<SweepSpec, String> {
+    let text = std::fs::read_to_string(path)
+        .map_err(|e| format!("sweep {}: cannot read: {e}", path.display()))?;
+    let spec: SweepSpec =
+        toml::from_str(&text).map_err(|e| format!("sweep {}: {}", path.display(), e.message()))?;
+    if spec.axis.is_empty() || spec.axis.iter().any(|a| a.values.is_empty()) {
+        return Err(format!(
+            "sweep {}: key `axis`: at least one axis with at least one value",
+            path.display()
+        ));
+    }
+    Ok(spec)
+}
+
+/// A summary line per row, for humans.
+pub fn summary_lines(r: &SweepResult) -> Vec<String> {
+    r.rows
+        .iter()
+        .map(|row| {
+            let p: Vec<String> = row
+                .point
+                .iter()
+                .map(|(k, v)| format!("{k}={}", v.as_str().map_or(v.to_string(), str::to_string)))
+                .collect();
+            let f = |v: Option<f64>| v.map_or("-".to_string(), |x| format!("{x:.3}"));
+            format!(
+                "{}: NDR {} Gb/s, PDR {} Gb/s, p50 {} us, loss@max {}, bounded by {}",
+                p.join(" "),
+                f(row.ndr_gbps),
+                f(row.pdr_gbps),
+                row.latency_p50_ns
+                    .map_or("-".into(), |v| format!("{:.2}", v as f64 / 1000.0)),
+                f(row.loss_at_max),
+                row.bottleneck
+                    .clone()
+                    .or(row.bounded_by.clone())
+                    .unwrap_or_else(|| "-".into()),
+            )
+        })
+        .collect()
+}

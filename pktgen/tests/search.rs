@@ -1,0 +1,354 @@
+//! The RFC 2544 procedures and the MLRsearch-style NDR/PDR search against the in-process test
+//! DUT, whose answers are known: exact results within the width goal for a DUT of known
+//! capacity, robustness to noisy trials, and the trial contract (drain, generator drops).
+
+use pktgen::GeneratorConfig;
+use pktgen::latency::Calibration;
+use pktgen::search::{
+    SearchConfig, SearchGoal, TrialSettings, back_to_back, calibrate, frame_loss_rate, latency_at,
+    mlr_search, rfc2544_throughput,
+};
+use pktgen::testdut::{SimDut, SimDutConfig};
+use pktgen::trial::{Dut, TrialSpec};
+
+/// 1 Gb/s link: line rate 1.488 Mpps at 64 B, small enough to simulate quickly.
+const LINE: f64 = 1e9;
+const CAP: f64 = 1e6;
+
+fn settings() -> TrialSettings {
+    TrialSettings {
+        drain_s: 0.01,
+        traffic: GeneratorConfig {
+            frame_size: 64,
+            flows: 64,
+            ..Default::default()
+        },
+        ..Default::default()
+    }
+}
+
+fn capacity_dut(extra: SimDutConfig) -> SimDut {
+    SimDut::new(SimDutConfig {
+        line_bps: LINE,
+        capacity_pps: Some(CAP),
+        queue_frames: 16,
+        ..extra
+    })
+}
+
+fn timing(final_s: f64, sum_s: f64, exceed: f64) -> SearchGoal {
+    SearchGoal {
+        exceed_ratio: exceed,
+        relative_width: 0.005,
+        initial_trial_s: final_s / 4.0,
+        final_trial_s: final_s,
+        duration_sum_s: sum_s,
+        ..Default::default()
+    }
+}
+
+#[test]
+fn ndr_and_pdr_of_a_known_capacity_in_one_search() {
+    let mut dut = capacity_dut(SimDutConfig::default());
+    let cfg = SearchConfig {
+        goals: SearchGoal::ndr_pdr(0.05, &timing(0.02, 0.02, 0.0)),
+        ..Default::default()
+    };
+    let mut seen = 0;
+    let r = mlr_search(&mut dut, &settings(), &cfg, &mut |_| seen += 1).unwrap();
+    assert!(r.converged && r.deterministic);
+    assert_eq!(seen, r.trials.len());
+    let (ndr, pdr) = (&r.goals[0], &r.goals[1]);
+    // NDR: the capacity, up to the 16-frame queue absorbing (r - c) * 20 ms.
+    let n = ndr.lower_pps.unwrap();
+    assert!((CAP * 0.995..=CAP * 1.0009).contains(&n), "NDR {n}");
+    assert!(
+        ndr.relative_width <= 0.005 + 1e-12,
+        "{}",
+        ndr.relative_width
+    );
+    assert!(ndr.upper_pps.unwrap() > n);
+    // PDR 5 %: loss (r - c) / r <= 0.05 -> r <= c / 0.95.
+    let p = pdr.lower_pps.unwrap();
+    let want = CAP / 0.95;
+    assert!(
+        (want * 0.995..=want * 1.001).contains(&p),
+        "PDR {p}, want {want}"
+    );
+    // What bounds the DUT: the queue overflowed at the upper bound.
+    let at_upper = ndr.loss_at_upper.as_ref().unwrap();
+    assert_eq!(at_upper.dominant(), Some("queue_full"));
+    assert_eq!(at_upper.unattributed, 0);
+    assert_eq!(ndr.bottleneck.as_deref(), Some("capacity"));
+    // Short trials first, full length at the end; the answer comes from full-length trials.
+    assert!(r.trials.first().unwrap().duration_s < 0.02);
+    assert!((r.trials.last().unwrap().duration_s - 0.02).abs() < 1e-12);
+    // Latency at the NDR: the 1 µs pipeline plus queueing, never less.
+    let lat = ndr.latency.unwrap();
+    assert!(lat.min_ns >= 1_000, "{lat:?}");
+
+    // Deterministic: the same search again gives the same JSON.
+    let mut again = capacity_dut(SimDutConfig::default());
+    let r2 = mlr_search(&mut again, &settings(), &cfg, &mut |_| {}).unwrap();
+    assert_eq!(
+        serde_json::to_string(&r).unwrap(),
+        serde_json::to_string(&r2).unwrap()
+    );
+}
+
+#[test]
+fn bandwidth_bound_dut_scales_with_frame_size() {
+    // A DUT limited to 500 Mb/s L1: NDR = half the line rate at every size.
+    for size in [64u32, 512, 1518] {
+        let mut dut = SimDut::new(SimDutConfig {
+            line_bps: LINE,
+            capacity_bps: Some(LINE / 2.0),
+            queue_frames: 8,
+            ..Default::default()
+        });
+        let mut s = settings();
+        s.traffic.frame_size = size;
+        let cfg = SearchConfig {
+            goals: vec![timing(0.02, 0.02, 0.0)],
+            ..Default::default()
+        };
+        let r = mlr_search(&mut dut, &s, &cfg, &mut |_| {}).unwrap();
+        let g = r.goals[0].lower_gbps.unwrap();
+        // The 8-frame queue absorbs (r - c) * 20 ms above the capacity.
+        let cap_pps = LINE / 2.0 / (f64::from(size + 20) * 8.0);
+        let queue_margin = 8.0 / (cap_pps * 0.02);
+        assert!(
+            (0.5 * 0.995..=0.5 * (1.0 + queue_margin) + 1e-9).contains(&g),
+            "size {size}: {g} Gb/s"
+        );
+    }
+}
+
+#[test]
+fn perfect_dut_reaches_line_rate_and_lossy_dut_has_no_ndr() {
+    let mut dut = SimDut::new(SimDutConfig {
+        line_bps: LINE,
+        ..Default::default()
+    });
+    let cfg = SearchConfig {
+        goals: SearchGoal::ndr_pdr(0.2, &timing(0.004, 0.004, 0.0)),
+        ..Default::default()
+    };
+    let r = mlr_search(&mut dut, &settings(), &cfg, &mut |_| {}).unwrap();
+    let line = r.line_rate_pps;
+    assert_eq!(r.goals[0].lower_pps, Some(line));
+    assert_eq!(r.goals[0].upper_pps, None);
+    // One short trial at line rate settles both goals, one full-length trial confirms them.
+    assert_eq!(r.trials.len(), 2);
+
+    // Drops 1 frame in 10 at any load: no load from 10 % of line rate up meets NDR, every load
+    // meets a 20 % PDR.
+    let mut dut = SimDut::new(SimDutConfig {
+        line_bps: LINE,
+        drop_every: 10,
+        ..Default::default()
+    });
+    let cfg = SearchConfig {
+        min_load_pps: Some(line * 0.1),
+        ..cfg
+    };
+    let r = mlr_search(&mut dut, &settings(), &cfg, &mut |_| {}).unwrap();
+    assert!(r.converged);
+    assert_eq!(r.goals[0].lower_pps, None, "{:?}", r.goals[0]);
+    assert_eq!(r.goals[1].lower_pps, Some(line));
+    assert_eq!(
+        r.goals[0].loss_at_upper.as_ref().unwrap().dominant(),
+        Some("policy")
+    );
+}
+
+#[test]
+fn exceed_ratio_absorbs_noisy_trials_that_fool_a_strict_search() {
+    // Every third trial loses a burst of 100 frames (0.5 % of a 20 ms trial at 1 Mpps), as an
+    // interrupt or a noisy neighbour would.
+    let noisy = || {
+        capacity_dut(SimDutConfig {
+            noise_every: 3,
+            noise_frames: 100,
+            ..Default::default()
+        })
+    };
+    // MLRsearch: exceed ratio 0.5 over 5 trials (a load fails only if 3 of 5 trials do).
+    let robust = SearchConfig {
+        goals: vec![timing(0.02, 0.1, 0.5)],
+        ..Default::default()
+    };
+    let r = mlr_search(&mut noisy(), &settings(), &robust, &mut |_| {}).unwrap();
+    let ndr = r.goals[0].lower_pps.unwrap();
+    assert!(
+        (CAP * 0.995..=CAP * 1.001).contains(&ndr),
+        "robust NDR {ndr}"
+    );
+    // Some trials really were spoiled, and the search kept going.
+    let spoiled = r
+        .trials
+        .iter()
+        .filter(|t| t.result.attribution.stages.contains_key("noise"))
+        .count();
+    assert!(spoiled > 0);
+
+    // Strict RFC 2544 (any loss fails a load): a single spoiled trial sets the bound.
+    let strict = SearchConfig {
+        goals: vec![timing(0.02, 0.02, 0.0)],
+        ..Default::default()
+    };
+    let r = mlr_search(&mut noisy(), &settings(), &strict, &mut |_| {}).unwrap();
+    let naive = r.goals[0].lower_pps.unwrap_or(0.0);
+    assert!(
+        naive < CAP * 0.995,
+        "strict NDR {naive} should be fooled by noise"
+    );
+}
+
+#[test]
+fn classic_binary_search_agrees_with_mlrsearch() {
+    let mut dut = capacity_dut(SimDutConfig::default());
+    let t = rfc2544_throughput(&mut dut, &settings(), 0.02, 0.005, 1000.0).unwrap();
+    let x = t.throughput_pps.unwrap();
+    assert!((CAP * 0.995..=CAP * 1.0009).contains(&x), "{x}");
+    assert!(t.trials.iter().all(|(_, r)| r.sent == r.intended));
+    assert!(t.lossy_pps.unwrap() > x);
+}
+
+#[test]
+fn frame_loss_rate_steps_down_until_two_clean_trials() {
+    let mut dut = capacity_dut(SimDutConfig::default());
+    let pts = frame_loss_rate(&mut dut, &settings(), 0.01, 10.0).unwrap();
+    // Line rate 1.488 Mpps vs 1 Mpps capacity: loss at 100, 90, 80, 70 %, clean at 60, 50 %.
+    let pcts: Vec<f64> = pts.iter().map(|p| p.load_percent.round()).collect();
+    assert_eq!(pcts, vec![100.0, 90.0, 80.0, 70.0, 60.0, 50.0]);
+    let l100 = pts[0].loss_ratio;
+    let expect = 1.0 - CAP / pts[0].load_pps;
+    assert!((l100 - expect).abs() < 0.002, "{l100} vs {expect}");
+    assert!(pts[4].loss_ratio == 0.0 && pts[5].loss_ratio == 0.0);
+    assert!(pts[3].loss_ratio > 0.0);
+}
+
+#[test]
+fn back_to_back_burst_matches_the_queue() {
+    // Line rate (one frame per 672 ns) into a 1 µs server with a 16-frame queue: frame i of
+    // the burst waits i * (1000 - 672) ns, and the queue holds 16 µs of work, so frames
+    // 0..=floor(16 / 0.328) = 0..=48 pass: 49 frames.
+    let mut dut = capacity_dut(SimDutConfig::default());
+    let b = back_to_back(&mut dut, &settings(), 10_000, 3).unwrap();
+    assert_eq!(b.bursts, vec![49, 49, 49]);
+    assert!(!b.reached_max);
+    assert_eq!(b.mean_frames, 49.0);
+    // Deterministic DUT: every repetition gives the same burst.
+    assert!(b.bursts.iter().all(|&x| x == b.bursts[0]));
+}
+
+#[test]
+fn calibration_removes_the_generators_own_latency() {
+    let gen_lat = 2_500;
+    let mut lb = SimDut::new(SimDutConfig {
+        line_bps: LINE,
+        loopback: true,
+        gen_latency_ns: gen_lat,
+        ..Default::default()
+    });
+    let cal = calibrate(&mut lb, &settings(), 1e5, 0.01).unwrap();
+    assert_eq!(cal.bias_ns, gen_lat);
+    let mut dut = capacity_dut(SimDutConfig {
+        latency_ns: 7_000,
+        gen_latency_ns: gen_lat,
+        ..Default::default()
+    });
+    let raw = latency_at(&mut dut, &settings(), 5e5, 0.01, 3, Calibration::default()).unwrap();
+    let cal = latency_at(&mut dut, &settings(), 5e5, 0.01, 3, cal).unwrap();
+    let (r, c) = (raw.mean.unwrap(), cal.mean.unwrap());
+    // At half capacity nothing queues: the DUT's 7 µs (+ 1 µs service), bias removed (to the
+    // histogram's 3 significant digits).
+    assert!(c.min_ns.abs_diff(8_000) <= 8, "{c:?}");
+    assert!(c.max_ns.abs_diff(8_000) <= 8, "{c:?}");
+    assert_eq!(r.min_ns, c.min_ns + gen_lat);
+    assert_eq!(cal.runs.len(), 3);
+    assert_eq!(cal.lost, 0);
+}
+
+#[test]
+fn in_flight_frames_at_the_stop_are_not_lost() {
+    // 5 ms through the DUT, 10 ms of traffic: half the frames are still inside when the
+    // generator stops.
+    let mut dut = SimDut::new(SimDutConfig {
+        line_bps: LINE,
+        latency_ns: 5_000_000,
+        ..Default::default()
+    });
+    let spec = TrialSpec {
+        rate_pps: 1e6,
+        duration_s: 0.01,
+        drain_s: 0.01,
+        traffic: settings().traffic,
+        ..Default::default()
+    };
+    let r = dut.trial(&spec).unwrap();
+    assert_eq!(r.sent, 10_000);
+    assert!(
+        (4_990..=5_010).contains(&r.in_flight_at_stop),
+        "{}",
+        r.in_flight_at_stop
+    );
+    assert_eq!((r.lost, r.received, r.late), (0, 10_000, 0));
+
+    // With a drain shorter than the DUT's latency the stragglers are late, and lost.
+    let r = dut
+        .trial(&TrialSpec {
+            drain_s: 0.002,
+            ..spec
+        })
+        .unwrap();
+    assert_eq!(r.late, r.lost);
+    assert!(r.lost > 2_900 && r.lost < 3_100, "{}", r.lost);
+    assert_eq!(r.attribution.stages["late"], r.lost);
+}
+
+#[test]
+fn generator_drops_are_not_dut_loss() {
+    // The generator manages only 600 kpps; offered 1 Mpps into a perfect DUT.
+    let mut dut = SimDut::new(SimDutConfig {
+        line_bps: LINE,
+        gen_max_pps: Some(6e5),
+        gen_queue: 32,
+        ..Default::default()
+    });
+    let spec = TrialSpec {
+        rate_pps: 1e6,
+        duration_s: 0.01,
+        drain_s: 0.01,
+        traffic: settings().traffic,
+        ..Default::default()
+    };
+    let r = dut.trial(&spec).unwrap();
+    assert_eq!(r.lost, 0, "the DUT lost nothing");
+    assert_eq!(r.received, r.sent);
+    assert_eq!(r.sent + r.gen_unsent, 10_000);
+    assert!(r.gen_unsent > 3_500, "{}", r.gen_unsent);
+    assert!(r.generator_limited(0.001));
+    assert!(
+        (r.achieved_pps - 6e5).abs() < 6e5 * 0.01,
+        "{}",
+        r.achieved_pps
+    );
+
+    // A search never credits the DUT with a load the generator could not offer.
+    let cfg = SearchConfig {
+        goals: vec![timing(0.01, 0.01, 0.0)],
+        ..Default::default()
+    };
+    let mut dut = SimDut::new(SimDutConfig {
+        line_bps: LINE,
+        gen_max_pps: Some(6e5),
+        gen_queue: 32,
+        ..Default::default()
+    });
+    let r = mlr_search(&mut dut, &settings(), &cfg, &mut |_| {}).unwrap();
+    let ndr = r.goals[0].lower_pps.unwrap();
+    assert!(ndr <= 6e5 * 1.001, "{ndr}");
+    assert!(r.generator_limited_trials > 0);
+}

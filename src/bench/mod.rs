@@ -1,0 +1,387 @@
+//! Benchmark glue between `pktgen`'s RFC 2544 / MLRsearch harness and the dataplane: a
+//! [`pktgen::trial::Dut`] that runs a `dataplane` config in-process on the virtual NIC
+//! ([`VnicDut`]), the factory that builds one per sweep point ([`VnicFactory`]), and the
+//! `sim:` test DUT spelled on the command line ([`dut_from_spec`]).
+//!
+//! Each trial is one `nmdp::app::run` of the config with overrides: `run.packets` = the trial's
+//! frames, `traffic.*` = the trial's traffic, and, when the config supports the timing model
+//! (`run.clock`), `run.clock = "virtual"` and `traffic.rate_gbps` = the trial's offered load in
+//! L1 Gb/s (line bits with preamble, SFD, IFG and FCS: the model's unit). In virtual time the
+//! trial is deterministic, so a search gives the same answer every run. Without the timing model
+//! a trial is *functional*: frames arrive as fast as the NIC takes them (flow control), nothing
+//! is offered at a rate, and the search can only confirm that nothing is lost.
+//!
+//! The summary is read after `run` returns, i.e. after the ports drained: frames still in flight
+//! at the stop are never counted as lost. Loss is attributed from the summary's counters: every
+//! key of `drops` (NF drop reasons, `rx_missed`, `pcie_overrun`) plus `rx_nombuf`, `tx_full` and
+//! `desc_errors`.
+//!
+//! Wall-clock fields of the summary (`elapsed_s`, `mpps`, `gbps`) are left out of the trial's
+//! `dut` record so reports of deterministic runs are byte-identical.
+
+use std::path::{Path, PathBuf};
+
+use pktgen::GeneratorConfig;
+use pktgen::latency::LatencyStats;
+use pktgen::sweep::{DutFactory, Point, value_text};
+use pktgen::testdut::{SimDut, SimDutConfig};
+use pktgen::trial::{Dut, DutError, LossAttribution, TrialResult, TrialSpec, gbps};
+use serde_json::Value;
+
+use crate::app::{RunOptions, load_config};
+
+/// Summary keys that depend on the wall clock (dropped from trial records).
+const WALL_CLOCK_KEYS: [&str; 3] = ["elapsed_s", "mpps", "gbps"];
+
+/// How trials run on the virtual NIC.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub enum Timing {
+    /// Virtual time with the offered rate (deterministic).
+    Virtual,
+    /// No timing model: frames pulled as fast as the NIC takes them.
+    Functional,
+}
+
+/// The virtual NIC running a dataplane config, as a DUT.
+#[derive(Clone, Debug)]
+pub struct VnicDut {
+    config: PathBuf,
+    sets: Vec<String>,
+    timing: Timing,
+    line_bps: f64,
+    traffic: GeneratorConfig,
+    name: String,
+}
+
+/// Keys of `[traffic]` that are not generator settings (the port's).
+const PORT_TRAFFIC_KEYS: [&str; 1] = ["rate_gbps"];
+
+impl VnicDut {
+    /// Loads `config` with `sets`, checks it, and finds out whether the timing model is there.
+    /// `line_gbps` overrides the profile's line rate (needed only without the timing model).
+    pub fn new(config: &Path, sets: &[String], line_gbps: Option<f64>) -> Result<Self, DutError> {
+        let opts = RunOptions {
+            config: config.to_path_buf(),
+            sets: sets.to_vec(),
+            ..RunOptions::default()
+        };
+        let cfg = load_config(&opts).map_err(|e| DutError(e.to_string()))?;
+        // Probe: does the config know `run.clock` (the timing model)?
+        let mut probe = opts.clone();
+        probe.sets.push("run.clock=virtual".into());
+        let timing = if load_config(&probe).is_ok() {
+            Timing::Virtual
+        } else {
+            Timing::Functional
+        };
+        let profile_line = cfg.profile(config).ok().map(|p| p.nic.line_rate_gbps);
+        let line_gbps = line_gbps.or(profile_line).unwrap_or(100.0);
+        let mut table = cfg.traffic.clone();
+        for k in PORT_TRAFFIC_KEYS {
+            table.remove(k);
+        }
+        let traffic: GeneratorConfig =
+            toml::Value::Table(table)
+                .try_into()
+                .map_err(|e: toml::de::Error| {
+                    DutError(format!(
+                        "config {}: [traffic]: {}",
+                        config.display(),
+                        e.message()
+                    ))
+                })?;
+        let nfs: Vec<String> = cfg
+            .pipeline
+            .iter()
+            .filter_map(|p| p.get("name").and_then(|v| v.as_str()).map(str::to_string))
+            .collect();
+        let name = format!(
+            "vnic {} mode={} workers={} [{}]{}",
+            config.display(),
+            cfg.datapath.mode.as_str(),
+            cfg.run.workers,
+            nfs.join(","),
+            if timing == Timing::Functional {
+                " (functional)"
+            } else {
+                ""
+            }
+        );
+        Ok(Self {
+            config: config.to_path_buf(),
+            sets: sets.to_vec(),
+            timing,
+            line_bps: line_gbps * 1e9,
+            traffic,
+            name,
+        })
+    }
+
+    /// Whether trials run in virtual time.
+    pub fn timing(&self) -> Timing {
+        self.timing
+    }
+
+    /// The config's own traffic (the base every trial modifies).
+    pub fn traffic(&self) -> &GeneratorConfig {
+        &self.traffic
+    }
+
+    /// The overrides a trial adds to the config.
+    pub fn trial_sets(&self, spec: &TrialSpec) -> Vec<String> {
+        let mut sets = self.sets.clone();
+        let t = &spec.traffic;
+        let mut traffic = toml::Table::new();
+        if let Ok(toml::Value::Table(tt)) = toml::Value::try_from(t) {
+            traffic = tt;
+        }
+        // Keys the run owns.
+        for k in ["count", "stream"] {
+            traffic.remove(k);
+        }
+        for (k, v) in traffic {
+            let v = match v {
+                toml::Value::String(s) => format!("\"{s}\""),
+                other => other.to_string(),
+            };
+            sets.push(format!("traffic.{k}={v}"));
+        }
+        sets.push(format!("run.packets={}", spec.intended_frames()));
+        sets.push("run.duration_s=0".into());
+        sets.push("run.stats_interval_s=0".into());
+        if self.timing == Timing::Virtual {
+            sets.push("run.clock=virtual".into());
+            let gbps_l1 = spec.offered_l1_bps() / 1e9;
+            // Never above the line rate (rounding of the search's maximum load).
+            let gbps_l1 = gbps_l1.min(self.line_bps / 1e9);
+            sets.push(format!("traffic.rate_gbps={gbps_l1}"));
+        }
+        sets
+    }
+}
+
+fn u(v: &Value, k: &str) -> u64 {
+    v.get(k).and_then(Value::as_u64).unwrap_or(0)
+}
+
+/// Builds a trial result from a `dataplane run` summary.
+pub fn result_from_summary(spec: &TrialSpec, s: &Value, virtual_time: bool) -> TrialResult {
+    let t = &s["traffic"];
+    let sent = u(t, "sent");
+    let received = u(t, "received_unique");
+    let lost = u(t, "seq_lost");
+    let mut stages: Vec<(String, u64)> = Vec::new();
+    if let Some(d) = s["drops"].as_object() {
+        for (k, v) in d {
+            let n = v.as_u64().unwrap_or(0);
+            let stage = match k.as_str() {
+                "rx_missed" | "pcie_overrun" => k.clone(),
+                nf => format!("nf:{nf}"),
+            };
+            stages.push((stage, n));
+        }
+    }
+    for k in ["rx_nombuf", "tx_full", "desc_errors"] {
+        if !stages.iter().any(|(s, _)| s == k) {
+            stages.push((k.to_string(), u(s, k)));
+        }
+    }
+    let fs = spec.mean_frame_size();
+    let latency = s["latency_ns"].as_object().and_then(|l| {
+        let g = |k: &str| l.get(k).and_then(Value::as_f64);
+        let count = l.get("count").and_then(Value::as_u64).unwrap_or(received);
+        // The model reports p50/p99/p999/max/mean; a percentile it does not report takes the
+        // nearest one it does (min <- p50, p90 <- p99), never 0.
+        let p50 = g("p50").unwrap_or(0.0);
+        let p99 = g("p99").unwrap_or(p50);
+        (count > 0).then(|| LatencyStats {
+            count,
+            min_ns: g("min").unwrap_or(p50) as u64,
+            mean_ns: g("mean").unwrap_or(p50),
+            p50_ns: p50 as u64,
+            p90_ns: g("p90").unwrap_or(p99) as u64,
+            p99_ns: p99 as u64,
+            p999_ns: g("p999").unwrap_or(p99) as u64,
+            max_ns: g("max").unwrap_or(p99) as u64,
+        })
+    });
+    // Achieved: the offered rate the port reports (pulled runs report the arrival rate).
+    let achieved_pps = match s.get("offered_gbps").and_then(Value::as_f64) {
+        Some(g) if virtual_time => g * 1e9 / ((fs + 20.0) * 8.0),
+        _ => spec.rate_pps,
+    };
+    let mut dut = s.clone();
+    if let Some(o) = dut.as_object_mut() {
+        for k in WALL_CLOCK_KEYS {
+            o.remove(k);
+        }
+        if !virtual_time {
+            o.remove("nfs");
+        }
+    }
+    TrialResult {
+        rate_pps: spec.rate_pps,
+        rate_gbps: gbps(spec.rate_pps, fs),
+        frame_size: fs,
+        duration_s: spec.intended_duration_s(),
+        intended: spec.intended_frames(),
+        sent,
+        gen_unsent: spec.intended_frames().saturating_sub(sent),
+        achieved_pps: achieved_pps.min(spec.rate_pps),
+        received,
+        duplicates: u(t, "duplicates"),
+        reordered: u(t, "reordered"),
+        payload_mismatches: u(t, "payload_mismatches"),
+        lost,
+        in_flight_at_stop: 0,
+        late: 0,
+        latency: if spec.latency { latency } else { None },
+        attribution: LossAttribution::new(lost, stages),
+        bottleneck: s
+            .get("bottleneck")
+            .and_then(Value::as_str)
+            .filter(|b| *b != "none")
+            .map(str::to_string),
+        deterministic: virtual_time,
+        dut,
+    }
+}
+
+impl Dut for VnicDut {
+    fn name(&self) -> String {
+        self.name.clone()
+    }
+
+    fn line_rate_bps(&self) -> f64 {
+        self.line_bps
+    }
+
+    fn deterministic(&self) -> bool {
+        self.timing == Timing::Virtual
+    }
+
+    fn trial(&mut self, spec: &TrialSpec) -> Result<TrialResult, DutError> {
+        let opts = RunOptions {
+            config: self.config.clone(),
+            sets: self.trial_sets(spec),
+            live_stats: false,
+            ..RunOptions::default()
+        };
+        let summary = crate::app::run(&opts).map_err(|e| DutError(e.to_string()))?;
+        Ok(result_from_summary(
+            spec,
+            &summary,
+            self.timing == Timing::Virtual,
+        ))
+    }
+}
+
+/// Maps sweep axis keys to config keys: `mode`, `cores`/`workers`, `rx_ring`, `tx_ring`,
+/// `nicmem`, `split_offset`, `tx_inline`, `burst`, `profile`; dotted keys are used as they are.
+pub fn axis_set(key: &str, value: &toml::Value) -> Result<String, DutError> {
+    let k = match key {
+        "mode" => "datapath.mode",
+        "cores" | "workers" => "run.workers",
+        "rx_ring" => "vnic.rx_ring",
+        "tx_ring" => "vnic.tx_ring",
+        "nicmem" => "vnic.nicmem",
+        "split_offset" => "datapath.split_offset",
+        "tx_inline" => "datapath.tx_inline",
+        "burst" => "datapath.burst",
+        "profile" => "nic.profile",
+        k if k.contains('.') => k,
+        other => {
+            return Err(DutError(format!(
+                "sweep axis `{other}` is not a DUT parameter; allowed: mode, cores, workers, rx_ring, \
+                 tx_ring, nicmem, split_offset, tx_inline, burst, profile, traffic keys, or any dotted \
+                 config key (e.g. vnic.rx_ring)"
+            )));
+        }
+    };
+    let v = match value {
+        toml::Value::String(s) => s.clone(),
+        other => other.to_string(),
+    };
+    Ok(format!("{k}={v}"))
+}
+
+/// Builds the sweep's DUTs: `sim[:k=v,...]` test DUTs or vNIC configs.
+#[derive(Clone, Debug, Default)]
+pub struct VnicFactory {
+    /// Line rate override, Gb/s.
+    pub line_gbps: Option<f64>,
+}
+
+impl DutFactory for VnicFactory {
+    fn build(
+        &mut self,
+        dut: &str,
+        sets: &[String],
+        params: &Point,
+    ) -> Result<Box<dyn Dut>, DutError> {
+        if dut.starts_with("sim") {
+            let mut spec = dut.to_string();
+            for (k, v) in params {
+                spec.push(if spec.contains(':') { ',' } else { ':' });
+                spec.push_str(&format!("{k}={}", value_text(v)));
+            }
+            return dut_from_spec(&spec, sets, self.line_gbps);
+        }
+        let mut all = sets.to_vec();
+        for (k, v) in params {
+            all.push(axis_set(k, v)?);
+        }
+        Ok(Box::new(VnicDut::new(
+            Path::new(dut),
+            &all,
+            self.line_gbps,
+        )?))
+    }
+}
+
+/// A DUT from its command-line spelling: `sim` or `sim:key=value,...` (a
+/// [`pktgen::testdut::SimDut`], keys of [`SimDutConfig`]), else a dataplane config path.
+pub fn dut_from_spec(
+    spec: &str,
+    sets: &[String],
+    line_gbps: Option<f64>,
+) -> Result<Box<dyn Dut>, DutError> {
+    if let Some(rest) = spec.strip_prefix("sim") {
+        let mut table = toml::Table::new();
+        let rest = rest.strip_prefix(':').unwrap_or(rest);
+        for kv in rest
+            .split(',')
+            .filter(|s| !s.is_empty())
+            .map(str::to_string)
+            .chain(sets.iter().cloned())
+        {
+            let (k, v) = kv
+                .split_once('=')
+                .ok_or_else(|| DutError(format!("sim DUT: `{kv}` is not key=value")))?;
+            table.insert(
+                k.trim().to_string(),
+                dataplane::model::overrides::parse_value(v),
+            );
+        }
+        if let Some(g) = line_gbps {
+            table.insert("line_bps".into(), toml::Value::Float(g * 1e9));
+        }
+        // Integers where the config wants floats.
+        for k in [
+            "line_bps",
+            "capacity_pps",
+            "capacity_bps",
+            "gen_max_pps",
+            "noise_prob",
+        ] {
+            if let Some(toml::Value::Integer(i)) = table.get(k).cloned() {
+                table.insert(k.into(), toml::Value::Float(i as f64));
+            }
+        }
+        let cfg: SimDutConfig = toml::Value::Table(table)
+            .try_into()
+            .map_err(|e: toml::de::Error| DutError(format!("sim DUT: {}", e.message())))?;
+        return Ok(Box::new(SimDut::new(cfg)));
+    }
+    Ok(Box::new(VnicDut::new(Path::new(spec), sets, line_gbps)?))
+}

@@ -1,0 +1,256 @@
+//! pktgen against the virtual NIC: the `VnicDut` glue (trial counts, loss attribution), the
+//! RFC 2544 NDR/PDR search in deterministic virtual time (same answer twice; host mode bounded
+//! below line rate by PCIe at 1518 B, nic-inline at line rate), a sweep through the factory,
+//! and the `pktgen` CLI.
+
+use std::path::{Path, PathBuf};
+use std::process::Command;
+
+use nmdp::bench::{Timing, VnicDut, VnicFactory, dut_from_spec};
+use pktgen::search::{SearchConfig, SearchGoal, TrialSettings, mlr_search};
+use pktgen::sweep::{NoProgress, SweepSpec, run_sweep};
+use pktgen::trial::{Dut, TrialSpec};
+
+fn config(name: &str) -> PathBuf {
+    PathBuf::from(env!("CARGO_MANIFEST_DIR"))
+        .join("configs")
+        .join(name)
+}
+
+fn dut(sets: &[&str]) -> VnicDut {
+    let sets: Vec<String> = sets.iter().map(|s| s.to_string()).collect();
+    VnicDut::new(&config("default.toml"), &sets, None).unwrap()
+}
+
+fn search(d: &mut VnicDut, frame_size: u32) -> pktgen::search::SearchResult {
+    let settings = TrialSettings {
+        drain_s: 0.0,
+        traffic: pktgen::GeneratorConfig {
+            frame_size,
+            ..d.traffic().clone()
+        },
+        ..Default::default()
+    };
+    let timing = SearchGoal {
+        exceed_ratio: 0.0,
+        relative_width: 0.005,
+        initial_trial_s: 0.001,
+        final_trial_s: 0.005,
+        duration_sum_s: 0.005,
+        ..Default::default()
+    };
+    let cfg = SearchConfig {
+        goals: SearchGoal::ndr_pdr(0.005, &timing),
+        ..Default::default()
+    };
+    mlr_search(d, &settings, &cfg, &mut |_| {}).unwrap()
+}
+
+#[test]
+fn a_trial_sends_the_frames_and_reads_the_summary_after_the_drain() {
+    let mut d = dut(&[]);
+    let spec = TrialSpec {
+        rate_pps: 1e6,
+        frames: Some(2000),
+        traffic: pktgen::GeneratorConfig {
+            frame_size: 512,
+            ..d.traffic().clone()
+        },
+        ..Default::default()
+    };
+    let r = d.trial(&spec).unwrap();
+    assert_eq!(
+        (r.intended, r.sent, r.received, r.lost),
+        (2000, 2000, 2000, 0)
+    );
+    assert_eq!((r.duplicates, r.reordered, r.payload_mismatches), (0, 0, 0));
+    assert_eq!(r.gen_unsent, 0);
+    assert_eq!(r.frame_size, 512.0);
+    assert_eq!(r.attribution.unattributed, 0);
+    // The wall-clock fields are not in the record.
+    assert!(r.dut.get("elapsed_s").is_none());
+    assert_eq!(r.dut["traffic"]["sent"], 2000);
+    if d.timing() == Timing::Virtual {
+        assert!(r.deterministic);
+        assert!(r.latency.is_some());
+        assert_eq!(r.dut["clock"], "virtual");
+    }
+}
+
+#[test]
+fn ndr_search_on_the_vnic_is_deterministic_and_names_the_bound() {
+    let mut host = dut(&["datapath.mode=host"]);
+    if host.timing() != Timing::Virtual {
+        eprintln!("no timing model: functional trials only, skipping the rate checks");
+        return;
+    }
+    let a = search(&mut host, 1518);
+    let b = search(&mut dut(&["datapath.mode=host"]), 1518);
+    assert_eq!(
+        serde_json::to_string(&a).unwrap(),
+        serde_json::to_string(&b).unwrap(),
+        "two runs, same answer"
+    );
+    assert!(a.deterministic && a.converged);
+    let line = a.line_rate_pps;
+    let ndr = &a.goals[0];
+    let n = ndr.lower_pps.unwrap();
+    // host mode at 1518 B: below line rate, bounded by PCIe, drops attributed to the overrun.
+    assert!(n < line, "host NDR {n} vs line {line}");
+    assert!(ndr.upper_pps.is_some());
+    assert_eq!(ndr.bottleneck.as_deref(), Some("pcie_up"), "{ndr:?}");
+    let lost_at = ndr.loss_at_upper.as_ref().unwrap();
+    assert_eq!(lost_at.unattributed, 0, "{lost_at:?}");
+
+    let inline = search(&mut dut(&["datapath.mode=nic-inline"]), 1518);
+    let n = inline.goals[0].lower_pps.unwrap();
+    assert!(n >= line * 0.99, "nic-inline NDR {n} vs line {line}");
+}
+
+#[test]
+fn sweep_through_the_vnic_factory() {
+    let spec: SweepSpec = toml::from_str(&format!(
+        r#"
+        dut = "{}"
+        test = "trial"
+        trial_s = 0.0002
+        rate_percent = 10
+        [[axis]]
+        key = "frame_size"
+        values = [128, 1024]
+        [[axis]]
+        key = "mode"
+        values = ["split", "nic-inline"]
+        [plot]
+        disabled = true
+        "#,
+        config("default.toml").display()
+    ))
+    .unwrap();
+    let r = run_sweep(&spec, &mut VnicFactory::default(), &mut NoProgress).unwrap();
+    assert_eq!(r.rows.len(), 4);
+    for row in &r.rows {
+        assert!(
+            row.dut.contains(row.point["mode"].as_str().unwrap()),
+            "{}",
+            row.dut
+        );
+        assert_eq!(row.loss_at_max, Some(0.0));
+        assert!(row.ndr_pps.unwrap() > 0.0);
+    }
+    assert_eq!(r.rows[3].frame_size, 1024.0);
+    assert_eq!(r.to_csv().lines().count(), 5);
+
+    // An axis the DUT does not know is rejected with the allowed keys.
+    let bad: SweepSpec = toml::from_str(&format!(
+        "dut = \"{}\"\n[[axis]]\nkey = \"colour\"\nvalues = [1]\n",
+        config("default.toml").display()
+    ))
+    .unwrap();
+    let e = run_sweep(&bad, &mut VnicFactory::default(), &mut NoProgress).unwrap_err();
+    assert!(e.0.contains("colour") && e.0.contains("rx_ring"), "{e}");
+}
+
+#[test]
+fn sim_duts_from_the_command_line_spelling() {
+    let mut d = dut_from_spec(
+        "sim:capacity_pps=1000000,drop_every=4,line_bps=1e9",
+        &[],
+        None,
+    )
+    .unwrap();
+    let r = d
+        .trial(&TrialSpec {
+            rate_pps: 5e5,
+            frames: Some(1000),
+            drain_s: 0.01,
+            ..Default::default()
+        })
+        .unwrap();
+    assert_eq!((r.sent, r.lost), (1000, 250));
+    assert!(dut_from_spec("sim:colour=1", &[], None).is_err());
+    assert!(dut_from_spec("/no/such/config.toml", &[], None).is_err());
+}
+
+fn pktgen(args: &[&str]) -> (bool, String, String) {
+    let out = Command::new(env!("CARGO_BIN_EXE_pktgen"))
+        .args(args)
+        .current_dir(env!("CARGO_MANIFEST_DIR"))
+        .output()
+        .unwrap();
+    (
+        out.status.success(),
+        String::from_utf8_lossy(&out.stdout).into_owned(),
+        String::from_utf8_lossy(&out.stderr).into_owned(),
+    )
+}
+
+#[test]
+fn cli_rfc2544_json_is_identical_across_runs() {
+    let args = [
+        "rfc2544",
+        "--dut",
+        "configs/default.toml",
+        "--sizes",
+        "1518",
+        "--mode",
+        "host",
+        "--initial-trial",
+        "0.0002",
+        "--final-trial",
+        "0.0005",
+        "--json",
+    ];
+    let (ok, a, err) = pktgen(&args);
+    assert!(ok, "{err}");
+    let (_, b, _) = pktgen(&args);
+    let v: serde_json::Value = serde_json::from_str(&a).unwrap();
+    assert_eq!(v["results"][0]["frame_size"], 1518.0);
+    assert!(
+        v["results"][0]["ndr_pdr"]["goals"][0]["lower_pps"]
+            .as_f64()
+            .unwrap()
+            > 0.0
+    );
+    assert!(err.contains("NDR") && err.contains("PDR"), "{err}");
+    if v["deterministic"] == true {
+        assert_eq!(a, b);
+    }
+    let (ok, _, err) = pktgen(&["rfc2544", "--dut", "configs/default.toml", "--tests", "ndr"]);
+    assert!(!ok && err.contains("back-to-back"), "{err}");
+}
+
+#[test]
+fn cli_gen_writes_a_pcap_the_sink_accepts() {
+    let dir = std::env::temp_dir().join(format!("nmdp-pktgen-gen-{}", std::process::id()));
+    std::fs::create_dir_all(&dir).unwrap();
+    let out = dir.join("imix.pcap");
+    let (ok, _, err) = pktgen(&[
+        "gen",
+        "--size-mix",
+        "imix",
+        "--flows",
+        "100",
+        "--count",
+        "1200",
+        "--rate",
+        "10Gbps",
+        "-o",
+        out.to_str().unwrap(),
+    ]);
+    assert!(ok, "{err}");
+    let frames = dataplane::pcap::read_all(&out).unwrap();
+    assert_eq!(frames.len(), 1200);
+    let by_len = |n: usize| frames.iter().filter(|f| f.len() == n).count();
+    assert_eq!((by_len(60), by_len(590), by_len(1514)), (700, 400, 100));
+    let mut sink = pktgen::CheckingSink::new(None);
+    for f in &frames {
+        sink.check(f);
+    }
+    let s = sink.counters();
+    sink.publish();
+    assert_eq!(s.stream(0).unique, 1200);
+    assert_eq!(s.stream(0).payload_mismatches, 0);
+    let _ = std::fs::remove_dir_all(&dir);
+    assert!(Path::new(env!("CARGO_BIN_EXE_pktgen")).exists());
+}
