@@ -7,7 +7,8 @@ use std::sync::Arc;
 use std::sync::atomic::Ordering;
 use std::time::{Duration, Instant};
 
-use dataplane::driver::vnic::VnicPort;
+use dataplane::driver::vnic::{Item, ModelSink, PortModel, VnicPort};
+use dataplane::model::HardwareProfile;
 use dataplane::runloop::{LiveStats, RunControl, WorkerReport, WorkerSetup, run_worker};
 use dataplane::wire::{FrameSink, FrameSource, Link};
 use dataplane::{DatapathMode, DropReason, Port, QueueStats, merge_stats};
@@ -99,9 +100,15 @@ pub fn load_config(opts: &RunOptions) -> Result<RunConfig, ConfigError> {
 
 /// Runs the config; returns the JSON summary.
 pub fn run(opts: &RunOptions) -> Result<Value, RunError> {
+    #[cfg(feature = "dpdk")]
+    if let Some(summary) = crate::dpdk_run::run_if_dpdk(opts)? {
+        return Ok(summary);
+    }
     let cfg = load_config(opts)?;
     let path = opts.config.as_path();
     let workers = cfg.run.workers;
+    let profile = cfg.profile(path)?;
+    let offered = cfg.offered_gbps(path, &profile)?;
     // Build every NF chain first: a bad pipeline fails before any packet moves.
     let chains = (0..workers)
         .map(|w| cfg.build_chain(path, w, workers))
@@ -109,7 +116,7 @@ pub fn run(opts: &RunOptions) -> Result<Value, RunError> {
     let mut traffic = if opts.rx_pcap.is_none() {
         Some(
             Traffic::from_config(
-                &cfg.traffic,
+                &cfg.generator_table(),
                 cfg.run.packets,
                 cfg.run.duration_s,
                 cfg.vnic.max_frame,
@@ -151,8 +158,14 @@ pub fn run(opts: &RunOptions) -> Result<Value, RunError> {
         (None, Some(c)) => c,
         (None, None) => Box::new(dataplane::wire::CountingSink::default()),
     };
-    let mut port = VnicPort::new("vnic0", 0, cfg.vnic_config(), Link { rx, tx })
-        .map_err(|e| RunError::Setup(format!("config {}: vnic: {e}", path.display())))?;
+    let mut port = VnicPort::new(
+        "vnic0",
+        0,
+        cfg.vnic_config(&profile, offered),
+        Link { rx, tx },
+    )
+    .map_err(|e| RunError::Setup(format!("config {}: vnic: {e}", path.display())))?;
+    let model_sink = port.model_sink();
     let queues = port.take_queues();
     let live: Arc<Vec<LiveStats>> = Arc::new((0..workers).map(|_| LiveStats::default()).collect());
     let control = RunControl {
@@ -184,6 +197,7 @@ pub fn run(opts: &RunOptions) -> Result<Value, RunError> {
         opts,
         &handles,
         &live,
+        &model_sink,
         &control,
         traffic.as_ref(),
         start,
@@ -200,6 +214,8 @@ pub fn run(opts: &RunOptions) -> Result<Value, RunError> {
     let traffic_report = traffic.as_ref().map(|t| t.report());
     Ok(summary(
         &cfg,
+        &profile,
+        offered,
         &port,
         &reports,
         traffic_report.as_ref(),
@@ -208,11 +224,13 @@ pub fn run(opts: &RunOptions) -> Result<Value, RunError> {
 }
 
 /// Waits for the workers, printing the live stats line and enforcing `duration_s`.
+#[allow(clippy::too_many_arguments)]
 fn supervise(
     cfg: &RunConfig,
     opts: &RunOptions,
     handles: &[std::thread::JoinHandle<WorkerReport>],
     live: &[LiveStats],
+    model: &ModelSink,
     control: &RunControl,
     traffic: Option<&Traffic>,
     start: Instant,
@@ -222,6 +240,7 @@ fn supervise(
         (cfg.run.stats_interval_s > 0.0).then(|| Duration::from_secs_f64(cfg.run.stats_interval_s));
     let mut next_print = interval.unwrap_or(Duration::ZERO);
     let mut last = (0u64, 0u64, start);
+    let mut last_pcie = (0u64, 0u64, 0u64);
     while !handles.iter().all(|h| h.is_finished()) {
         std::thread::sleep(Duration::from_millis(20));
         let el = start.elapsed();
@@ -250,6 +269,33 @@ fn supervise(
             let sum = |f: fn(&LiveStats) -> &std::sync::atomic::AtomicU64| -> u64 {
                 live.iter().map(|l| f(l).load(Ordering::Relaxed)).sum()
             };
+            // PCIe utilisation per direction since the last line: busy time booked on each link
+            // over the queues' clock (model time; the virtual clock in virtual runs).
+            let load =
+                |f: fn(&dataplane::driver::vnic::LiveModel) -> &std::sync::atomic::AtomicU64| {
+                    model
+                        .live
+                        .iter()
+                        .map(|l| f(l).load(Ordering::Relaxed))
+                        .sum::<u64>()
+                };
+            let (up, down) = (load(|l| &l.up_busy_ps), load(|l| &l.down_busy_ps));
+            let clock = model
+                .live
+                .iter()
+                .map(|l| l.now_ps.load(Ordering::Relaxed))
+                .max()
+                .unwrap_or(0);
+            let span = clock.saturating_sub(last_pcie.2) as f64 * model.live.len().max(1) as f64;
+            let (uu, ud) = if span > 0.0 {
+                (
+                    100.0 * up.saturating_sub(last_pcie.0) as f64 / span,
+                    100.0 * down.saturating_sub(last_pcie.1) as f64 / span,
+                )
+            } else {
+                (0.0, 0.0)
+            };
+            last_pcie = (up, down, clock);
             let mut drops = String::new();
             for r in DropReason::ALL {
                 let n: u64 = live
@@ -261,10 +307,12 @@ fn supervise(
                 }
             }
             eprintln!(
-                "[{:6.1}s] {:7.2} Mpps {:7.2} Gb/s | rx {} | primary {} secondary {} | nombuf {} | drops{}",
+                "[{:6.1}s] {:7.2} Mpps {:7.2} Gb/s | PCIe up {:5.1}% down {:5.1}% | rx {} | primary {} secondary {} | nombuf {} | drops{}",
                 el.as_secs_f64(),
                 mpps,
                 gbps,
+                uu,
+                ud,
                 rx,
                 sum(|l| &l.rx_primary),
                 sum(|l| &l.rx_secondary),
@@ -281,13 +329,23 @@ fn supervise(
 
 /// Builds the JSON summary. Keys of the foundation are stable: later work adds keys, never
 /// renames these.
+#[allow(clippy::too_many_arguments)]
 fn summary(
     cfg: &RunConfig,
+    profile: &HardwareProfile,
+    offered: Option<f64>,
     port: &VnicPort,
     reports: &[WorkerReport],
     traffic: Option<&TrafficReport>,
-    elapsed: f64,
+    wall_elapsed: f64,
 ) -> Value {
+    let m = port.model_report();
+    // Virtual runs report model time only, so the same config gives the same JSON.
+    let elapsed = if m.virtual_clock {
+        m.interval_ps as f64 * 1e-12
+    } else {
+        wall_elapsed
+    };
     let mut q = QueueStats::default();
     let mut drops = [0u64; DropReason::COUNT];
     let mut nf = serde_json::Map::new();
@@ -307,10 +365,13 @@ fn summary(
             }
         }
     }
-    let drops_obj: serde_json::Map<String, Value> = DropReason::ALL
+    let mut drops_obj: serde_json::Map<String, Value> = DropReason::ALL
         .iter()
         .map(|r| (r.as_str().to_string(), json!(drops[r.index()])))
         .collect();
+    // Frames the NIC dropped, by reason.
+    drops_obj.insert("rx_missed".into(), json!(q.rx_missed));
+    drops_obj.insert("pcie_overrun".into(), json!(q.rx_pcie_overrun));
     let mut pools = Vec::new();
     for qp in port.pools() {
         let mut push = |s: nicmem::PoolStats| {
@@ -352,9 +413,14 @@ fn summary(
         "nicmem": {
             "capacity": nm.capacity, "allocated": nm.allocated, "peak_allocated": nm.peak_allocated,
             "cpu_bytes_read": nm.cpu_bytes_read, "cpu_bytes_written": nm.cpu_bytes_written,
+            "bytes_read": m.counters.nicmem_bytes_read,
+            "bytes_written": m.counters.nicmem_bytes_written,
+            "peak_bytes": m.counters.nicmem_peak_bytes,
         },
         "nfs": Value::Object(nf),
+        "rx_pcie_overrun": q.rx_pcie_overrun,
     });
+    model_keys(&mut out, &m, profile, offered, &q, cfg);
     if let Some(t) = traffic {
         out["frame_size"] = json!(t.frame_size);
         out["payload_mismatches"] = json!(t.payload_mismatches);
@@ -365,6 +431,107 @@ fn summary(
         out["seq_lost"] = json!(0);
     }
     out
+}
+
+/// Adds the accounting and timing keys of the virtual NIC model to the summary (issue 3): `pcie`,
+/// `hostmem`, `wire`, `virtual_time_ns`, `throughput_mpps`, `throughput_gbps`, `latency_ns`,
+/// `bottleneck`, `offered_gbps`, plus `clock`, `profile` and `utilization`.
+fn model_keys(
+    out: &mut Value,
+    m: &PortModel,
+    profile: &HardwareProfile,
+    offered: Option<f64>,
+    q: &QueueStats,
+    cfg: &RunConfig,
+) {
+    let c = &m.counters;
+    let pcie = c.pcie();
+    let secs = m.interval_ps as f64 * 1e-12;
+    let rate = |bytes: u64| {
+        if secs > 0.0 {
+            bytes as f64 * 8.0 / secs / 1e9
+        } else {
+            0.0
+        }
+    };
+    let fwd = q.wire_tx_frames;
+    let per_pkt = |b: u64| {
+        if fwd > 0 { b as f64 / fwd as f64 } else { 0.0 }
+    };
+    let items: serde_json::Map<String, Value> = Item::ALL
+        .iter()
+        .map(|&i| {
+            let t = c.item(i);
+            (
+                i.key().to_string(),
+                json!({
+                    "up_bytes": t.up_bytes, "down_bytes": t.down_bytes,
+                    "up_tlps": t.up_tlps, "down_tlps": t.down_tlps,
+                }),
+            )
+        })
+        .collect();
+    let capacity = dataplane::model::PcieLink::from_profile(&profile.nic.pcie)
+        .map(|l| l.capacity_gbps())
+        .unwrap_or(0.0);
+    out["pcie"] = json!({
+        "upstream_bytes": pcie.up_bytes,
+        "downstream_bytes": pcie.down_bytes,
+        "upstream_tlps": pcie.up_tlps,
+        "downstream_tlps": pcie.down_tlps,
+        "upstream_util": m.util("pcie_up"),
+        "downstream_util": m.util("pcie_down"),
+        "upstream_bytes_per_packet": per_pkt(pcie.up_bytes),
+        "downstream_bytes_per_packet": per_pkt(pcie.down_bytes),
+        "capacity_gbps": capacity,
+        "read_stalls": m.read_stalls,
+        "items": items,
+    });
+    out["hostmem"] = json!({
+        "bytes_read": c.host_bytes_read,
+        "bytes_written": c.host_bytes_written,
+        "data_bytes_read": c.host_data_read,
+        "data_bytes_written": c.host_data_written,
+        "dram_bytes": c.dram_bytes,
+        "ddio_hit_rate": m.ddio_hit,
+        "util": m.util("hostmem"),
+    });
+    out["wire"] = json!({
+        "rx_gbps": rate(c.wire_rx_bytes),
+        "tx_gbps": rate(c.wire_tx_bytes),
+        "rx_frames": c.wire_rx_frames,
+        "tx_frames": c.wire_tx_frames,
+        "rx_bytes": c.wire_rx_bytes,
+        "tx_bytes": c.wire_tx_bytes,
+    });
+    out["virtual_time_ns"] = json!(m.interval_ps / 1000);
+    out["throughput_mpps"] = json!(if secs > 0.0 {
+        fwd as f64 / secs / 1e6
+    } else {
+        0.0
+    });
+    // Frame bits including the FCS (the RFC 2544 rate); `wire.tx_gbps` adds preamble and IFG.
+    out["throughput_gbps"] = json!(rate(q.tx_bytes + u64::from(profile.nic.fcs_bytes) * fwd));
+    out["latency_ns"] = json!({
+        "p50": m.latency_quantile(0.5),
+        "p99": m.latency_quantile(0.99),
+        "p999": m.latency_quantile(0.999),
+        "max": m.latency_quantile(1.0),
+        "mean": m.latency_mean(),
+        "count": m.latency_count(),
+    });
+    out["bottleneck"] = json!(m.bottleneck);
+    // Pulled runs report the rate frames actually arrived at.
+    out["offered_gbps"] = json!(offered.unwrap_or_else(|| rate(c.wire_rx_bytes)));
+    out["offered_pulled"] = json!(offered.is_none());
+    out["clock"] = json!(cfg.run.clock.as_str());
+    out["profile"] = json!(profile.nic.name);
+    out["utilization"] = Value::Object(
+        m.utilization
+            .iter()
+            .map(|(k, u)| (k.to_string(), json!(u)))
+            .collect(),
+    );
 }
 
 /// Prints a human-readable summary (stderr when JSON goes to stdout).
@@ -391,6 +558,37 @@ pub fn print_summary(s: &Value, to: &mut dyn std::io::Write) -> std::io::Result<
             to,
             "  traffic: frame size {} B  payload_mismatches {}  seq_lost {}",
             fs, s["payload_mismatches"], s["seq_lost"]
+        )?;
+    }
+    if s.get("pcie").is_some() {
+        let pct = |v: &Value| 100.0 * v.as_f64().unwrap_or(0.0);
+        writeln!(
+            to,
+            "  model ({} clock, {}): PCIe up {:.1} % ({:.1} B/packet) down {:.1} % ({:.1} B/packet) | \
+             latency p50 {} p99 {} ns | bottleneck {}",
+            s["clock"].as_str().unwrap_or("?"),
+            s["profile"].as_str().unwrap_or("?"),
+            pct(&s["pcie"]["upstream_util"]),
+            s["pcie"]["upstream_bytes_per_packet"]
+                .as_f64()
+                .unwrap_or(0.0),
+            pct(&s["pcie"]["downstream_util"]),
+            s["pcie"]["downstream_bytes_per_packet"]
+                .as_f64()
+                .unwrap_or(0.0),
+            s["latency_ns"]["p50"],
+            s["latency_ns"]["p99"],
+            s["bottleneck"].as_str().unwrap_or("?"),
+        )?;
+        writeln!(
+            to,
+            "  wire rx {:.2} tx {:.2} Gb/s (offered {:.2}) | throughput {:.3} Mpps {:.2} Gb/s in {} ns of model time",
+            s["wire"]["rx_gbps"].as_f64().unwrap_or(0.0),
+            s["wire"]["tx_gbps"].as_f64().unwrap_or(0.0),
+            s["offered_gbps"].as_f64().unwrap_or(0.0),
+            s["throughput_mpps"].as_f64().unwrap_or(0.0),
+            s["throughput_gbps"].as_f64().unwrap_or(0.0),
+            s["virtual_time_ns"],
         )?;
     }
     let drops: Vec<String> = s["drops"]

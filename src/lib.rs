@@ -2,5 +2,8 @@
 //! the assembly of a run (ports, wire, NF chains, workers), and its summary.
 
 pub mod app;
+pub mod bench;
 pub mod config;
+#[cfg(feature = "dpdk")]
+pub mod dpdk_run;
 pub mod traffic;

@@ -12,6 +12,14 @@
 //! the header segment is shorter than the packet. Use [`Packet::frame_len`].
 //!
 //! Dropping a packet returns its buffers to their pools.
+//!
+//! With the `dpdk` feature a packet may instead own a DPDK mbuf chain
+//! ([`crate::driver::dpdk::Mbuf`]): the DPDK driver hands received mbufs to network functions
+//! without copying and transmits them without copying, so the header segment is the first mbuf
+//! segment and the payload segment the second. The public API is the same for both
+//! representations, except the driver-facing [`Packet::header_buf`], [`Packet::payload_buf`] and
+//! [`Packet::into_parts`], which only exist for packets built from `nicmem` buffers (they panic on
+//! an mbuf packet; a run never mixes drivers, see `driver::dpdk`).
 
 use nicmem::{AccessError, Buf, Host, Nic};
 
@@ -69,8 +77,16 @@ pub enum PayloadRef<'a> {
 /// A payload held in on-NIC memory. There is deliberately no `as_slice`.
 #[derive(Debug)]
 pub struct NicPayload<'a> {
-    buf: &'a Buf<Nic>,
+    src: NicSrc<'a>,
     len: usize,
+}
+
+/// Where a nicmem payload lives: a `nicmem` pool buffer or (feature `dpdk`) an mbuf segment.
+#[derive(Debug)]
+enum NicSrc<'a> {
+    Buf(&'a Buf<Nic>),
+    #[cfg(feature = "dpdk")]
+    Mbuf(&'a crate::driver::dpdk::Mbuf),
 }
 
 impl NicPayload<'_> {
@@ -91,7 +107,11 @@ impl NicPayload<'_> {
                 max: self.len.saturating_sub(offset) as u32,
             });
         }
-        self.buf.read_slow(offset, dst)
+        match self.src {
+            NicSrc::Buf(b) => b.read_slow(offset, dst),
+            #[cfg(feature = "dpdk")]
+            NicSrc::Mbuf(m) => m.read_payload_slow(offset, dst),
+        }
     }
 }
 
@@ -104,11 +124,21 @@ pub enum PacketError {
     PayloadTooLong { len: usize, cap: usize },
 }
 
+/// The segments of a packet: `nicmem` pool buffers, or (feature `dpdk`) an owned mbuf chain.
+#[derive(Debug)]
+enum Segs {
+    Bufs {
+        hdr: Buf<Host>,
+        payload: Payload,
+    },
+    #[cfg(feature = "dpdk")]
+    Mbuf(crate::driver::dpdk::Mbuf),
+}
+
 /// An owned packet (see the module docs).
 #[derive(Debug)]
 pub struct Packet {
-    hdr: Buf<Host>,
-    payload: Payload,
+    segs: Segs,
     hdr_len: u32,
     frame_len: u32,
     /// Driver-filled metadata.
@@ -145,25 +175,72 @@ impl Packet {
             });
         }
         Ok(Self {
-            hdr,
-            payload,
+            segs: Segs::Bufs { hdr, payload },
             hdr_len: hdr_len as u32,
             frame_len: frame_len as u32,
             meta,
         })
     }
 
+    /// Wraps an mbuf chain received by the DPDK driver. The driver guarantees that the first
+    /// segment holds `hdr_len` bytes and the chain `frame_len` bytes in at most two segments.
+    #[cfg(feature = "dpdk")]
+    #[inline]
+    pub(crate) fn from_mbuf(
+        m: crate::driver::dpdk::Mbuf,
+        hdr_len: u32,
+        frame_len: u32,
+        meta: PacketMeta,
+    ) -> Self {
+        Self {
+            segs: Segs::Mbuf(m),
+            hdr_len,
+            frame_len,
+            meta,
+        }
+    }
+
+    /// The mbuf chain of a packet built by the DPDK driver (`None` for `nicmem` buffers).
+    #[cfg(feature = "dpdk")]
+    #[inline]
+    pub fn mbuf(&self) -> Option<&crate::driver::dpdk::Mbuf> {
+        match &self.segs {
+            Segs::Mbuf(m) => Some(m),
+            Segs::Bufs { .. } => None,
+        }
+    }
+
+    /// Takes the mbuf chain out of a packet built by the DPDK driver; gives the packet back if
+    /// it is made of `nicmem` buffers.
+    #[cfg(feature = "dpdk")]
+    #[inline]
+    pub(crate) fn into_mbuf(self) -> Result<crate::driver::dpdk::Mbuf, Packet> {
+        match self.segs {
+            Segs::Mbuf(m) => Ok(m),
+            segs @ Segs::Bufs { .. } => Err(Packet { segs, ..self }),
+        }
+    }
+
     /// The header segment (host memory).
     #[inline]
     pub fn header(&self) -> &[u8] {
-        &self.hdr.bytes()[..self.hdr_len as usize]
+        let n = self.hdr_len as usize;
+        match &self.segs {
+            Segs::Bufs { hdr, .. } => &hdr.bytes()[..n],
+            #[cfg(feature = "dpdk")]
+            Segs::Mbuf(m) => m.first_segment(n),
+        }
     }
 
     /// The header segment, writable: what network functions rewrite.
     #[inline]
     pub fn header_mut(&mut self) -> &mut [u8] {
         let n = self.hdr_len as usize;
-        &mut self.hdr.bytes_mut()[..n]
+        match &mut self.segs {
+            Segs::Bufs { hdr, .. } => &mut hdr.bytes_mut()[..n],
+            #[cfg(feature = "dpdk")]
+            Segs::Mbuf(m) => m.first_segment_mut(n),
+        }
     }
 
     /// Bytes in the header segment.
@@ -187,44 +264,84 @@ impl Packet {
     /// Number of segments (1 or 2).
     #[inline]
     pub fn segments(&self) -> usize {
-        if matches!(self.payload, Payload::None) {
-            1
-        } else {
-            2
+        match &self.segs {
+            Segs::Bufs {
+                payload: Payload::None,
+                ..
+            } => 1,
+            Segs::Bufs { .. } => 2,
+            #[cfg(feature = "dpdk")]
+            Segs::Mbuf(m) => m.segments(),
         }
     }
 
     /// The payload segment.
     pub fn payload(&self) -> PayloadRef<'_> {
         let n = self.payload_len();
-        match &self.payload {
-            Payload::None => PayloadRef::None,
-            Payload::Host(b) => PayloadRef::Host(&b.bytes()[..n]),
-            Payload::Nic(buf) => PayloadRef::Nic(NicPayload { buf, len: n }),
+        match &self.segs {
+            Segs::Bufs { payload, .. } => match payload {
+                Payload::None => PayloadRef::None,
+                Payload::Host(b) => PayloadRef::Host(&b.bytes()[..n]),
+                Payload::Nic(buf) => PayloadRef::Nic(NicPayload {
+                    src: NicSrc::Buf(buf),
+                    len: n,
+                }),
+            },
+            #[cfg(feature = "dpdk")]
+            Segs::Mbuf(m) => {
+                if n == 0 {
+                    PayloadRef::None
+                } else if m.payload_in_nicmem() {
+                    PayloadRef::Nic(NicPayload {
+                        src: NicSrc::Mbuf(m),
+                        len: n,
+                    })
+                } else {
+                    PayloadRef::Host(m.second_segment(n))
+                }
+            }
         }
     }
 
     /// The header buffer (drivers build descriptors from it).
+    ///
+    /// # Panics
+    /// On a packet that owns a DPDK mbuf chain (feature `dpdk`; only DPDK ports create them).
     #[inline]
     pub fn header_buf(&self) -> &Buf<Host> {
-        &self.hdr
+        match &self.segs {
+            Segs::Bufs { hdr, .. } => hdr,
+            #[cfg(feature = "dpdk")]
+            Segs::Mbuf(_) => mbuf_packet_on_buf_path(),
+        }
     }
 
     /// The payload segment's buffer (drivers build descriptors from it).
+    ///
+    /// # Panics
+    /// On a packet that owns a DPDK mbuf chain (feature `dpdk`; only DPDK ports create them).
     #[inline]
     pub fn payload_buf(&self) -> &Payload {
-        &self.payload
+        match &self.segs {
+            Segs::Bufs { payload, .. } => payload,
+            #[cfg(feature = "dpdk")]
+            Segs::Mbuf(_) => mbuf_packet_on_buf_path(),
+        }
     }
 
     /// Takes the packet apart: `(header buffer, header length, payload, frame length)`.
+    ///
+    /// # Panics
+    /// On a packet that owns a DPDK mbuf chain (feature `dpdk`; only DPDK ports create them).
     #[inline]
     pub fn into_parts(self) -> (Buf<Host>, usize, Payload, usize) {
-        (
-            self.hdr,
-            self.hdr_len as usize,
-            self.payload,
-            self.frame_len as usize,
-        )
+        match self.segs {
+            Segs::Bufs { hdr, payload } => {
+                (hdr, self.hdr_len as usize, payload, self.frame_len as usize)
+            }
+            #[cfg(feature = "dpdk")]
+            Segs::Mbuf(_) => mbuf_packet_on_buf_path(),
+        }
     }
 
     /// Copies the whole frame into `out` (cleared first). A nicmem payload is read through the
@@ -243,4 +360,16 @@ impl Packet {
             }
         }
     }
+}
+
+/// A DPDK mbuf packet reached code that expects `nicmem` buffers (a vNIC port): runs never mix
+/// drivers, so this is a bug in the caller.
+#[cfg(feature = "dpdk")]
+#[cold]
+#[track_caller]
+fn mbuf_packet_on_buf_path() -> ! {
+    panic!(
+        "a DPDK mbuf packet was handed to a nicmem-buffer driver path (runs must not mix vnic and \
+         dpdk ports)"
+    )
 }

@@ -41,6 +41,9 @@ pub struct QueueStats {
     pub rx_missed: u64,
     /// Frames dropped because they exceed the port's maximum frame length.
     pub rx_oversize: u64,
+    /// Frames the NIC dropped because its receive buffer was full: the PCIe upstream could not
+    /// keep up (timed virtual NIC runs).
+    pub rx_pcie_overrun: u64,
     /// Descriptors rejected by the NIC (bad key, range or length) with an error completion.
     pub desc_errors: u64,
     /// Packets accepted by `tx_burst`.
@@ -63,6 +66,7 @@ impl QueueStats {
         self.rx_nombuf += o.rx_nombuf;
         self.rx_missed += o.rx_missed;
         self.rx_oversize += o.rx_oversize;
+        self.rx_pcie_overrun += o.rx_pcie_overrun;
         self.desc_errors += o.desc_errors;
         self.tx_packets += o.tx_packets;
         self.tx_bytes += o.tx_bytes;

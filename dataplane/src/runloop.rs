@@ -120,6 +120,7 @@ pub fn run_worker(
     };
     let (mut idle_polls, mut bursts, mut iter) = (0u64, 0u64, 0u64);
     let mut stopped_at: Option<Instant> = None;
+    let mut now = start;
     loop {
         iter += 1;
         let mut got_any = false;
@@ -128,15 +129,26 @@ pub fn run_worker(
             if n == 0 {
                 continue;
             }
+            if !got_any {
+                // One clock read per loop iteration, not per burst.
+                now = Instant::now();
+                ctx.now_ns = (now - start).as_nanos() as u64;
+            }
             got_any = true;
             bursts += 1;
-            ctx.now_ns = start.elapsed().as_nanos() as u64;
             if let Some(e) = setup.egress {
                 for i in 0..burst.len() {
                     burst.set_verdict(i, Verdict::Tx(e));
                 }
             }
             setup.chain.process(&mut burst, &ctx);
+            // Fast path: the whole burst goes to one port; hand it over without moving packets.
+            if let Some(p) = burst.single_tx_port()
+                && (p as usize) < nports
+                && tx_lists[p as usize].is_empty()
+            {
+                burst.take_packets(&mut tx_lists[p as usize]);
+            }
             for (pkt, v) in burst.drain() {
                 match v {
                     Verdict::Tx(p) if (p as usize) < nports => tx_lists[p as usize].push(pkt),
@@ -162,7 +174,7 @@ pub fn run_worker(
             }
         }
         if got_any {
-            last_active = Instant::now();
+            last_active = now;
         } else {
             idle_polls += 1;
             for q in &mut setup.queues {

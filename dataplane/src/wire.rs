@@ -241,13 +241,20 @@ pub mod cable {
 #[derive(Debug, Clone)]
 pub struct RepeatSource {
     frame: Vec<u8>,
+    padded: Vec<u8>,
     left: u64,
 }
 
 impl RepeatSource {
     /// Sends `frame` `count` times.
     pub fn new(frame: Vec<u8>, count: u64) -> Self {
-        Self { frame, left: count }
+        let mut padded = frame.clone();
+        padded.resize(frame.len().div_ceil(16) * 16, 0);
+        Self {
+            frame,
+            padded,
+            left: count,
+        }
     }
 }
 
@@ -259,7 +266,21 @@ impl FrameSource for RepeatSource {
         }
         self.left -= 1;
         let n = self.frame.len().min(buf.len());
-        buf[..n].copy_from_slice(&self.frame[..n]);
+        // Short frames: whole 16-byte chunks (the frame is stored padded) instead of a `memcpy`
+        // call, so a benchmark measures the port, not the source.
+        let r = n.div_ceil(16) * 16;
+        if r <= 128 && r <= self.padded.len() && r <= buf.len() {
+            for (d, s) in buf[..r]
+                .chunks_exact_mut(16)
+                .zip(self.padded.chunks_exact(16))
+            {
+                let s: &[u8; 16] = s.try_into().expect("16-byte chunk");
+                let d: &mut [u8; 16] = d.try_into().expect("16-byte chunk");
+                *d = *s;
+            }
+        } else {
+            buf[..n].copy_from_slice(&self.frame[..n]);
+        }
         Some(n)
     }
     fn exhausted(&self) -> bool {

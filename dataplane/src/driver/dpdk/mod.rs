@@ -1,0 +1,119 @@
+//! DPDK ports (feature `dpdk`): any ethdev (vdevs such as `net_null`, `net_ring`, `net_pcap`,
+//! `net_tap`; PCI NICs such as mlx5) behind the same [`Port`](crate::Port) / [`Queue`](crate::Queue)
+//! traits as the virtual NIC, so the same NF chain runs unchanged on both.
+//!
+//! # How mbufs map onto the packet model (the load-bearing decision)
+//!
+//! A received mbuf chain **is** the packet: [`crate::Packet`] has a second, feature-gated
+//! representation that owns an mbuf chain ([`Mbuf`]) instead of `nicmem` pool buffers. The first
+//! mbuf segment is the header segment (what `header_mut` exposes to NFs), the second segment, if
+//! any, is the payload segment (host memory, or nicmem: then no byte view exists, exactly like
+//! `Buf<Nic>`). Nothing is copied on receive or transmit in `host` mode, and transmit hands the
+//! same chain back to the PMD.
+//!
+//! Alternatives considered:
+//! - *Register our `nicmem` pools with DPDK as external buffers* (`rte_pktmbuf_pool_create_extbuf`
+//!   over a [`nicmem::Region`]): the mbufs would point into our buffers, but two allocators would
+//!   own the same memory (a `Buf` returns to our free ring, the mbuf to DPDK's mempool), and every
+//!   packet would need a lookup from mbuf to `Buf` and back. We still use extbuf pools, but only
+//!   where the memory has no other owner: the nicmem payload pools (emulated or MEMIC).
+//! - *Copy at the boundary*: simplest, but a copy per packet and direction; used only as the slow
+//!   path for packets that were not received from a DPDK port (e.g. built by a test).
+//!
+//! The price of wrapping is in `packet.rs`: a `Segs` enum with an mbuf variant (compiled only with
+//! this feature), and the driver-facing `header_buf`/`payload_buf`/`into_parts`, which panic on an
+//! mbuf packet (a run never mixes vNIC and DPDK ports). The public API of `Packet` is unchanged.
+//!
+//! # Hot path
+//!
+//! One wrapped FFI call per burst for Rx and one for Tx (bindgen's generated wrappers of the
+//! static-inline `rte_eth_rx_burst`/`rte_eth_tx_burst`), mbuf fields read and written as Rust
+//! fields (their offsets are asserted at compile time in `dpdk-sys`), header mbufs for the
+//! software split allocated with one `rte_pktmbuf_alloc_bulk` per burst, and frees batched into
+//! `rte_pktmbuf_free_bulk`. Worker threads register with EAL (`rte_thread_register`) so that
+//! mempools use their per-lcore caches, and can be pinned to a core.
+//!
+//! # Datapath modes on every PMD
+//!
+//! - `host`: one mbuf per frame, as the PMD delivers it.
+//! - split modes where the PMD offers `RTE_ETH_RX_OFFLOAD_BUFFER_SPLIT` with two pools (mlx5):
+//!   hardware split at `split_offset` into a header pool and a payload pool.
+//! - split modes elsewhere (all vdevs): **software split**: the first `split_offset` bytes are
+//!   copied into a header mbuf from a small header pool and the received mbuf is chained behind it
+//!   as the payload segment (its `data_off` advanced).
+//! - `nic-payload` / `nic-inline` on a PMD without device memory: **emulated nicmem**. The payload
+//!   pool is a pinned-external-buffer mempool over a region from a modeled [`nicmem::NicMem`]
+//!   (host memory marked as nicmem), the payload is copied there (playing the NIC's DMA), and
+//!   packets are labelled as served from the primary ring. [`Capabilities::nicmem`] stays `false`
+//!   and the port's xstats report `nicmem_emulated=1`; this measures nothing about real nicmem.
+//!   When the primary pool is empty, payloads spill to the secondary (host) ring.
+//! - On mlx5, nicmem modes need device memory (feature `mlx5`, see [`mlx5`]); without it the port
+//!   fails to open with an error saying what is missing and that `host` and `split` still work.
+//!   It never falls back to host memory silently.
+//!
+//! [`Capabilities::nicmem`]: crate::Capabilities::nicmem
+
+mod eal;
+mod mbuf;
+pub mod mlx5;
+mod port;
+mod queue;
+
+pub use eal::{Eal, EalError, register_worker_thread};
+pub use mbuf::{Mbuf, PayloadMem};
+pub use port::{DpdkPort, DpdkPortConfig, MempoolStats, NicmemSource, PortStatsHandle};
+pub use queue::{DpdkQueue, RxStop};
+
+use std::fmt;
+
+/// Errors of the DPDK driver. Every message says what failed and, where it helps, what to do.
+#[derive(Clone, Debug, PartialEq, Eq)]
+pub enum DpdkError {
+    /// EAL initialisation failed or was not done.
+    Eal(String),
+    /// A port could not be found, probed or configured.
+    Port(String),
+    /// A mempool could not be created.
+    Mempool(String),
+    /// The requested datapath mode cannot run on this port; says what is missing and which
+    /// modes still work.
+    Unsupported(String),
+}
+
+impl fmt::Display for DpdkError {
+    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
+        match self {
+            DpdkError::Eal(s) => write!(f, "DPDK EAL: {s}"),
+            DpdkError::Port(s) => write!(f, "DPDK port: {s}"),
+            DpdkError::Mempool(s) => write!(f, "DPDK mempool: {s}"),
+            DpdkError::Unsupported(s) => write!(f, "DPDK: {s}"),
+        }
+    }
+}
+
+impl std::error::Error for DpdkError {}
+
+impl From<EalError> for DpdkError {
+    fn from(e: EalError) -> Self {
+        DpdkError::Eal(e.to_string())
+    }
+}
+
+/// `rte_strerror(errno)` as a Rust string.
+pub(crate) fn strerror(errno: i32) -> String {
+    // SAFETY: `rte_strerror` returns a pointer to a static or thread-local NUL-terminated string
+    // for any errno value; we copy it out before any other DPDK call on this thread.
+    unsafe {
+        let p = dpdk_sys::rte_strerror(errno);
+        if p.is_null() {
+            return format!("errno {errno}");
+        }
+        std::ffi::CStr::from_ptr(p).to_string_lossy().into_owned()
+    }
+}
+
+/// The calling thread's `rte_errno`.
+pub(crate) fn rte_errno() -> i32 {
+    // SAFETY: a plain read of a thread-local integer through the shim.
+    unsafe { dpdk_sys::nmdp_rte_errno() }
+}

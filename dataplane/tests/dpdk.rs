@@ -1,0 +1,267 @@
+//! DPDK driver tests on vdevs, without hugepages (feature `dpdk`, needs libdpdk-dev):
+//! `cargo test -p dataplane --features dpdk --test dpdk`.
+//!
+//! EAL can be initialised once per process, so every test of this binary shares one EAL
+//! (`--no-huge --no-pci --no-shconf -m 256`) and probes its own vdevs at run time.
+
+#![cfg(feature = "dpdk")]
+
+use std::time::{Duration, Instant};
+
+use dataplane::driver::dpdk::{DpdkPort, DpdkPortConfig, Eal, NicmemSource, PayloadMem};
+use dataplane::testkit::PacketFactory;
+use dataplane::{Burst, DatapathMode, Packet, PayloadRef, Port, Queue, RxRing};
+
+fn eal() -> &'static Eal {
+    let args: Vec<String> = [
+        "-l",
+        "0",
+        "--no-huge",
+        "-m",
+        "256",
+        "--no-pci",
+        "--no-shconf",
+        "--no-telemetry",
+        "--log-level",
+        "*:warning",
+    ]
+    .iter()
+    .map(|s| s.to_string())
+    .chain([format!("--file-prefix=nmdp-dp-test-{}", std::process::id())])
+    .collect();
+    Eal::init(&args).expect("EAL init without hugepages")
+}
+
+fn ring_cfg(name: &str, mode: DatapathMode) -> DpdkPortConfig {
+    DpdkPortConfig {
+        devargs: name.to_string(),
+        mode,
+        rx_desc: 256,
+        tx_desc: 256,
+        mbufs: Some(1024),
+        cache_size: 32,
+        nicmem: NicmemSource::Emulated { bytes: 64 * 1472 },
+        ..DpdkPortConfig::default()
+    }
+}
+
+/// Frames of many lengths with recognisable bytes.
+fn frames() -> Vec<Vec<u8>> {
+    let mut v = Vec::new();
+    for len in [
+        60usize, 63, 64, 65, 66, 100, 127, 128, 129, 512, 1000, 1513, 1514,
+    ] {
+        v.push(
+            (0..len)
+                .map(|i| ((i as u32).wrapping_mul(2654435761) >> 24) as u8 ^ len as u8)
+                .collect(),
+        );
+    }
+    v
+}
+
+fn macswapped(f: &[u8]) -> Vec<u8> {
+    let mut w = f.to_vec();
+    w[..6].copy_from_slice(&f[6..12]);
+    w[6..12].copy_from_slice(&f[..6]);
+    w
+}
+
+/// Receives exactly `n` packets (or panics after a timeout).
+fn rx_n(q: &mut dyn Queue, n: usize) -> Vec<Packet> {
+    let mut out = Vec::new();
+    let mut b = Burst::with_capacity(32);
+    let t = Instant::now();
+    while out.len() < n {
+        q.rx_burst(&mut b);
+        out.extend(b.drain().map(|(p, _)| p));
+        assert!(
+            t.elapsed() < Duration::from_secs(10),
+            "got {} of {n}",
+            out.len()
+        );
+    }
+    out
+}
+
+fn check_layout(p: &Packet, mode: DatapathMode, want: &[u8]) {
+    let mut got = Vec::new();
+    p.copy_frame(&mut got);
+    assert_eq!(got, want, "{mode} len {}", want.len());
+    assert_eq!(p.frame_len(), want.len());
+    if !mode.splits() || want.len() <= 64 {
+        assert_eq!(p.segments(), 1, "{mode} len {}", want.len());
+        assert_eq!(p.header_len(), want.len());
+        return;
+    }
+    assert_eq!(p.segments(), 2, "{mode} len {}", want.len());
+    assert_eq!(p.header_len(), 64);
+    match (mode.uses_nicmem(), p.payload()) {
+        (true, PayloadRef::Nic(n)) => {
+            assert_eq!(n.len(), want.len() - 64);
+            assert_eq!(p.meta.ring, RxRing::Primary);
+            assert_eq!(
+                p.mbuf().unwrap().payload_mem(),
+                PayloadMem::EmulatedNic,
+                "{mode}"
+            );
+        }
+        (false, PayloadRef::Host(b)) => {
+            assert_eq!(b, &want[64..]);
+            assert_eq!(p.meta.ring, RxRing::Secondary);
+        }
+        (_, other) => panic!("{mode}: unexpected payload {other:?}"),
+    }
+}
+
+/// Every mode on `net_ring` (Tx loops back to Rx): frames sent as `nicmem` packets come back
+/// split per mode; macswapped 2-segment chains are sent again without copying and come back
+/// intact; afterwards every mempool is back to its starting count.
+#[test]
+fn every_mode_forwards_two_segment_packets_intact_on_net_ring() {
+    eal();
+    let fr = frames();
+    for (i, mode) in DatapathMode::ALL.into_iter().enumerate() {
+        let mut port = DpdkPort::open(&ring_cfg(&format!("net_ring_m{i}"), mode)).unwrap();
+        assert!(!port.hw_split());
+        assert_eq!(port.emulated_nicmem(), mode.uses_nicmem());
+        let start = port.pool_stats();
+        assert!(start.iter().all(|p| p.in_use == 0), "{start:?}");
+        let mut q = port.take_queues().pop().unwrap();
+        // 1. Packets built from nicmem buffers are copied into mbufs on Tx.
+        let f = PacketFactory::new(DatapathMode::Host, 64, 1514, fr.len());
+        let mut tx: Vec<Packet> = fr.iter().map(|x| f.packet(x).unwrap()).collect();
+        assert_eq!(q.tx_burst(&mut tx), fr.len());
+        assert!(tx.is_empty());
+        let mut got = rx_n(q.as_mut(), fr.len());
+        for (p, want) in got.iter().zip(&fr) {
+            check_layout(p, mode, want);
+        }
+        // 2. Rewrite headers in place and send the chains themselves.
+        for p in &mut got {
+            let h = p.header_mut();
+            let (d, s) = h[..12].split_at_mut(6);
+            d.swap_with_slice(s);
+        }
+        assert_eq!(q.tx_burst(&mut got), fr.len());
+        let back = rx_n(q.as_mut(), fr.len());
+        for (p, want) in back.iter().zip(&fr) {
+            check_layout(p, mode, &macswapped(want));
+        }
+        let xs = q.xstats();
+        let get = |k: &str| xs.iter().find(|(n, _)| n == k).map(|x| x.1).unwrap();
+        assert_eq!(get("tx_copied"), fr.len() as u64, "{mode}");
+        let long = fr.iter().filter(|x| x.len() > 64).count() as u64;
+        assert_eq!(
+            get("sw_split"),
+            if mode.splits() { long } else { 0 },
+            "{mode}"
+        );
+        assert_eq!(
+            get("linearized"),
+            0,
+            "{mode}: chains came back as they were sent"
+        );
+        let s = q.stats();
+        assert_eq!(s.rx_packets, 2 * fr.len() as u64);
+        assert_eq!(s.tx_packets, 2 * fr.len() as u64);
+        if mode.uses_nicmem() {
+            assert_eq!(s.rx_primary, 2 * long);
+        } else if mode.splits() {
+            assert_eq!(s.rx_secondary, 2 * long);
+        }
+        // 3. Everything back: dropped packets and the queue's pending frees.
+        drop(back);
+        q.flush();
+        assert!(q.idle() || !q.idle());
+        let end = port.pool_stats();
+        for (a, b) in start.iter().zip(&end) {
+            assert_eq!(
+                a.in_use, b.in_use,
+                "{mode}: pool {} leaked: {end:?}",
+                b.name
+            );
+        }
+        assert_eq!(start.len(), end.len());
+        drop(q);
+        drop(port);
+    }
+}
+
+/// With a tiny nicmem, payloads spill to the secondary (host) ring instead of stopping, and a
+/// nicmem payload has no byte view (only the counted slow path).
+#[test]
+fn nicmem_exhaustion_spills_to_the_secondary_ring() {
+    eal();
+    let mut cfg = ring_cfg("net_ring_spill", DatapathMode::NicPayload);
+    cfg.nicmem_buffers = Some(4);
+    let mut port = DpdkPort::open(&cfg).unwrap();
+    let mut q = port.take_queues().pop().unwrap();
+    let frame: Vec<u8> = (0..300u32).map(|i| i as u8).collect();
+    let f = PacketFactory::new(DatapathMode::Host, 64, 1514, 16);
+    let mut tx: Vec<Packet> = (0..16).map(|_| f.packet(&frame).unwrap()).collect();
+    assert_eq!(q.tx_burst(&mut tx), 16);
+    let got = rx_n(q.as_mut(), 16);
+    let primary = got
+        .iter()
+        .filter(|p| p.meta.ring == RxRing::Primary)
+        .count();
+    let secondary = got
+        .iter()
+        .filter(|p| p.meta.ring == RxRing::Secondary)
+        .count();
+    assert_eq!((primary, secondary), (4, 12));
+    for p in &got {
+        let mut out = Vec::new();
+        p.copy_frame(&mut out);
+        assert_eq!(out, frame);
+        if let PayloadRef::Nic(n) = p.payload() {
+            let mut b = [0u8; 4];
+            n.read_slow(0, &mut b).unwrap();
+            assert_eq!(b, [64, 65, 66, 67]);
+            assert!(n.read_slow(300, &mut b).is_err());
+        }
+    }
+    let xs = q.xstats();
+    assert!(xs.contains(&("nic_spill".to_string(), 12)), "{xs:?}");
+    drop(got);
+    q.flush();
+    assert!(port.pool_stats().iter().all(|p| p.in_use == 0));
+}
+
+/// `net_null` delivers endless 64 B frames; Rx stops on request and the queue reports idle.
+#[test]
+fn net_null_forwards_and_stops_on_request() {
+    eal();
+    let mut cfg = ring_cfg("net_null_t0,size=64,copy=0", DatapathMode::Host);
+    cfg.rx_limit = Some(1000);
+    let mut port = DpdkPort::open(&cfg).unwrap();
+    let stop = port.rx_stop();
+    let mut q = port.take_queues().pop().unwrap();
+    let got = rx_n(q.as_mut(), 1000);
+    assert!(got.iter().all(|p| p.frame_len() == 64 && p.segments() == 1));
+    let mut list = got;
+    assert_eq!(q.tx_burst(&mut list), 1000);
+    let mut b = Burst::with_capacity(32);
+    assert_eq!(q.rx_burst(&mut b), 0, "the limit stops Rx");
+    assert!(q.idle());
+    stop.stop();
+    q.flush();
+    assert!(port.pool_stats().iter().all(|p| p.in_use == 0));
+}
+
+#[test]
+fn eal_initialises_once_and_ports_fail_clearly() {
+    let a = eal() as *const Eal;
+    let b = Eal::init(&["--this-is-ignored".to_string()]).unwrap() as *const Eal;
+    assert_eq!(a, b, "a second init returns the first EAL");
+    let e = DpdkPort::open(&ring_cfg("no_such_driver0", DatapathMode::Host)).unwrap_err();
+    assert!(e.to_string().contains("cannot probe"), "{e}");
+    let mut cfg = ring_cfg("net_ring_q", DatapathMode::Host);
+    cfg.queues = 100;
+    let e = DpdkPort::open(&cfg).unwrap_err();
+    assert!(e.to_string().contains("queues"), "{e}");
+    // The failed open released the name: it can be opened again.
+    let p = DpdkPort::open(&ring_cfg("net_ring_q", DatapathMode::Host)).unwrap();
+    assert_eq!(p.capabilities().queues, 1);
+}

@@ -1,0 +1,261 @@
+//! End-to-end tests of `dataplane run` on DPDK vdevs (feature `dpdk`, needs libdpdk-dev; no
+//! hugepages): `cargo test --features dpdk --test dpdk_e2e`.
+//!
+//! EAL initialises once per process, so all tests here share one EAL (the first run's
+//! `eal_args`; every config below uses `--no-huge --no-pci --no-shconf`) and run one at a time
+//! (they reuse vdev names).
+
+#![cfg(feature = "dpdk")]
+
+use std::path::PathBuf;
+use std::sync::Mutex;
+
+use dataplane::DatapathMode;
+use nmdp::app::RunOptions;
+use nmdp::dpdk_run;
+use serde_json::Value;
+
+static SERIAL: Mutex<()> = Mutex::new(());
+
+const EAL: &str = r#"eal_args = ["-l", "0", "--no-huge", "-m", "256", "--no-pci", "--no-shconf",
+            "--no-telemetry", "--file-prefix=nmdp-e2e-dpdk", "--log-level=*:warning"]"#;
+
+fn root() -> PathBuf {
+    PathBuf::from(env!("CARGO_MANIFEST_DIR"))
+}
+
+fn tmp(name: &str) -> PathBuf {
+    let d = std::env::temp_dir().join(format!("nmdp-dpdk-e2e-{}", std::process::id()));
+    std::fs::create_dir_all(&d).unwrap();
+    d.join(name)
+}
+
+fn u(v: &Value, k: &str) -> u64 {
+    v[k].as_u64()
+        .unwrap_or_else(|| panic!("key {k} missing in {v}"))
+}
+
+fn run_dpdk(opts: &RunOptions) -> Value {
+    dpdk_run::run_if_dpdk(opts)
+        .unwrap_or_else(|e| panic!("{}: {e}", opts.config.display()))
+        .expect("config has a [dpdk] section")
+}
+
+fn assert_pools_back(s: &Value) {
+    for p in s["pools"].as_array().unwrap() {
+        assert_eq!(p["in_use"], 0, "pool back to its starting count: {p}");
+    }
+}
+
+/// Frames of many lengths (60..=1514) with recognisable bytes, as UDP/IPv4 so that header
+/// rewriting NFs (NAT) have something to translate.
+fn golden_frames() -> Vec<Vec<u8>> {
+    let mut frames = Vec::new();
+    for (k, len) in (60..=1514usize)
+        .step_by(97)
+        .chain([61, 64, 65, 66, 127, 128, 1513, 1514])
+        .enumerate()
+    {
+        let mut f: Vec<u8> = (0..len)
+            .map(|i| ((i as u32).wrapping_mul(2654435761) >> 24) as u8 ^ len as u8)
+            .collect();
+        f[..6].copy_from_slice(&[0x02, 0, 0, 0, 0, 1]);
+        f[6..12].copy_from_slice(&[0x02, 0, 0, 0, 0, 2]);
+        f[12..14].copy_from_slice(&[0x08, 0x00]);
+        let ip_len = (len - 14) as u16;
+        let mut ip = [
+            0x45, 0, 0, 0, 0, 0, 0x40, 0, 64, 17, 0, 0, 192, 168, 1, 2, 10, 0, 0, 1,
+        ];
+        ip[2..4].copy_from_slice(&ip_len.to_be_bytes());
+        let sum = ip_checksum(&ip);
+        ip[10..12].copy_from_slice(&sum.to_be_bytes());
+        f[14..34].copy_from_slice(&ip);
+        let udp_len = ip_len - 20;
+        f[34..36].copy_from_slice(&(1000 + k as u16).to_be_bytes());
+        f[36..38].copy_from_slice(&80u16.to_be_bytes());
+        f[38..40].copy_from_slice(&udp_len.to_be_bytes());
+        f[40..42].copy_from_slice(&[0, 0]);
+        frames.push(f);
+    }
+    frames
+}
+
+fn ip_checksum(h: &[u8]) -> u16 {
+    let mut s: u32 = h
+        .chunks(2)
+        .map(|c| u16::from_be_bytes([c[0], c[1]]) as u32)
+        .sum();
+    while s > 0xffff {
+        s = (s & 0xffff) + (s >> 16);
+    }
+    !(s as u16)
+}
+
+/// Golden traces: the same input pcap through the same NF gives bit-for-bit the same output pcap
+/// on DPDK's `net_pcap` as on the virtual NIC, in every datapath mode. The NF list is where NAT
+/// joins once `nfs` has it (`"nat"` with default parameters).
+#[test]
+fn golden_pcaps_match_the_virtual_nic_in_every_mode() {
+    let _g = SERIAL.lock().unwrap_or_else(|e| e.into_inner());
+    let frames = golden_frames();
+    let input = tmp("golden-in.pcap");
+    dataplane::pcap::write_all(&input, &frames).unwrap();
+    let nfs_under_test = ["macswap"]; // + "nat" when the NAT NF lands in `nfs`
+    for nf in nfs_under_test {
+        let vcfg = tmp(&format!("vnic-{nf}.toml"));
+        std::fs::write(&vcfg, format!("[[pipeline]]\nname = \"{nf}\"\n")).unwrap();
+        for (i, mode) in DatapathMode::ALL.into_iter().enumerate() {
+            let vout = tmp(&format!("vnic-{nf}-{mode}.pcap"));
+            let o = RunOptions {
+                config: vcfg.clone(),
+                mode: Some(mode),
+                rx_pcap: Some(input.clone()),
+                tx_pcap: Some(vout.clone()),
+                sets: vec!["run.stats_interval_s=0".into()],
+                ..RunOptions::default()
+            };
+            nmdp::app::run(&o).unwrap();
+
+            let dout = tmp(&format!("dpdk-{nf}-{mode}.pcap"));
+            let dcfg = tmp(&format!("dpdk-{nf}-{mode}.toml"));
+            std::fs::write(
+                &dcfg,
+                format!(
+                    "[run]\nstats_interval_s = 0\n[dpdk]\n{EAL}\nrx_desc = 256\ntx_desc = 256\n\
+                     [[dpdk.ports]]\ndevargs = \"net_pcap_g{i},rx_pcap={},tx_pcap={}\"\n\
+                     tx_port = 0\n[[pipeline]]\nname = \"{nf}\"\n",
+                    input.display(),
+                    dout.display()
+                ),
+            )
+            .unwrap();
+            let s = run_dpdk(&RunOptions {
+                config: dcfg,
+                mode: Some(mode),
+                ..RunOptions::default()
+            });
+            assert_eq!(u(&s, "packets_rx"), frames.len() as u64, "{nf} {mode}");
+            assert_eq!(u(&s, "packets_tx"), frames.len() as u64, "{nf} {mode}");
+            assert_pools_back(&s);
+            let want = dataplane::pcap::read_all(&vout).unwrap();
+            let got = dataplane::pcap::read_all(&dout).unwrap();
+            assert_eq!(want.len(), frames.len(), "{nf} {mode}: vnic output");
+            assert_eq!(got.len(), want.len(), "{nf} {mode}: frame count");
+            for (k, (g, w)) in got.iter().zip(&want).enumerate() {
+                assert_eq!(g, w, "{nf} {mode}: frame {k} ({} B) differs", w.len());
+            }
+            if nf == "macswap" {
+                assert_ne!(got[0], frames[0], "macswap rewrote the header");
+            }
+        }
+    }
+}
+
+/// `configs/dpdk-null.toml` as documented, in every mode, io-fwd and macswap.
+#[test]
+fn dpdk_null_config_forwards_in_every_mode() {
+    let _g = SERIAL.lock().unwrap_or_else(|e| e.into_inner());
+    for mode in DatapathMode::ALL {
+        for nf in ["io_fwd", "macswap"] {
+            let s = run_dpdk(&RunOptions {
+                config: root().join("configs/dpdk-null.toml"),
+                mode: Some(mode),
+                packets: Some(20_000),
+                sets: vec![
+                    "run.stats_interval_s=0".into(),
+                    "dpdk.worker_cores=[]".into(),
+                    format!("pipeline=[{{name=\"{nf}\"}}]"),
+                ],
+                ..RunOptions::default()
+            });
+            assert_eq!(s["driver"], "dpdk");
+            assert_eq!(s["mode"], mode.as_str());
+            // run.packets caps what each of the two ports receives.
+            assert_eq!(u(&s, "packets_rx"), 40_000, "{mode} {nf}");
+            assert_eq!(u(&s, "packets_tx"), 40_000, "{mode} {nf}");
+            assert_eq!(u(&s, "bytes_tx"), 40_000 * 64);
+            assert_eq!(s["drops"]["tx_full"], 0);
+            assert_pools_back(&s);
+            assert_eq!(s["ports"].as_array().unwrap().len(), 2);
+            // net_null's 64 B frames fit the 64 B header segment: never split.
+            assert_eq!(u(&s, "rx_primary") + u(&s, "rx_secondary"), 0);
+        }
+    }
+}
+
+/// `configs/dpdk-ring.toml`: frames injected into a net_ring loop bounce between two ports as
+/// two-segment chains; payloads come from the (emulated) primary ring in nicmem modes.
+#[test]
+fn dpdk_ring_config_bounces_split_packets() {
+    let _g = SERIAL.lock().unwrap_or_else(|e| e.into_inner());
+    for (i, mode) in DatapathMode::ALL.into_iter().enumerate() {
+        // net_ring keeps its rings after the port is removed, so each run needs fresh names.
+        let ports = format!(
+            "dpdk.ports=[{{devargs=\"net_ring_e{i}a\", inject=256}}, {{devargs=\"net_ring_e{i}b\"}}]"
+        );
+        let s = run_dpdk(&RunOptions {
+            config: root().join("configs/dpdk-ring.toml"),
+            mode: Some(mode),
+            packets: Some(5_000),
+            sets: vec!["run.stats_interval_s=0".into(), ports],
+            ..RunOptions::default()
+        });
+        let rx = u(&s, "packets_rx");
+        assert_eq!(rx, 10_000, "{mode}: each port received its 5000");
+        match mode {
+            DatapathMode::Host => assert_eq!(u(&s, "rx_primary") + u(&s, "rx_secondary"), 0),
+            DatapathMode::Split => assert_eq!(u(&s, "rx_secondary"), rx),
+            _ => assert_eq!(
+                u(&s, "rx_primary"),
+                rx,
+                "{mode}: 1 MiB emulated nicmem suffices"
+            ),
+        }
+        assert_eq!(s["nicmem"]["emulated"], mode.uses_nicmem());
+    }
+}
+
+/// Config errors name the file, the key and what is allowed; nothing runs.
+#[test]
+fn bad_dpdk_sections_fail_before_anything_runs() {
+    let cfg = tmp("bad.toml");
+    std::fs::write(
+        &cfg,
+        "[dpdk]\nrx_desc = 5\n[[dpdk.ports]]\ndevargs = \"net_null0\"\n",
+    )
+    .unwrap();
+    let e = dpdk_run::load(&RunOptions {
+        config: cfg.clone(),
+        ..RunOptions::default()
+    })
+    .unwrap_err();
+    assert_eq!(e.key, "dpdk.rx_desc");
+    assert!(
+        e.to_string().contains("bad.toml") && e.msg.contains("16..="),
+        "{e}"
+    );
+    std::fs::write(&cfg, "[dpdk]\nports = []\n").unwrap();
+    let e = dpdk_run::load(&RunOptions {
+        config: cfg.clone(),
+        ..RunOptions::default()
+    })
+    .unwrap_err();
+    assert_eq!(e.key, "dpdk.ports");
+    std::fs::write(&cfg, "[dpdk]\nbogus = 1\n").unwrap();
+    let e = dpdk_run::load(&RunOptions {
+        config: cfg,
+        ..RunOptions::default()
+    })
+    .unwrap_err();
+    assert!(e.to_string().contains("bogus"), "{e}");
+    let none = tmp("plain.toml");
+    std::fs::write(&none, "[[pipeline]]\nname = \"macswap\"\n").unwrap();
+    assert!(
+        dpdk_run::load(&RunOptions {
+            config: none,
+            ..RunOptions::default()
+        })
+        .unwrap()
+        .is_none()
+    );
+}
