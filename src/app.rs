@@ -365,13 +365,6 @@ fn summary(
             }
         }
     }
-    let mut drops_obj: serde_json::Map<String, Value> = DropReason::ALL
-        .iter()
-        .map(|r| (r.as_str().to_string(), json!(drops[r.index()])))
-        .collect();
-    // Frames the NIC dropped, by reason.
-    drops_obj.insert("rx_missed".into(), json!(q.rx_missed));
-    drops_obj.insert("pcie_overrun".into(), json!(q.rx_pcie_overrun));
     let mut pools = Vec::new();
     for qp in port.pools() {
         let mut push = |s: nicmem::PoolStats| {
@@ -389,9 +382,54 @@ fn summary(
         }
     }
     let nm = port.nicmem().stats();
-    let mpps = q.wire_tx_frames as f64 / elapsed.max(1e-9) / 1e6;
-    let gbps = q.tx_bytes as f64 * 8.0 / elapsed.max(1e-9) / 1e9;
-    let mut out = json!({
+    let mut out = Value::Object(counter_keys(cfg, &q, &drops, elapsed, elapsed));
+    let extra = json!({
+        "pools": pools,
+        "nicmem": {
+            "capacity": nm.capacity, "allocated": nm.allocated, "peak_allocated": nm.peak_allocated,
+            "cpu_bytes_read": nm.cpu_bytes_read, "cpu_bytes_written": nm.cpu_bytes_written,
+            "bytes_read": m.counters.nicmem_bytes_read,
+            "bytes_written": m.counters.nicmem_bytes_written,
+            "peak_bytes": m.counters.nicmem_peak_bytes,
+        },
+        "nfs": Value::Object(nf),
+        "rx_pcie_overrun": q.rx_pcie_overrun,
+    });
+    if let (Value::Object(o), Value::Object(e)) = (&mut out, extra) {
+        o.extend(e);
+    }
+    model_keys(&mut out, &m, profile, offered, &q, cfg);
+    if let Some(t) = traffic {
+        out["frame_size"] = json!(t.frame_size);
+        out["payload_mismatches"] = json!(t.payload_mismatches);
+        out["seq_lost"] = json!(t.seq_lost);
+        out["traffic"] = crate::traffic::report_json(t);
+    } else {
+        out["payload_mismatches"] = json!(0);
+        out["seq_lost"] = json!(0);
+    }
+    out
+}
+
+/// The counter keys of the foundation that every driver's summary carries, under names that never
+/// change: `mode`, `workers`, packet/byte counts, `drops` (every reason, plus the NIC's `rx_missed`
+/// and `pcie_overrun`), ring and descriptor counters, `elapsed_s`, and `mpps`/`gbps` computed over
+/// `rate_secs`.
+pub(crate) fn counter_keys(
+    cfg: &RunConfig,
+    q: &QueueStats,
+    drops: &[u64; DropReason::COUNT],
+    elapsed: f64,
+    rate_secs: f64,
+) -> serde_json::Map<String, Value> {
+    let mut drops_obj: serde_json::Map<String, Value> = DropReason::ALL
+        .iter()
+        .map(|r| (r.as_str().to_string(), json!(drops[r.index()])))
+        .collect();
+    drops_obj.insert("rx_missed".into(), json!(q.rx_missed));
+    drops_obj.insert("pcie_overrun".into(), json!(q.rx_pcie_overrun));
+    let secs = rate_secs.max(1e-9);
+    let v = json!({
         "mode": cfg.datapath.mode.as_str(),
         "workers": cfg.run.workers,
         "packets_rx": q.rx_packets,
@@ -407,30 +445,13 @@ fn summary(
         "desc_errors": q.desc_errors,
         "tx_full": q.tx_full,
         "elapsed_s": elapsed,
-        "mpps": mpps,
-        "gbps": gbps,
-        "pools": pools,
-        "nicmem": {
-            "capacity": nm.capacity, "allocated": nm.allocated, "peak_allocated": nm.peak_allocated,
-            "cpu_bytes_read": nm.cpu_bytes_read, "cpu_bytes_written": nm.cpu_bytes_written,
-            "bytes_read": m.counters.nicmem_bytes_read,
-            "bytes_written": m.counters.nicmem_bytes_written,
-            "peak_bytes": m.counters.nicmem_peak_bytes,
-        },
-        "nfs": Value::Object(nf),
-        "rx_pcie_overrun": q.rx_pcie_overrun,
+        "mpps": q.wire_tx_frames as f64 / secs / 1e6,
+        "gbps": q.tx_bytes as f64 * 8.0 / secs / 1e9,
     });
-    model_keys(&mut out, &m, profile, offered, &q, cfg);
-    if let Some(t) = traffic {
-        out["frame_size"] = json!(t.frame_size);
-        out["payload_mismatches"] = json!(t.payload_mismatches);
-        out["seq_lost"] = json!(t.seq_lost);
-        out["traffic"] = crate::traffic::report_json(t);
-    } else {
-        out["payload_mismatches"] = json!(0);
-        out["seq_lost"] = json!(0);
+    match v {
+        Value::Object(m) => m,
+        _ => serde_json::Map::new(),
     }
-    out
 }
 
 /// Adds the accounting and timing keys of the virtual NIC model to the summary (issue 3): `pcie`,

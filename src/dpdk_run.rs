@@ -504,10 +504,6 @@ fn summary(
             }
         }
     }
-    let drops_obj: serde_json::Map<String, Value> = DropReason::ALL
-        .iter()
-        .map(|r| (r.as_str().to_string(), json!(drops[r.index()])))
-        .collect();
     let mut pools = Vec::new();
     let (mut cap, mut alloc, mut peak) = (0u64, 0u64, 0u64);
     for p in ports {
@@ -521,28 +517,11 @@ fn summary(
             peak += s.peak_allocated;
         }
     }
-    let secs = active.max(1e-9);
-    json!({
+    let mut out = crate::app::counter_keys(cfg, &q, &drops, elapsed, active);
+    let extra = json!({
         "driver": "dpdk",
-        "mode": cfg.datapath.mode.as_str(),
-        "workers": cfg.run.workers,
         "ports": caps,
-        "packets_rx": q.rx_packets,
-        "packets_tx": q.wire_tx_frames,
-        "bytes_rx": q.rx_bytes,
-        "bytes_tx": q.tx_bytes,
-        "drops": drops_obj,
-        "rx_primary": q.rx_primary,
-        "rx_secondary": q.rx_secondary,
-        "rx_nombuf": q.rx_nombuf,
-        "rx_missed": q.rx_missed,
-        "rx_oversize": q.rx_oversize,
-        "desc_errors": q.desc_errors,
-        "tx_full": q.tx_full,
-        "elapsed_s": elapsed,
         "active_s": active,
-        "mpps": q.wire_tx_frames as f64 / secs / 1e6,
-        "gbps": q.tx_bytes as f64 * 8.0 / secs / 1e9,
         "pools": pools,
         "nicmem": {"emulated": cap > 0, "capacity": cap, "allocated": alloc, "peak_allocated": peak,
                    "cpu_bytes_read": xstats.get("port0.nicmem_cpu_read_bytes").cloned().unwrap_or(json!(0))},
@@ -550,7 +529,11 @@ fn summary(
         "xstats": Value::Object(xstats),
         "payload_mismatches": 0,
         "seq_lost": 0,
-    })
+    });
+    if let Value::Object(e) = extra {
+        out.extend(e);
+    }
+    Value::Object(out)
 }
 
 /// Loads `opts.config` and, if it has a `[dpdk]` section, runs it on DPDK (`Ok(None)` otherwise).
