@@ -80,21 +80,30 @@ impl FrameSink for Tee {
     }
 }
 
+impl RunOptions {
+    /// The `--set` overrides with `--mode`, `--packets`, `--duration` and `--workers` folded in as
+    /// the keys they stand for (applied last, so they win), for every driver's config loader.
+    pub fn override_sets(&self) -> Vec<String> {
+        let mut sets = self.sets.clone();
+        if let Some(m) = self.mode {
+            sets.push(format!("datapath.mode={}", m.as_str()));
+        }
+        if let Some(n) = self.packets {
+            sets.push(format!("run.packets={n}"));
+        }
+        if let Some(d) = self.duration_s {
+            sets.push(format!("run.duration_s={d}"));
+        }
+        if let Some(w) = self.workers {
+            sets.push(format!("run.workers={w}"));
+        }
+        sets
+    }
+}
+
 /// Loads the config with the command-line overrides folded in as `--set`s.
 pub fn load_config(opts: &RunOptions) -> Result<RunConfig, ConfigError> {
-    let mut sets = opts.sets.clone();
-    if let Some(m) = opts.mode {
-        sets.push(format!("datapath.mode={}", m.as_str()));
-    }
-    if let Some(n) = opts.packets {
-        sets.push(format!("run.packets={n}"));
-    }
-    if let Some(d) = opts.duration_s {
-        sets.push(format!("run.duration_s={d}"));
-    }
-    if let Some(w) = opts.workers {
-        sets.push(format!("run.workers={w}"));
-    }
+    let sets = opts.override_sets();
     RunConfig::load(&opts.config, &sets)
 }
 

@@ -128,19 +128,7 @@ pub fn load(opts: &RunOptions) -> Result<Option<(RunConfig, DpdkSection)>, Confi
     let mut table: toml::Table = text.parse().map_err(|e: toml::de::Error| {
         config_err(path, "", format!("not valid TOML: {}", e.message()))
     })?;
-    let mut sets = opts.sets.clone();
-    if let Some(m) = opts.mode {
-        sets.push(format!("datapath.mode={}", m.as_str()));
-    }
-    if let Some(n) = opts.packets {
-        sets.push(format!("run.packets={n}"));
-    }
-    if let Some(d) = opts.duration_s {
-        sets.push(format!("run.duration_s={d}"));
-    }
-    if let Some(w) = opts.workers {
-        sets.push(format!("run.workers={w}"));
-    }
+    let sets = opts.override_sets();
     for o in &sets {
         dataplane::model::overrides::apply_assignment(&mut table, o)
             .map_err(|m| config_err(path, o.split('=').next().unwrap_or(""), m))?;
