@@ -192,6 +192,7 @@ pub fn run(opts: &RunOptions) -> Result<Value, RunError> {
                 chain,
                 egress: None,
                 burst: cfg.datapath.burst,
+                raw_forward: cfg.datapath.raw_forward,
             };
             let control = control.clone();
             let live = live.clone();

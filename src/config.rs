@@ -84,6 +84,10 @@ pub struct DatapathSection {
     pub tx_inline: usize,
     /// Packets per burst.
     pub burst: usize,
+    /// Let a pass-through chain (`io_fwd` only) forward raw bursts where the driver can (DPDK,
+    /// `host` mode), without building packets. `false` sends every packet through the packet
+    /// path, e.g. to measure its cost.
+    pub raw_forward: bool,
 }
 
 impl Default for DatapathSection {
@@ -93,6 +97,7 @@ impl Default for DatapathSection {
             split_offset: 64,
             tx_inline: 64,
             burst: 32,
+            raw_forward: true,
         }
     }
 }

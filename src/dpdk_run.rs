@@ -387,6 +387,7 @@ pub fn run(cfg: &RunConfig, d: &DpdkSection, opts: &RunOptions) -> Result<Value,
                 chain,
                 egress: None,
                 burst: cfg.datapath.burst,
+                raw_forward: cfg.datapath.raw_forward,
             };
             let control = control.clone();
             let live = live.clone();

@@ -64,7 +64,7 @@ fn golden_frames() -> Vec<Vec<u8>> {
         f[12..14].copy_from_slice(&[0x08, 0x00]);
         let ip_len = (len - 14) as u16;
         let mut ip = [
-            0x45, 0, 0, 0, 0, 0, 0x40, 0, 64, 17, 0, 0, 192, 168, 1, 2, 10, 0, 0, 1,
+            0x45, 0, 0, 0, 0, 0, 0x40, 0, 64, 17, 0, 0, 192, 168, 1, 2, 10, 9, 0, 1,
         ];
         ip[2..4].copy_from_slice(&ip_len.to_be_bytes());
         let sum = ip_checksum(&ip);
@@ -91,62 +91,137 @@ fn ip_checksum(h: &[u8]) -> u16 {
     !(s as u16)
 }
 
-/// Golden traces: the same input pcap through the same NF gives bit-for-bit the same output pcap
-/// on DPDK's `net_pcap` as on the virtual NIC, in every datapath mode. The NF list is where NAT
-/// joins once `nfs` has it (`"nat"` with default parameters).
+/// Runs `frames` through the `[[pipeline]]` TOML `pipeline` on the virtual NIC and on DPDK's
+/// `net_pcap` in every datapath mode and asserts the outputs are bit-for-bit equal and that DPDK
+/// pools end where they started. `vdev` keeps vdev names unique within the process. Returns the
+/// output of each mode.
+fn golden_on_both_drivers(
+    tag: &str,
+    vdev: usize,
+    pipeline: &str,
+    frames: &[Vec<u8>],
+) -> Vec<Vec<Vec<u8>>> {
+    let input = tmp(&format!("{tag}-in.pcap"));
+    dataplane::pcap::write_all(&input, frames).unwrap();
+    let vcfg = tmp(&format!("vnic-{tag}.toml"));
+    std::fs::write(&vcfg, pipeline).unwrap();
+    let mut outputs = Vec::new();
+    for (i, mode) in DatapathMode::ALL.into_iter().enumerate() {
+        let vout = tmp(&format!("vnic-{tag}-{mode}.pcap"));
+        let o = RunOptions {
+            config: vcfg.clone(),
+            mode: Some(mode),
+            rx_pcap: Some(input.clone()),
+            tx_pcap: Some(vout.clone()),
+            sets: vec!["run.stats_interval_s=0".into()],
+            ..RunOptions::default()
+        };
+        nmdp::app::run(&o).unwrap();
+
+        let dout = tmp(&format!("dpdk-{tag}-{mode}.pcap"));
+        let dcfg = tmp(&format!("dpdk-{tag}-{mode}.toml"));
+        std::fs::write(
+            &dcfg,
+            format!(
+                "[run]\nstats_interval_s = 0\n[dpdk]\n{EAL}\nrx_desc = 256\ntx_desc = 256\n\
+                 [[dpdk.ports]]\ndevargs = \"net_pcap_g{vdev}_{i},rx_pcap={},tx_pcap={}\"\n\
+                 tx_port = 0\n{pipeline}",
+                input.display(),
+                dout.display()
+            ),
+        )
+        .unwrap();
+        let s = run_dpdk(&RunOptions {
+            config: dcfg,
+            mode: Some(mode),
+            ..RunOptions::default()
+        });
+        let want = dataplane::pcap::read_all(&vout).unwrap();
+        let got = dataplane::pcap::read_all(&dout).unwrap();
+        assert_eq!(u(&s, "packets_rx"), frames.len() as u64, "{tag} {mode}");
+        assert_eq!(u(&s, "packets_tx"), want.len() as u64, "{tag} {mode}");
+        assert_pools_back(&s);
+        assert_eq!(got.len(), want.len(), "{tag} {mode}: frame count");
+        for (k, (g, w)) in got.iter().zip(&want).enumerate() {
+            assert_eq!(g, w, "{tag} {mode}: frame {k} ({} B) differs", w.len());
+        }
+        outputs.push(got);
+    }
+    outputs
+}
+
+/// Golden traces: the same input pcap through macswap gives bit-for-bit the same output pcap on
+/// DPDK's `net_pcap` as on the virtual NIC, in every datapath mode.
 #[test]
 fn golden_pcaps_match_the_virtual_nic_in_every_mode() {
     let _g = SERIAL.lock().unwrap_or_else(|e| e.into_inner());
     let frames = golden_frames();
-    let input = tmp("golden-in.pcap");
-    dataplane::pcap::write_all(&input, &frames).unwrap();
-    let nfs_under_test = ["macswap"]; // + "nat" when the NAT NF lands in `nfs`
-    for nf in nfs_under_test {
-        let vcfg = tmp(&format!("vnic-{nf}.toml"));
-        std::fs::write(&vcfg, format!("[[pipeline]]\nname = \"{nf}\"\n")).unwrap();
-        for (i, mode) in DatapathMode::ALL.into_iter().enumerate() {
-            let vout = tmp(&format!("vnic-{nf}-{mode}.pcap"));
-            let o = RunOptions {
-                config: vcfg.clone(),
-                mode: Some(mode),
-                rx_pcap: Some(input.clone()),
-                tx_pcap: Some(vout.clone()),
-                sets: vec!["run.stats_interval_s=0".into()],
-                ..RunOptions::default()
-            };
-            nmdp::app::run(&o).unwrap();
+    let outs = golden_on_both_drivers("macswap", 0, "[[pipeline]]\nname = \"macswap\"\n", &frames);
+    for out in outs {
+        assert_eq!(out.len(), frames.len());
+        assert_ne!(out[0], frames[0], "macswap rewrote the header");
+        assert_eq!(out[0][..6], frames[0][6..12]);
+    }
+}
 
-            let dout = tmp(&format!("dpdk-{nf}-{mode}.pcap"));
-            let dcfg = tmp(&format!("dpdk-{nf}-{mode}.toml"));
-            std::fs::write(
-                &dcfg,
-                format!(
-                    "[run]\nstats_interval_s = 0\n[dpdk]\n{EAL}\nrx_desc = 256\ntx_desc = 256\n\
-                     [[dpdk.ports]]\ndevargs = \"net_pcap_g{i},rx_pcap={},tx_pcap={}\"\n\
-                     tx_port = 0\n[[pipeline]]\nname = \"{nf}\"\n",
-                    input.display(),
-                    dout.display()
-                ),
-            )
-            .unwrap();
-            let s = run_dpdk(&RunOptions {
-                config: dcfg,
-                mode: Some(mode),
-                ..RunOptions::default()
-            });
-            assert_eq!(u(&s, "packets_rx"), frames.len() as u64, "{nf} {mode}");
-            assert_eq!(u(&s, "packets_tx"), frames.len() as u64, "{nf} {mode}");
-            assert_pools_back(&s);
-            let want = dataplane::pcap::read_all(&vout).unwrap();
-            let got = dataplane::pcap::read_all(&dout).unwrap();
-            assert_eq!(want.len(), frames.len(), "{nf} {mode}: vnic output");
-            assert_eq!(got.len(), want.len(), "{nf} {mode}: frame count");
-            for (k, (g, w)) in got.iter().zip(&want).enumerate() {
-                assert_eq!(g, w, "{nf} {mode}: frame {k} ({} B) differs", w.len());
-            }
-            if nf == "macswap" {
-                assert_ne!(got[0], frames[0], "macswap rewrote the header");
-            }
+/// NAT golden traces: outbound UDP flows of every length and the servers' replies to the
+/// translated flows give the same output on `net_pcap` as on the virtual NIC in every mode; the
+/// outbound frames leave from the NAT address and the replies come back to the original inside
+/// address and port.
+#[test]
+fn nat_golden_pcaps_match_the_virtual_nic_in_every_mode() {
+    let _g = SERIAL.lock().unwrap_or_else(|e| e.into_inner());
+    const NAT: &str = "[[pipeline]]\nname = \"nat\"\nnat_ip = \"10.0.0.1\"\nflows = 4096\n";
+    let outbound = golden_frames();
+    // Learn the mappings (port allocation is deterministic) on the virtual NIC.
+    let learned = golden_on_both_drivers("nat-learn", 1, NAT, &outbound).swap_remove(0);
+    assert_eq!(learned.len(), outbound.len());
+    let mut input = outbound.clone();
+    for (o, t) in outbound.iter().zip(&learned) {
+        assert_eq!(
+            t[26..30],
+            [10, 0, 0, 1],
+            "outbound source is the NAT address"
+        );
+        // The server's reply: swap addresses and ports of the translated frame.
+        let mut r = t.clone();
+        r[26..30].copy_from_slice(&t[30..34]);
+        r[30..34].copy_from_slice(&t[26..30]);
+        r[34..36].copy_from_slice(&t[36..38]);
+        r[36..38].copy_from_slice(&t[34..36]);
+        r[24..26].copy_from_slice(&[0, 0]);
+        let sum = ip_checksum(&r[14..34]);
+        r[24..26].copy_from_slice(&sum.to_be_bytes());
+        assert_eq!(r[30..34], [10, 0, 0, 1]);
+        assert_eq!(
+            r[26..30],
+            o[30..34],
+            "the reply comes from the flow's server"
+        );
+        input.push(r);
+    }
+    let outs = golden_on_both_drivers("nat", 2, NAT, &input);
+    let n = outbound.len();
+    for out in outs {
+        assert_eq!(
+            out.len(),
+            input.len(),
+            "every frame translated, none dropped"
+        );
+        for (k, o) in outbound.iter().enumerate() {
+            let back = &out[n + k];
+            assert_eq!(
+                back[30..34],
+                o[26..30],
+                "reply {k} reaches the inside address"
+            );
+            assert_eq!(back[36..38], o[34..36], "reply {k} reaches the inside port");
+            assert_eq!(back[26..30], o[30..34], "reply {k} comes from the server");
+            assert_eq!(
+                ip_checksum(&back[14..34]),
+                0,
+                "reply {k}: valid IPv4 checksum"
+            );
         }
     }
 }
@@ -179,8 +254,49 @@ fn dpdk_null_config_forwards_in_every_mode() {
             assert_eq!(s["ports"].as_array().unwrap().len(), 2);
             // net_null's 64 B frames fit the 64 B header segment: never split.
             assert_eq!(u(&s, "rx_primary") + u(&s, "rx_secondary"), 0);
+            // io_fwd in host mode forwards raw bursts (no packets built); nothing else does.
+            let raw =
+                u(&s["xstats"], "port0.raw_forwarded") + u(&s["xstats"], "port1.raw_forwarded");
+            let want_raw = if nf == "io_fwd" && mode == DatapathMode::Host {
+                40_000
+            } else {
+                0
+            };
+            assert_eq!(raw, want_raw, "{mode} {nf}");
+            if nf == "io_fwd" {
+                assert_eq!(u(&s["nfs"]["io_fwd"], "packets"), 40_000, "{mode}");
+            }
         }
     }
+}
+
+/// `datapath.raw_forward = false` sends io_fwd through the packet path with the same counters.
+#[test]
+fn io_fwd_without_raw_forwarding_keeps_the_same_counters() {
+    let _g = SERIAL.lock().unwrap_or_else(|e| e.into_inner());
+    let run = |raw: bool| {
+        run_dpdk(&RunOptions {
+            config: root().join("configs/dpdk-null.toml"),
+            mode: Some(DatapathMode::Host),
+            packets: Some(20_000),
+            sets: vec![
+                "run.stats_interval_s=0".into(),
+                "dpdk.worker_cores=[]".into(),
+                format!("datapath.raw_forward={raw}"),
+            ],
+            ..RunOptions::default()
+        })
+    };
+    let (on, off) = (run(true), run(false));
+    for k in ["packets_rx", "packets_tx", "bytes_rx", "bytes_tx"] {
+        assert_eq!(u(&on, k), u(&off, k), "{k}");
+    }
+    assert_eq!(u(&on, "packets_tx"), 40_000);
+    assert_eq!(u(&off["xstats"], "port0.raw_forwarded"), 0);
+    assert_eq!(u(&on["xstats"], "port0.raw_forwarded"), 20_000);
+    assert_eq!(on["nfs"], off["nfs"]);
+    assert_pools_back(&on);
+    assert_pools_back(&off);
 }
 
 /// `configs/dpdk-ring.toml`: frames injected into a net_ring loop bounce between two ports as

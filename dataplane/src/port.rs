@@ -76,7 +76,7 @@ impl QueueStats {
 }
 
 /// One queue pair of a port, owned by one worker.
-pub trait Queue: Send {
+pub trait Queue: Send + std::any::Any {
     /// Receives up to `burst.room()` packets into `burst`, each with verdict `Tx(default_port)`
     /// as set by the caller afterwards. Returns the number received.
     fn rx_burst(&mut self, burst: &mut Burst) -> usize;
@@ -100,6 +100,21 @@ pub trait Queue: Send {
     /// Driver-specific extended counters (name, value).
     fn xstats(&self) -> Vec<(String, u64)> {
         Vec::new()
+    }
+
+    /// The port this queue's packets go to by default, if the driver can forward them without
+    /// building packets ([`Queue::forward_raw`]); `None` (the default) if it cannot.
+    fn raw_forwarding(&self) -> Option<u16> {
+        None
+    }
+
+    /// Receives up to `max` packets and hands them straight to `tx` (`None`: back out of this
+    /// queue) without building [`Packet`]s; only used when the NF chain passes packets through
+    /// untouched and [`Queue::raw_forwarding`] said yes. Counters are kept as by
+    /// `rx_burst`/`tx_burst`; what the Tx ring does not take is freed and counted as `tx_full`.
+    /// Returns `(received, not sent)`, or `None` if `tx` is not a queue of the same driver.
+    fn forward_raw(&mut self, _tx: Option<&mut dyn Queue>, _max: usize) -> Option<(usize, usize)> {
+        None
     }
 }
 

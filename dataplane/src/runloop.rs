@@ -3,7 +3,10 @@
 //! Each iteration reads top to bottom, like DPDK's l3fwd: `rx_burst` on each port's queue, run the
 //! NF chain over the burst, sort packets by verdict into per-port Tx lists (drops are counted by
 //! reason and freed), `tx_burst` each list, and free what the Tx ring could not take (counted as
-//! `tx_full`). Nothing on this path allocates or locks: bursts and Tx lists are preallocated, and
+//! `tx_full`). When every NF passes packets through untouched (`io_fwd`) and the driver can, a
+//! queue forwards raw bursts to its Tx queue without building packets at all, as testpmd's io mode
+//! does (`Queue::forward_raw`; only the DPDK driver in `host` mode can). Nothing on this path
+//! allocates or locks: bursts and Tx lists are preallocated, and
 //! buffers return to the queue's per-core pool caches.
 //!
 //! A worker finishes when every one of its queues is idle (the wire has nothing more to deliver
@@ -20,6 +23,50 @@ use crate::packet::Packet;
 use crate::port::{Queue, QueueStats};
 use crate::verdict::{DropReason, Verdict};
 
+/// Busy loop iterations between clock reads (see [`LoopClock`]).
+const CLOCK_EVERY: u32 = 8;
+
+/// The run loop's clock: read at most once per busy loop iteration, and then only every
+/// [`CLOCK_EVERY`] iterations (a few microseconds at full load; NF timers work in milliseconds
+/// and more). After an idle poll it is re-read on the next busy iteration.
+struct LoopClock {
+    start: Instant,
+    now: Instant,
+    age: u32,
+}
+
+impl LoopClock {
+    fn new(start: Instant) -> Self {
+        Self {
+            start,
+            now: start,
+            age: CLOCK_EVERY,
+        }
+    }
+
+    /// A loop iteration that found work.
+    #[inline]
+    fn busy(&mut self) {
+        if self.age >= CLOCK_EVERY {
+            self.now = Instant::now();
+            self.age = 0;
+        }
+        self.age += 1;
+    }
+
+    /// A loop iteration that found nothing.
+    #[inline]
+    fn idle(&mut self) {
+        self.age = CLOCK_EVERY;
+    }
+
+    /// Nanoseconds since the worker started, as of the last read.
+    #[inline]
+    fn ns(&self) -> u64 {
+        (self.now - self.start).as_nanos() as u64
+    }
+}
+
 /// What one worker runs.
 pub struct WorkerSetup {
     /// The worker's queue on each port (index = port id).
@@ -31,6 +78,8 @@ pub struct WorkerSetup {
     pub egress: Option<u16>,
     /// Burst size.
     pub burst: usize,
+    /// Allow raw forwarding for pass-through chains (see `Queue::forward_raw`).
+    pub raw_forward: bool,
 }
 
 /// Counters a worker publishes while it runs (read by the live stats printer).
@@ -120,19 +169,42 @@ pub fn run_worker(
     };
     let (mut idle_polls, mut bursts, mut iter) = (0u64, 0u64, 0u64);
     let mut stopped_at: Option<Instant> = None;
-    let mut now = start;
+    let mut clock = LoopClock::new(start);
+    // Where each queue forwards raw bursts, when the chain passes packets through untouched and
+    // the driver can forward without building packets (see `Queue::forward_raw`).
+    let raw_dst: Vec<Option<usize>> = (0..nports)
+        .map(|qi| {
+            let q = &setup.queues[qi];
+            let port = q.raw_forwarding()?;
+            let dst = setup.egress.unwrap_or(port) as usize;
+            (setup.raw_forward && setup.chain.passes_through() && dst < nports).then_some(dst)
+        })
+        .collect();
     loop {
         iter += 1;
         let mut got_any = false;
-        for qi in 0..nports {
+        for (qi, &raw) in raw_dst.iter().enumerate() {
+            if let Some(dst) = raw
+                && let Some((n, unsent)) = forward_raw(&mut setup.queues, qi, dst, setup.burst)
+            {
+                if n > 0 {
+                    if !got_any {
+                        clock.busy();
+                    }
+                    got_any = true;
+                    bursts += 1;
+                    setup.chain.pass(n);
+                    drops[DropReason::TxFull.index()] += unsent as u64;
+                }
+                continue;
+            }
             let n = setup.queues[qi].rx_burst(&mut burst);
             if n == 0 {
                 continue;
             }
             if !got_any {
-                // One clock read per loop iteration, not per burst.
-                now = Instant::now();
-                ctx.now_ns = (now - start).as_nanos() as u64;
+                clock.busy();
+                ctx.now_ns = clock.ns();
             }
             got_any = true;
             bursts += 1;
@@ -174,8 +246,9 @@ pub fn run_worker(
             }
         }
         if got_any {
-            last_active = now;
+            last_active = clock.now;
         } else {
+            clock.idle();
             idle_polls += 1;
             for q in &mut setup.queues {
                 q.flush();
@@ -219,6 +292,21 @@ pub fn run_worker(
         bursts,
         active_s: (last_active - start).as_secs_f64(),
     }
+}
+
+/// Raw forwarding from queue `qi` to queue `dst` of the same worker (see `Queue::forward_raw`).
+#[inline]
+fn forward_raw(
+    queues: &mut [Box<dyn Queue>],
+    qi: usize,
+    dst: usize,
+    max: usize,
+) -> Option<(usize, usize)> {
+    if qi == dst {
+        return queues[qi].forward_raw(None, max);
+    }
+    let [rx, tx] = queues.get_disjoint_mut([qi, dst]).ok()?;
+    rx.forward_raw(Some(tx.as_mut()), max)
 }
 
 fn publish(live: &LiveStats, queues: &[Box<dyn Queue>], drops: &[u64; DropReason::COUNT]) {

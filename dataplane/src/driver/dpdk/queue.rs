@@ -72,6 +72,8 @@ struct DriverCounters {
     tx_copied: u64,
     nic_spill: u64,
     dropped_oversize: u64,
+    /// Packets received and forwarded raw (no `Packet` built; see `Queue::forward_raw`).
+    raw_forwarded: u64,
 }
 
 /// Per-burst Rx counters, kept in registers and added to [`QueueStats`] once per burst.
@@ -159,7 +161,7 @@ impl DpdkQueue {
             rx: vec![std::ptr::null_mut(); b],
             hdrs: Vec::with_capacity(b),
             nics: Vec::with_capacity(b),
-            tx: Vec::with_capacity(b),
+            tx: vec![std::ptr::null_mut(); b],
             to_free: Vec::with_capacity(FREE_BATCH + 4 * b),
             scratch: Vec::with_capacity(s.max_frame.max(2048)),
             stats: QueueStats::default(),
@@ -257,6 +259,36 @@ impl DpdkQueue {
     }
 
     fn rx_host(&mut self, n: usize, burst: &mut Burst) {
+        // SAFETY: the first `n` entries of `rx` were just received and are owned by this queue.
+        if !self.rx[..n].iter().all(|&m| unsafe { (*m).nb_segs } == 1) {
+            return self.rx_host_chains(n, burst);
+        }
+        // The common case: every frame in one segment. One pass writes the packets straight
+        // into the burst (see `Burst::extend_from`).
+        let mut bytes = 0u64;
+        let added = burst.extend_from(
+            self.verdict,
+            self.rx[..n].iter().map(|&m| {
+                // SAFETY: `m` is a valid single-segment mbuf owned by this queue; plain field reads.
+                let len = unsafe { (*m).pkt_len };
+                bytes += len as u64;
+                let meta = self.meta(m, RxRing::None);
+                // SAFETY: as above; ownership moves into the packet.
+                let mb = unsafe { Mbuf::from_raw(NonNull::new_unchecked(m), PayloadMem::Host) };
+                Packet::from_mbuf(mb, len, len, meta)
+            }),
+        );
+        debug_assert_eq!(added, n, "rx_burst asked for at most the burst's room");
+        self.count(RxAcc {
+            packets: added as u64,
+            bytes,
+            ..RxAcc::default()
+        });
+    }
+
+    /// `host` mode with multi-segment chains in the burst: each chain is linearized first.
+    #[cold]
+    fn rx_host_chains(&mut self, n: usize, burst: &mut Burst) {
         let mut acc = RxAcc::default();
         for i in 0..n {
             let m = self.rx[i];
@@ -273,6 +305,36 @@ impl DpdkQueue {
             self.push(&mut acc, burst, m, RxRing::None, PayloadMem::Host);
         }
         self.count(acc);
+    }
+
+    /// Transmits received chains (`bytes` in all) without building packets; frees and counts
+    /// as `tx_full` what the ring does not take. Returns how many were not sent.
+    #[inline]
+    fn send_raw(&mut self, pkts: &mut [*mut sys::rte_mbuf], bytes: u64) -> usize {
+        if !self.registered {
+            self.register();
+        }
+        let k = pkts.len();
+        // SAFETY: `pkts` holds `k` valid chains this worker owns; the port and queue are started
+        // and used by this thread only. The PMD takes ownership of the first `sent` chains.
+        let sent =
+            unsafe { sys::rte_eth_tx_burst(self.port_id, self.queue, pkts.as_mut_ptr(), k as u16) }
+                as usize;
+        let mut sent_bytes = bytes;
+        if sent < k {
+            for &m in &pkts[sent..] {
+                // SAFETY: an unsent chain, still owned here: a plain field read, then it joins
+                // the bulk-free list.
+                sent_bytes -= unsafe { (*m).pkt_len } as u64;
+                self.to_free.push(m);
+            }
+            self.flush_free();
+        }
+        self.stats.tx_packets += sent as u64;
+        self.stats.tx_bytes += sent_bytes;
+        self.stats.wire_tx_frames += sent as u64;
+        self.stats.tx_full += (k - sent) as u64;
+        k - sent
     }
 
     /// Copies a multi-segment chain into one Rx mbuf (slow path: jumbo scatter, or a chain
@@ -613,9 +675,12 @@ impl Queue for DpdkQueue {
         }
         let mut taken = 0;
         while !pkts.is_empty() {
-            let n = pkts.len().min(self.tx.capacity());
-            self.tx.clear();
-            for slot in pkts.iter_mut().take(n) {
+            // One pass collects the chains and their bytes; a packet made of `nicmem` buffers
+            // (not received from DPDK) is first copied into an mbuf (slow path).
+            let mut tx = std::mem::take(&mut self.tx);
+            let n = pkts.len().min(tx.len());
+            let (mut k, mut bytes) = (0usize, 0u64);
+            for (dst, slot) in tx[..n].iter_mut().zip(pkts.iter_mut()) {
                 let p = match slot.mbuf() {
                     Some(m) => m.as_ptr(),
                     None => match self.copy_to_mbuf(slot) {
@@ -630,21 +695,24 @@ impl Queue for DpdkQueue {
                         None => break,
                     },
                 };
-                self.tx.push(p);
+                *dst = p;
+                bytes += slot.frame_len() as u64;
+                k += 1;
             }
-            let k = self.tx.len();
+            self.tx = tx;
             if k == 0 {
                 break;
             }
-            // SAFETY: `tx` holds `k` valid chains owned by `pkts[..k]`; the port and queue are
-            // started and polled by this thread only. The PMD takes ownership of the first
+            // SAFETY: `tx[..k]` holds `k` valid chains owned by `pkts[..k]`; the port and queue
+            // are started and polled by this thread only. The PMD takes ownership of the first
             // `sent` chains.
             let sent = unsafe {
                 sys::rte_eth_tx_burst(self.port_id, self.queue, self.tx.as_mut_ptr(), k as u16)
             } as usize;
-            let mut bytes = 0u64;
-            for p in &pkts[..sent] {
-                bytes += p.frame_len() as u64;
+            if sent < k {
+                for p in &pkts[sent..k] {
+                    bytes -= p.frame_len() as u64;
+                }
             }
             self.stats.tx_bytes += bytes;
             self.stats.tx_packets += sent as u64;
@@ -657,6 +725,58 @@ impl Queue for DpdkQueue {
         }
         self.stats.tx_full += pkts.len() as u64;
         taken
+    }
+
+    fn raw_forwarding(&self) -> Option<u16> {
+        // Only `host` mode: the split modes build packets from split chains (software split,
+        // per-ring counters), which a raw burst would skip.
+        match (self.mode, self.verdict) {
+            (DatapathMode::Host, Verdict::Tx(p)) => Some(p),
+            _ => None,
+        }
+    }
+
+    #[inline]
+    fn forward_raw(&mut self, tx: Option<&mut dyn Queue>, max: usize) -> Option<(usize, usize)> {
+        let tx: Option<&mut DpdkQueue> = match tx {
+            Some(t) => Some((t as &mut dyn std::any::Any).downcast_mut::<DpdkQueue>()?),
+            None => None,
+        };
+        if !self.registered {
+            self.register();
+        }
+        self.flush_free();
+        if self.stop.is_stopped() || self.stats.rx_packets >= self.rx_limit {
+            return Some((0, 0));
+        }
+        let room = max
+            .min(self.rx.len())
+            .min((self.rx_limit - self.stats.rx_packets).min(u16::MAX as u64) as usize);
+        let mut rx = std::mem::take(&mut self.rx);
+        // SAFETY: `rx` has room for `room` pointers; the port and queue are started and this
+        // queue is polled by one thread only.
+        let n = unsafe {
+            sys::rte_eth_rx_burst(self.port_id, self.queue, rx.as_mut_ptr(), room as u16)
+        } as usize;
+        if n == 0 {
+            self.rx = rx;
+            self.empty_polls += 1;
+            return Some((0, 0));
+        }
+        self.empty_polls = 0;
+        let pkts = &mut rx[..n];
+        // SAFETY: the first `n` entries were just received and are owned by this queue; reading
+        // the chain length is a plain field read.
+        let bytes: u64 = pkts.iter().map(|&m| unsafe { (*m).pkt_len } as u64).sum();
+        self.stats.rx_packets += n as u64;
+        self.stats.rx_bytes += bytes;
+        self.drv.raw_forwarded += n as u64;
+        let unsent = match tx {
+            Some(t) => t.send_raw(pkts, bytes),
+            None => self.send_raw(pkts, bytes),
+        };
+        self.rx = rx;
+        Some((n, unsent))
     }
 
     #[inline]
@@ -703,6 +823,7 @@ impl Queue for DpdkQueue {
             ("tx_copied".to_string(), self.drv.tx_copied),
             ("nic_spill".to_string(), self.drv.nic_spill),
             ("dropped_oversize".to_string(), self.drv.dropped_oversize),
+            ("raw_forwarded".to_string(), self.drv.raw_forwarded),
             ("nicmem_emulated".to_string(), self.emulated_nicmem as u64),
             ("hw_split".to_string(), self.hw_split as u64),
         ];
