@@ -292,7 +292,9 @@ pub fn build_ports(cfg: &RunConfig, d: &DpdkSection) -> Result<Vec<Box<dyn Port>
         .collect())
 }
 
-fn open_ports(cfg: &RunConfig, d: &DpdkSection) -> Result<Vec<DpdkPort>, RunError> {
+/// Initialises EAL (once per process) and opens the config's ports, in config order (also used
+/// by `pktgen dpdk-gen`, which turns their queues into generator queues).
+pub fn open_ports(cfg: &RunConfig, d: &DpdkSection) -> Result<Vec<DpdkPort>, RunError> {
     let mut pcs = port_configs(cfg, d);
     init_eal(cfg, d, &mut pcs)?;
     pcs.iter()

@@ -5,5 +5,7 @@ pub mod app;
 pub mod bench;
 pub mod config;
 #[cfg(feature = "dpdk")]
+pub mod dpdk_gen;
+#[cfg(feature = "dpdk")]
 pub mod dpdk_run;
 pub mod traffic;

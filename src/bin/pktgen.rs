@@ -9,6 +9,8 @@
 //! * `pktgen gen --size-mix imix --count 1000 --rate 10Gbps -o out.pcap`: generate to a pcap file,
 //!   each frame stamped with its intended departure time.
 //! * `pktgen calibrate`: the generator's own latency, generator straight into the sink.
+//! * `pktgen dpdk-gen configs/dpdk-txgen.toml --duration 5`: transmit on DPDK ports (build with
+//!   `--features dpdk`), a Mpps line per second and a summary (`--json`).
 
 use std::path::PathBuf;
 use std::process::ExitCode;
@@ -63,6 +65,8 @@ enum Cmd {
     },
     /// Generate traffic into a pcap file (timestamps = intended departure times).
     Gen(GenArgs),
+    /// Transmit generated traffic on DPDK ports (needs a build with `--features dpdk`).
+    DpdkGen(DpdkGenArgs),
     /// Measure the generator's own latency: generator straight into the sink, wall clock.
     Calibrate {
         /// Frames to send.
@@ -169,6 +173,58 @@ struct GenArgs {
     out: PathBuf,
 }
 
+#[derive(clap::Args)]
+struct DpdkGenArgs {
+    /// A run config with a `[dpdk]` section (EAL args, ports, worker_cores), e.g.
+    /// configs/dpdk-txgen.toml; its `[traffic]` is the profile.
+    config: PathBuf,
+    /// Frame size, FCS included (replaces a size mix).
+    #[arg(long)]
+    frame_size: Option<u32>,
+    /// Size mix (imix, imix-csit, rfc2544, 64:7,594:4,1518:1).
+    #[arg(long)]
+    size_mix: Option<String>,
+    /// Flows.
+    #[arg(long)]
+    flows: Option<u32>,
+    /// udp or tcp.
+    #[arg(long)]
+    proto: Option<String>,
+    /// `round-robin`, `uniform` or `zipf:<s>`.
+    #[arg(long)]
+    flow_dist: Option<String>,
+    /// Carry departure timestamps (v2 signatures).
+    #[arg(long)]
+    timestamps: bool,
+    /// Frames per port, split across workers (default: run.packets; 0 there = unlimited).
+    #[arg(long)]
+    count: Option<u64>,
+    /// Seconds to run (default: run.duration_s).
+    #[arg(long)]
+    duration: Option<f64>,
+    /// Rate per port: max, 10Mpps, 40Gbps (L1), 40Gbps-l2, 95% (of --line-gbps or the link).
+    #[arg(long)]
+    rate: Option<String>,
+    /// Line rate in Gb/s for % rates (default: the link speed the port reports).
+    #[arg(long)]
+    line_gbps: Option<f64>,
+    /// Frames per Tx call (default: datapath.burst).
+    #[arg(long)]
+    burst: Option<usize>,
+    /// Frames the Tx ring does not take: retry (keep and offer again) or drop (free, count).
+    #[arg(long, default_value = "retry")]
+    unsent: String,
+    /// Override any config key (repeatable), e.g. `--set dpdk.worker_cores=[1]`.
+    #[arg(long = "set", value_name = "KEY=VALUE")]
+    sets: Vec<String>,
+    /// No per-second line on stderr.
+    #[arg(long, short)]
+    quiet: bool,
+    /// Print the summary as JSON on stdout.
+    #[arg(long)]
+    json: bool,
+}
+
 fn main() -> ExitCode {
     let cli = Cli::parse();
     let r = match cli.cmd {
@@ -181,6 +237,7 @@ fn main() -> ExitCode {
             line_gbps,
         } => sweep(spec, out, json, quiet, line_gbps),
         Cmd::Gen(a) => gen_pcap(a),
+        Cmd::DpdkGen(a) => dpdk_gen(a),
         Cmd::Calibrate {
             frames,
             frame_size,
@@ -532,4 +589,67 @@ fn calibrate(frames: u64, frame_size: u32, json: bool) -> Result<(), String> {
         );
     }
     Ok(())
+}
+
+#[cfg(feature = "dpdk")]
+fn dpdk_gen(a: DpdkGenArgs) -> Result<(), String> {
+    use nmdp::dpdk_gen::{GenOptions, GenRate, TrafficOverrides};
+    let rate = a
+        .rate
+        .as_deref()
+        .map(str::parse::<GenRate>)
+        .transpose()
+        .map_err(|e| format!("--rate: {e}"))?;
+    if let Some(g) = a.line_gbps
+        && !(g > 0.0 && g.is_finite())
+    {
+        return Err(format!(
+            "--line-gbps: {g}; allowed a positive number of Gb/s"
+        ));
+    }
+    if let Some(d) = a.duration
+        && !(d >= 0.0 && d.is_finite())
+    {
+        return Err(format!(
+            "--duration: {d}; allowed a finite number of seconds >= 0"
+        ));
+    }
+    let opts = GenOptions {
+        sets: a.sets,
+        traffic: TrafficOverrides {
+            frame_size: a.frame_size,
+            size_mix: a.size_mix,
+            flows: a.flows,
+            proto: a.proto,
+            flow_dist: a.flow_dist,
+            timestamps: a.timestamps,
+        },
+        count: a.count,
+        duration_s: a.duration,
+        rate,
+        line_gbps: a.line_gbps,
+        burst: a.burst,
+        unsent: a.unsent.parse().map_err(|e| format!("--unsent: {e}"))?,
+        live_stats: !a.quiet,
+        ..GenOptions::new(a.config)
+    };
+    let s = nmdp::dpdk_gen::run(&opts).map_err(|e| e.to_string())?;
+    if a.json {
+        println!(
+            "{}",
+            serde_json::to_string_pretty(&s.to_json()).map_err(|e| e.to_string())?
+        );
+    } else {
+        println!("{}", s.text());
+    }
+    Ok(())
+}
+
+#[cfg(not(feature = "dpdk"))]
+fn dpdk_gen(a: DpdkGenArgs) -> Result<(), String> {
+    Err(format!(
+        "dpdk-gen {}: this pktgen was built without DPDK; rebuild with \
+         `cargo build --release --features dpdk` (needs libdpdk-dev)",
+        a.config.display()
+    ))
 }

@@ -829,6 +829,11 @@ impl DpdkPort {
         self.shared.port_id
     }
 
+    /// The state shared with the port's queues (for the generator queues in `txgen`).
+    pub(crate) fn shared(&self) -> &Arc<PortShared> {
+        &self.shared
+    }
+
     /// True when the port splits in hardware (Rx buffer split), false for the software split.
     pub fn hw_split(&self) -> bool {
         self.hw_split
