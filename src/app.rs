@@ -16,6 +16,7 @@ use serde_json::{Value, json};
 
 use crate::config::{ConfigError, RunConfig};
 use crate::traffic::{Traffic, TrafficReport};
+use pktgen::nat::{NatBidirReport, NatReturnConfig};
 
 /// Command-line options of `dataplane run`.
 #[derive(Debug, Clone, Default)]
@@ -123,12 +124,14 @@ pub fn run(opts: &RunOptions) -> Result<Value, RunError> {
         .map(|w| cfg.build_chain(path, w, workers))
         .collect::<Result<Vec<_>, _>>()?;
     let mut traffic = if opts.rx_pcap.is_none() {
+        let nat = cfg.nat_return(path)?;
         Some(
-            Traffic::from_config(
+            Traffic::with_nat_return(
                 &cfg.generator_table(),
                 cfg.run.packets,
                 cfg.run.duration_s,
                 cfg.vnic.max_frame,
+                nat.as_ref(),
             )
             .map_err(|(key, msg)| ConfigError {
                 file: path.to_path_buf(),
@@ -222,6 +225,9 @@ pub fn run(opts: &RunOptions) -> Result<Value, RunError> {
     let elapsed = start.elapsed().as_secs_f64();
     port.join();
     let traffic_report = traffic.as_ref().map(|t| t.report());
+    let nat_report = traffic
+        .as_ref()
+        .and_then(|t| Some((t.nat_config()?, t.nat_report()?)));
     Ok(summary(
         &cfg,
         &profile,
@@ -229,6 +235,7 @@ pub fn run(opts: &RunOptions) -> Result<Value, RunError> {
         &port,
         &reports,
         traffic_report.as_ref(),
+        nat_report.as_ref(),
         elapsed,
     ))
 }
@@ -347,6 +354,7 @@ fn summary(
     port: &VnicPort,
     reports: &[WorkerReport],
     traffic: Option<&TrafficReport>,
+    nat: Option<&(NatReturnConfig, NatBidirReport)>,
     wall_elapsed: f64,
 ) -> Value {
     let m = port.model_report();
@@ -414,6 +422,9 @@ fn summary(
         out["payload_mismatches"] = json!(t.payload_mismatches);
         out["seq_lost"] = json!(t.seq_lost);
         out["traffic"] = crate::traffic::report_json(t);
+        if let Some((c, r)) = nat {
+            crate::traffic::add_nat_json(&mut out["traffic"], c, r);
+        }
     } else {
         out["payload_mismatches"] = json!(0);
         out["seq_lost"] = json!(0);
@@ -589,6 +600,36 @@ pub fn print_summary(s: &Value, to: &mut dyn std::io::Write) -> std::io::Result<
             to,
             "  traffic: frame size {} B  payload_mismatches {}  seq_lost {}",
             fs, s["payload_mismatches"], s["seq_lost"]
+        )?;
+    }
+    let t = &s["traffic"];
+    if t["nat_return"] == true {
+        writeln!(
+            to,
+            "  NAT return traffic (NAT {}, return ratio {}): {} mappings learned ({} remapped)",
+            t["nat_ip"].as_str().unwrap_or("?"),
+            t["return_ratio"],
+            t["forward"]["learned_mappings"],
+            t["forward"]["remapped_mappings"],
+        )?;
+        for dir in ["forward", "return"] {
+            let d = &t[dir];
+            writeln!(
+                to,
+                "    {dir:<7} sent {} received {} lost {} duplicates {} reordered {} payload_mismatches {} translated_wrong {}",
+                d["sent"],
+                d["received"],
+                d["seq_lost"],
+                d["duplicates"],
+                d["reordered"],
+                d["payload_mismatches"],
+                d["translated_wrong"],
+            )?;
+        }
+        writeln!(
+            to,
+            "    return frames not sent (flow's mapping not learned yet): {}",
+            t["return"]["not_sent_unlearned"]
         )?;
     }
     if s.get("pcie").is_some() {

@@ -319,6 +319,54 @@ impl RunConfig {
                 );
             }
         }
+        let nat_return = match self.traffic.get("nat_return") {
+            None => false,
+            Some(toml::Value::Boolean(b)) => *b,
+            Some(other) => {
+                return bad(
+                    "traffic.nat_return",
+                    format!(
+                        "`{other}` is not allowed; give true (send NAT return traffic for the \
+                         flows whose mapping was learned) or false"
+                    ),
+                );
+            }
+        };
+        if let Some(v) = self.traffic.get("return_ratio") {
+            let ratio = match v {
+                toml::Value::Integer(i) => *i as f64,
+                toml::Value::Float(f) => *f,
+                _ => f64::NAN,
+            };
+            if !(ratio > 0.0 && ratio <= pktgen::nat::MAX_RETURN_RATIO) {
+                return bad(
+                    "traffic.return_ratio",
+                    format!(
+                        "`{v}` is not allowed; give return frames per forward frame, \
+                         0 < ratio <= {}",
+                        pktgen::nat::MAX_RETURN_RATIO
+                    ),
+                );
+            }
+            if !nat_return {
+                return bad(
+                    "traffic.return_ratio",
+                    "is only allowed with traffic.nat_return = true".into(),
+                );
+            }
+        }
+        if nat_return && r.clock == ClockMode::Virtual && r.workers > 1 {
+            return bad(
+                "traffic.nat_return",
+                format!(
+                    "needs run.workers = 1 with run.clock = \"virtual\" (got {}): on a \
+                     multi-queue port the NIC's front-end thread interleaves the generator and \
+                     the sink by thread timing, so the return traffic would not be \
+                     deterministic; use one worker, or run.clock = \"wall\"",
+                    r.workers
+                ),
+            );
+        }
         if v.cache_size == 0 {
             return bad("vnic.cache_size", "must be at least 1".into());
         }
@@ -426,11 +474,51 @@ impl RunConfig {
         }
     }
 
-    /// The `[traffic]` table for the generator (without the keys the port uses).
+    /// The `[traffic]` table for the generator (without the keys the run uses,
+    /// [`PORT_TRAFFIC_KEYS`]).
     pub fn generator_table(&self) -> toml::Table {
         let mut t = self.traffic.clone();
-        t.remove("rate_gbps");
+        for k in PORT_TRAFFIC_KEYS {
+            t.remove(k);
+        }
         t
+    }
+
+    /// The NAT-aware return traffic `[traffic]` asks for (`nat_return = true`, `return_ratio`
+    /// default 1), with the NAT address taken from the pipeline's first `nat` entry (its
+    /// `nat_ip`, default 10.0.0.1; the same default without a `nat` entry, so a pipeline that
+    /// does not translate shows up as wrongly translated traffic). `None` without `nat_return`.
+    pub fn nat_return(
+        &self,
+        path: &Path,
+    ) -> Result<Option<pktgen::nat::NatReturnConfig>, ConfigError> {
+        if self.traffic.get("nat_return") != Some(&toml::Value::Boolean(true)) {
+            return Ok(None);
+        }
+        let ratio = match self.traffic.get("return_ratio") {
+            Some(toml::Value::Integer(i)) => *i as f64,
+            Some(toml::Value::Float(f)) => *f,
+            _ => 1.0,
+        };
+        let nat = self
+            .pipeline
+            .iter()
+            .enumerate()
+            .find(|(_, e)| e.get("name").and_then(|v| v.as_str()) == Some(nfs::nat::NAME));
+        let (key, text) = match nat.and_then(|(i, e)| Some((i, e.get("nat_ip")?))) {
+            Some((i, toml::Value::String(s))) => (format!("pipeline[{i}].nat_ip"), s.clone()),
+            Some((i, other)) => (format!("pipeline[{i}].nat_ip"), other.to_string()),
+            None => (
+                "traffic.nat_return".to_string(),
+                nfs::nat::NatConfig::default().nat_ip,
+            ),
+        };
+        let nat_ip = text.parse().map_err(|_| ConfigError {
+            file: path.to_path_buf(),
+            key,
+            msg: format!("`{text}` is not an IPv4 address"),
+        })?;
+        Ok(Some(pktgen::nat::NatReturnConfig { ratio, nat_ip }))
     }
 
     /// NF cycles per packet of the pipeline under the profile's `[host.cycles.nf]` (functions
@@ -512,6 +600,11 @@ impl RunConfig {
     }
 }
 
+/// Keys of `[traffic]` that belong to the run, not to the generator: `rate_gbps` (the offered
+/// load at the port) and `nat_return` / `return_ratio` (NAT-aware return traffic, which the run
+/// wires between the port's sink and source).
+pub const PORT_TRAFFIC_KEYS: [&str; 3] = ["rate_gbps", "nat_return", "return_ratio"];
+
 /// The hardware profile used when `nic.profile` is not set.
 pub const DEFAULT_PROFILE: &str = "cx5-gen3x16-100g";
 
@@ -586,6 +679,40 @@ mod tests {
         assert!(
             e.to_string().contains("pipeline[0]") && e.msg.contains("macswap"),
             "{e}"
+        );
+    }
+
+    #[test]
+    fn nat_return_takes_the_nat_address_from_the_pipeline() {
+        let p = Path::new("t.toml");
+        let c = load_str("", &[]).unwrap();
+        assert_eq!(c.nat_return(p).unwrap(), None);
+        let nat =
+            "[traffic]\nnat_return = true\n[[pipeline]]\nname = \"nat\"\nnat_ip = \"10.9.9.9\"\n";
+        let r = load_str(nat, &["traffic.return_ratio=2"])
+            .unwrap()
+            .nat_return(p)
+            .unwrap()
+            .unwrap();
+        assert_eq!((r.ratio, r.nat_ip.to_string().as_str()), (2.0, "10.9.9.9"));
+        // No NAT in the pipeline: the NAT's default address (so nothing counts as translated).
+        let r = load_str("[traffic]\nnat_return = true\n", &[])
+            .unwrap()
+            .nat_return(p)
+            .unwrap()
+            .unwrap();
+        assert_eq!((r.ratio, r.nat_ip.to_string().as_str()), (1.0, "10.0.0.1"));
+        let e = load_str(&nat.replace("10.9.9.9", "nowhere"), &[])
+            .unwrap()
+            .nat_return(p)
+            .unwrap_err();
+        assert_eq!(e.key, "pipeline[0].nat_ip", "{e}");
+        // The generator never sees the run's keys.
+        let c = load_str(nat, &["traffic.rate_gbps=5"]).unwrap();
+        assert!(
+            PORT_TRAFFIC_KEYS
+                .iter()
+                .all(|k| !c.generator_table().contains_key(*k))
         );
     }
 }

@@ -1,10 +1,13 @@
 //! The embedded traffic of `dataplane run`: the `pktgen` generator as the wire's source and its
 //! checking sink as the wire's destination, configured from the run config's `[traffic]` table.
+//! With `traffic.nat_return = true` the source also sends NAT return traffic for the flows whose
+//! mapping the sink learned, and the sink checks both directions ([`pktgen::nat`]).
 
 use std::sync::Arc;
 use std::sync::atomic::{AtomicBool, Ordering};
 
 use dataplane::wire::{FrameSink, FrameSource};
+use pktgen::nat::{NatBidirHandles, NatBidirReport, NatReturnConfig, nat_bidir};
 use pktgen::{CheckingSink, GenCounters, Generator, GeneratorConfig, SinkCounters};
 use serde_json::{Value, json};
 
@@ -12,10 +15,11 @@ pub use pktgen::TrafficReport;
 
 /// The generator and sink of a run, and the handles to read them afterwards.
 pub struct Traffic {
-    source: Option<Generator>,
-    sink: Option<CheckingSink>,
+    source: Option<Box<dyn FrameSource>>,
+    sink: Option<Box<dyn FrameSink>>,
     gen_counters: Arc<GenCounters>,
     sink_counters: Arc<SinkCounters>,
+    nat: Option<NatBidirHandles>,
     stop: Arc<AtomicBool>,
 }
 
@@ -27,6 +31,20 @@ impl Traffic {
         packets: u64,
         duration_s: f64,
         max_frame: usize,
+    ) -> Result<Self, (String, String)> {
+        Self::with_nat_return(table, packets, duration_s, max_frame, None)
+    }
+
+    /// Like [`Traffic::from_config`], with NAT-aware return traffic when `nat` is given
+    /// ([`pktgen::nat::nat_bidir`]): the source interleaves return frames for learned flows
+    /// with the forward frames, `packets` counts the frames of both directions, and the sink
+    /// splits the directions.
+    pub fn with_nat_return(
+        table: &toml::Table,
+        packets: u64,
+        duration_s: f64,
+        max_frame: usize,
+        nat: Option<&NatReturnConfig>,
     ) -> Result<Self, (String, String)> {
         let mut cfg: GeneratorConfig =
             serde_path_to_error::deserialize(toml::Value::Table(table.clone())).map_err(|e| {
@@ -60,29 +78,41 @@ impl Traffic {
             ));
         }
         let stop = Arc::new(AtomicBool::new(false));
+        let gen_err = |e: pktgen::ConfigError| (format!("traffic.{}", e.key), e.to_string());
+        if let Some(n) = nat {
+            let (source, sink, handles) = nat_bidir(&cfg, n).map_err(gen_err)?;
+            let source = source.with_stop_flag(stop.clone());
+            return Ok(Self {
+                gen_counters: handles.forward_gen.clone(),
+                sink_counters: handles.forward_sink.clone(),
+                source: Some(Box::new(source)),
+                sink: Some(Box::new(sink)),
+                nat: Some(handles),
+                stop,
+            });
+        }
         let sink = CheckingSink::for_generator(&cfg);
         let source = Generator::new(cfg)
-            .map_err(|e| (format!("traffic.{}", e.key), e.to_string()))?
+            .map_err(gen_err)?
             .with_stop_flag(stop.clone());
         Ok(Self {
             gen_counters: source.counters(),
             sink_counters: sink.counters(),
-            source: Some(source),
-            sink: Some(sink),
+            source: Some(Box::new(source)),
+            sink: Some(Box::new(sink)),
+            nat: None,
             stop,
         })
     }
 
     /// The generator, as the wire's source (once).
     pub fn take_source(&mut self) -> Option<Box<dyn FrameSource>> {
-        self.source
-            .take()
-            .map(|g| Box::new(g) as Box<dyn FrameSource>)
+        self.source.take()
     }
 
     /// The checking sink, as the wire's destination (once).
     pub fn take_sink(&mut self) -> Option<Box<dyn FrameSink>> {
-        self.sink.take().map(|s| Box::new(s) as Box<dyn FrameSink>)
+        self.sink.take()
     }
 
     /// Stops the generator (end of `--duration`).
@@ -90,9 +120,23 @@ impl Traffic {
         self.stop.store(true, Ordering::Relaxed);
     }
 
-    /// Sent vs received, payload checks, loss. Exact once the run has drained.
+    /// Sent vs received, payload checks, loss; with NAT return traffic, both directions summed.
+    /// Exact once the run has drained.
     pub fn report(&self) -> TrafficReport {
-        pktgen::report(&self.gen_counters, &self.sink_counters)
+        match &self.nat {
+            Some(h) => h.report().total(),
+            None => pktgen::report(&self.gen_counters, &self.sink_counters),
+        }
+    }
+
+    /// The per-direction report of NAT return traffic, if the run has it.
+    pub fn nat_report(&self) -> Option<NatBidirReport> {
+        self.nat.as_ref().map(NatBidirHandles::report)
+    }
+
+    /// The NAT return settings, if the run has them.
+    pub fn nat_config(&self) -> Option<NatReturnConfig> {
+        self.nat.as_ref().map(|h| h.config)
     }
 }
 
@@ -110,4 +154,46 @@ pub fn report_json(r: &TrafficReport) -> Value {
         "reordered": r.reordered,
         "not_ours": r.not_ours,
     })
+}
+
+/// One direction of NAT return traffic as JSON.
+fn direction_json(r: &TrafficReport) -> serde_json::Map<String, Value> {
+    match json!({
+        "stream": r.stream,
+        "sent": r.sent,
+        "sent_bytes": r.sent_bytes,
+        "received": r.received,
+        "received_unique": r.received_unique,
+        "seq_lost": r.seq_lost,
+        "payload_mismatches": r.payload_mismatches,
+        "duplicates": r.duplicates,
+        "reordered": r.reordered,
+    }) {
+        Value::Object(m) => m,
+        _ => serde_json::Map::new(),
+    }
+}
+
+/// Adds the NAT return traffic keys to the summary's `traffic` object (whose counts are then
+/// both directions summed): `nat_return`, `return_ratio`, `nat_ip`, `translated_wrong` (both
+/// directions), and `forward` / `return` with each direction's `sent`, `received`,
+/// `received_unique`, `seq_lost`, `duplicates`, `reordered`, `payload_mismatches` and
+/// `translated_wrong`; `forward` adds `learned_mappings` and `remapped_mappings`, `return` adds
+/// `translated_ok` and `not_sent_unlearned` (return frames due for a flow whose mapping was not
+/// learned yet; a forward frame took their place).
+pub fn add_nat_json(traffic: &mut Value, cfg: &NatReturnConfig, r: &NatBidirReport) {
+    let mut fwd = direction_json(&r.forward);
+    fwd.insert("translated_wrong".into(), json!(r.forward_translated_wrong));
+    fwd.insert("learned_mappings".into(), json!(r.learned));
+    fwd.insert("remapped_mappings".into(), json!(r.remapped));
+    let mut ret = direction_json(&r.ret);
+    ret.insert("translated_ok".into(), json!(r.return_translated_ok));
+    ret.insert("translated_wrong".into(), json!(r.return_translated_wrong));
+    ret.insert("not_sent_unlearned".into(), json!(r.return_unlearned));
+    traffic["nat_return"] = json!(true);
+    traffic["return_ratio"] = json!(cfg.ratio);
+    traffic["nat_ip"] = json!(cfg.nat_ip.to_string());
+    traffic["translated_wrong"] = json!(r.translated_wrong());
+    traffic["forward"] = Value::Object(fwd);
+    traffic["return"] = Value::Object(ret);
 }

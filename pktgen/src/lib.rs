@@ -19,7 +19,9 @@
 //! * [`search`]: NDR/PDR (MLRsearch-style), RFC 2544 throughput, frame loss rate, back-to-back,
 //!   latency.
 //! * [`sweep`]: products of parameters, progress bar, JSON/CSV; [`plot`]: SVG/PNG plots.
-//! * [`nat`]: learning NAT mappings from forwarded frames and valid return traffic.
+//! * [`nat`]: learning NAT mappings from forwarded frames and valid return traffic, also both
+//!   directions on one wire ([`nat::nat_bidir`]: forward and return frames from one source, split
+//!   and checked by one sink).
 //!
 //! Both ends are built for the hot path of a 30 Mpps-per-core dataplane: no allocation, lock or
 //! syscall per frame; counters are shared through `Arc`s of relaxed atomics that a stats thread

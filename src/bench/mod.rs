@@ -16,6 +16,13 @@
 //! key of `drops` (NF drop reasons, `rx_missed`, `pcie_overrun`) plus `rx_nombuf`, `tx_full` and
 //! `desc_errors`.
 //!
+//! With `traffic.nat_return = true` in the config (NAT-aware return traffic, see
+//! [`pktgen::nat::nat_bidir`]) the trial's frames are both directions together on the one port:
+//! `run.packets` and the offered load count forward and return frames, `sent`, `received` and
+//! `lost` cover both directions (the summary's `traffic` totals), and frames delivered with a
+//! wrong translation count as lost (stage `translated_wrong`). The per-direction counts are in
+//! the trial's `dut.traffic.forward` / `dut.traffic.return`.
+//!
 //! Wall-clock fields of the summary (`elapsed_s`, `mpps`, `gbps`) are left out of the trial's
 //! `dut` record so reports of deterministic runs are byte-identical.
 
@@ -29,6 +36,7 @@ use pktgen::trial::{Dut, DutError, LossAttribution, TrialResult, TrialSpec, gbps
 use serde_json::Value;
 
 use crate::app::{RunOptions, load_config};
+use crate::config::PORT_TRAFFIC_KEYS;
 
 /// Summary keys that depend on the wall clock (dropped from trial records).
 const WALL_CLOCK_KEYS: [&str; 3] = ["elapsed_s", "mpps", "gbps"];
@@ -52,9 +60,6 @@ pub struct VnicDut {
     traffic: GeneratorConfig,
     name: String,
 }
-
-/// Keys of `[traffic]` that are not generator settings (the port's).
-const PORT_TRAFFIC_KEYS: [&str; 1] = ["rate_gbps"];
 
 impl VnicDut {
     /// Loads `config` with `sets`, checks it, and finds out whether the timing model is there.
@@ -90,17 +95,24 @@ impl VnicDut {
                         e.message()
                     ))
                 })?;
+        let nat = cfg
+            .nat_return(config)
+            .map_err(|e| DutError(e.to_string()))?;
         let nfs: Vec<String> = cfg
             .pipeline
             .iter()
             .filter_map(|p| p.get("name").and_then(|v| v.as_str()).map(str::to_string))
             .collect();
         let name = format!(
-            "vnic {} mode={} workers={} [{}]{}",
+            "vnic {} mode={} workers={} [{}]{}{}",
             config.display(),
             cfg.datapath.mode.as_str(),
             cfg.run.workers,
             nfs.join(","),
+            nat.map_or(String::new(), |n| format!(
+                " nat-return (ratio {}, both directions counted)",
+                n.ratio
+            )),
             if timing == Timing::Functional {
                 " (functional)"
             } else {
@@ -167,10 +179,14 @@ fn u(v: &Value, k: &str) -> u64 {
 /// Builds a trial result from a `dataplane run` summary.
 pub fn result_from_summary(spec: &TrialSpec, s: &Value, virtual_time: bool) -> TrialResult {
     let t = &s["traffic"];
+    // With NAT return traffic the counts cover both directions, and a frame delivered with a
+    // wrong translation (forward: not from the NAT address; return: not to the flow's inside
+    // address and port) counts as lost: it would not reach its destination.
+    let wrong = u(t, "translated_wrong");
     let sent = u(t, "sent");
-    let received = u(t, "received_unique");
-    let lost = u(t, "seq_lost");
-    let mut stages: Vec<(String, u64)> = Vec::new();
+    let received = u(t, "received_unique").saturating_sub(wrong);
+    let lost = u(t, "seq_lost") + wrong;
+    let mut stages: Vec<(String, u64)> = vec![("translated_wrong".to_string(), wrong)];
     if let Some(d) = s["drops"].as_object() {
         for (k, v) in d {
             let n = v.as_u64().unwrap_or(0);
