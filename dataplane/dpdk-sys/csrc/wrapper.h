@@ -14,6 +14,8 @@
 #include <rte_memory.h>
 #include <rte_mempool.h>
 #include <rte_mbuf.h>
+#include <rte_mbuf_pool_ops.h>
+#include <rte_malloc.h>
 #include <rte_ethdev.h>
 #include <rte_version.h>
 
@@ -43,3 +45,21 @@ static const int NMDP_VERSION_MONTH = RTE_VER_MONTH;
 /* Shim (csrc/shim.c): things bindgen cannot reach. */
 /* rte_errno is a thread-local per-lcore variable: read it through a function. */
 int nmdp_rte_errno(void);
+
+/* The spill mempool driver (csrc/shim.c): a payload pool over two memories, on-NIC memory
+ * (primary) and host memory (secondary). Allocation prefers buffers in the nicmem window and
+ * spills to host buffers only when none is left; a freed buffer returns to the side its address
+ * belongs to. This gives a hardware buffer split (mlx5), which draws every payload segment from
+ * one mempool, the paper's primary/secondary Rx rings. */
+/* Registers the driver once per process; returns 0 or a negative errno. */
+int nmdp_spill_register(void);
+/* Sets the nicmem window [lo, hi) of a pool using the driver (by mbuf buf_addr) and re-sorts the
+ * buffers already in it. Call before the pool is used. Returns 0 or a negative errno. */
+int nmdp_spill_set_window(struct rte_mempool *mp, uint64_t lo, uint64_t hi);
+/* Buffers free on each side, and buffers handed out from the host side since creation. */
+struct nmdp_spill_stats {
+    uint32_t nic_free;
+    uint32_t host_free;
+    uint64_t spilled;
+};
+int nmdp_spill_stats(const struct rte_mempool *mp, struct nmdp_spill_stats *out);

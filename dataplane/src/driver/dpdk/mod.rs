@@ -58,12 +58,14 @@ mod mbuf;
 pub mod mlx5;
 mod port;
 mod queue;
+mod spill;
 mod txgen;
 
 pub use eal::{Eal, EalError, register_worker_thread};
 pub use mbuf::{Mbuf, PayloadMem};
 pub use port::{DpdkPort, DpdkPortConfig, MempoolStats, NicmemSource, PortStatsHandle};
 pub use queue::{DpdkQueue, RxStop};
+pub use spill::SpillStats;
 pub use txgen::{MAX_GEN_BURST, PortTxStats, RxTap, TxBurst, TxGen, TxGenCounters, UnsentPolicy};
 
 use std::fmt;

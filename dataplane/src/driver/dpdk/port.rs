@@ -12,6 +12,7 @@ use nicmem::{NicMem, ProtectionDomain, Region};
 use super::eal::{CONTROL, Eal};
 use super::mlx5;
 use super::queue::{DpdkQueue, QueueSetup, RxStop};
+use super::spill::{ExtRegion, HostMem, create_spill_pool};
 use super::{DpdkError, rte_errno, strerror};
 use crate::mode::DatapathMode;
 use crate::port::{Capabilities, Port, Queue};
@@ -118,6 +119,9 @@ pub(crate) struct Mempool {
     name: String,
     kind: &'static str,
     count: u32,
+    /// Host memory behind some of the pool's external buffers (spill pools); dropped after the
+    /// pool is freed.
+    host_mem: Option<HostMem>,
 }
 
 // SAFETY: a mempool is a thread-safe DPDK object (MP/MC ring plus per-lcore caches); the handle
@@ -127,6 +131,27 @@ unsafe impl Send for Mempool {}
 unsafe impl Sync for Mempool {}
 
 impl Mempool {
+    pub(crate) fn new(
+        mp: NonNull<sys::rte_mempool>,
+        name: String,
+        kind: &'static str,
+        count: u32,
+    ) -> Self {
+        Self {
+            mp,
+            name,
+            kind,
+            count,
+            host_mem: None,
+        }
+    }
+
+    /// Keeps `mem` alive until the pool is freed.
+    pub(crate) fn with_host_mem(mut self, mem: HostMem) -> Self {
+        self.host_mem = Some(mem);
+        self
+    }
+
     pub(crate) fn as_ptr(&self) -> *mut sys::rte_mempool {
         self.mp.as_ptr()
     }
@@ -203,7 +228,7 @@ pub(crate) fn nic_pool_kind(mp: *mut sys::rte_mempool) -> Option<bool> {
 
 static NEXT_POOL: AtomicU32 = AtomicU32::new(0);
 
-fn pool_name(port: u16, q: u16, what: char) -> CString {
+pub(crate) fn pool_name(port: u16, q: u16, what: char) -> CString {
     let n = NEXT_POOL.fetch_add(1, Ordering::Relaxed);
     // Mempool names are at most 25 characters.
     CString::new(format!("nm{n}p{port}q{q}{what}")).expect("no NUL in pool name")
@@ -231,12 +256,12 @@ fn create_pool(
             strerror(e)
         ))
     })?;
-    Ok(Mempool {
+    Ok(Mempool::new(
         mp,
-        name: name.to_string_lossy().into_owned(),
-        kind: "host",
-        count: n,
-    })
+        name.to_string_lossy().into_owned(),
+        "host",
+        n,
+    ))
 }
 
 /// A pinned-external-buffer pool of `n` mbufs whose data buffers are `elt` bytes each, laid out
@@ -276,12 +301,12 @@ fn create_extbuf_pool(
         ))
     })?;
     register_nic_pool(mp.as_ptr(), device);
-    Ok(Mempool {
+    Ok(Mempool::new(
         mp,
-        name: name.to_string_lossy().into_owned(),
-        kind: if device { "nicmem" } else { "nicmem-emulated" },
-        count: n,
-    })
+        name.to_string_lossy().into_owned(),
+        if device { "nicmem" } else { "nicmem-emulated" },
+        n,
+    ))
 }
 
 /// The pools of one queue.
@@ -294,6 +319,9 @@ pub(crate) struct QueuePools {
     pub(crate) host_payload: Option<Mempool>,
     /// nicmem payload mbufs (primary ring).
     pub(crate) nic: Option<Mempool>,
+    /// When `nic` is a spill pool (hardware split into device memory): the nicmem window of its
+    /// buffer addresses; buffers outside it are the host (secondary) side.
+    pub(crate) nic_window: Option<(u64, u64)>,
 }
 
 /// State shared by a port and its queues; the port is stopped and closed when the last of them
@@ -600,8 +628,31 @@ impl DpdkPort {
         });
         let pd = ProtectionDomain::new();
         for qi in 0..q {
+            let mut nic_window = None;
             let nic = if mode.uses_nicmem() {
                 Some(match (&window, &nicmem) {
+                    (Some(w), _) if hw_split => {
+                        // The NIC draws payloads from one pool: nicmem first, host buffers when
+                        // the device memory runs out (the split primary/secondary rings).
+                        let slice = w.queue_slice(qi, q, nic_elt);
+                        let region = ExtRegion {
+                            base: slice.0 as *mut u8,
+                            iova: slice.0,
+                            len: slice.1,
+                        };
+                        let p = create_spill_pool(
+                            port_id,
+                            qi,
+                            nic_elt as u16,
+                            region,
+                            n,
+                            socket,
+                            true,
+                        )?;
+                        nic_window =
+                            Some((slice.0, slice.0 + (nic_per_queue as usize * nic_elt) as u64));
+                        p
+                    }
                     (Some(w), _) => {
                         let slice = w.queue_slice(qi, q, nic_elt);
                         create_extbuf_pool(
@@ -749,6 +800,7 @@ impl DpdkPort {
                 rx,
                 hdr,
                 host_payload,
+                nic_window,
                 nic,
             });
         }

@@ -16,6 +16,7 @@ use dpdk_sys as sys;
 use super::eal::register_worker_thread;
 use super::mbuf::{Mbuf, NICMEM_CPU_READ_BYTES, PayloadMem, data_ptr};
 use super::port::{PortShared, nic_pool_kind};
+use super::spill::spill_stats;
 use crate::burst::Burst;
 use crate::mode::DatapathMode;
 use crate::packet::{Packet, PacketMeta, RxRing};
@@ -98,6 +99,8 @@ pub struct DpdkQueue {
     rx_mp: *mut sys::rte_mempool,
     hdr_mp: *mut sys::rte_mempool,
     nic_mp: *mut sys::rte_mempool,
+    /// nicmem window of `nic_mp` when it is a spill pool (payloads outside it are host buffers).
+    nic_window: Option<(u64, u64)>,
     nic_mem: PayloadMem,
     rx_room: usize,
     rss: bool,
@@ -126,6 +129,7 @@ unsafe impl Send for DpdkQueue {}
 impl DpdkQueue {
     pub(crate) fn new(s: QueueSetup) -> Self {
         let pools = &s.shared.pools[s.queue as usize];
+        let nic_window = pools.nic_window;
         let rx_mp = pools.rx.as_ptr();
         let hdr_mp = pools
             .hdr
@@ -151,6 +155,7 @@ impl DpdkQueue {
             rx_mp,
             hdr_mp,
             nic_mp,
+            nic_window,
             nic_mem: if s.device_nicmem {
                 PayloadMem::DeviceNic
             } else {
@@ -398,6 +403,14 @@ impl DpdkQueue {
         // SAFETY: `m` is a valid two-segment chain.
         let pool = unsafe { (*(*m).next).pool };
         if pool == self.nic_mp {
+            if let Some((lo, hi)) = self.nic_window {
+                // SAFETY: as above; the payload segment's buffer address.
+                let a = unsafe { (*(*m).next).buf_addr } as u64;
+                if !(lo..hi).contains(&a) {
+                    // A spill pool's host side: the secondary ring.
+                    return (RxRing::Secondary, PayloadMem::Host);
+                }
+            }
             return (RxRing::Primary, self.nic_mem);
         }
         match nic_pool_kind(pool) {
@@ -821,7 +834,10 @@ impl Queue for DpdkQueue {
             ("sw_split".to_string(), self.drv.sw_split),
             ("linearized".to_string(), self.drv.linearized),
             ("tx_copied".to_string(), self.drv.tx_copied),
-            ("nic_spill".to_string(), self.drv.nic_spill),
+            (
+                "nic_spill".to_string(),
+                self.drv.nic_spill + spill_stats(self.nic_mp).map_or(0, |s| s.spilled),
+            ),
             ("dropped_oversize".to_string(), self.drv.dropped_oversize),
             ("raw_forwarded".to_string(), self.drv.raw_forwarded),
             ("nicmem_emulated".to_string(), self.emulated_nicmem as u64),
