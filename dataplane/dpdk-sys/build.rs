@@ -91,7 +91,7 @@ mod real {
             "rte_pktmbuf_(pool_create|pool_create_extbuf|alloc|alloc_bulk|free|free_bulk|\
              free_seg|attach_extbuf|reset|data_room_size|priv_size)",
             "rte_mbuf_raw_(alloc|free)",
-            "rte_mempool_(free|avail_count|in_use_count|lookup|get_bulk|put_bulk)",
+            "rte_mempool_(free|avail_count|in_use_count|lookup|get_bulk|put_bulk|virt2iova)",
             "rte_mbuf_(user_mempool_ops|set_user_mempool_ops|best_mempool_ops|platform_mempool_ops)",
             "rte_(malloc_socket|free|malloc_virt2iova)",
             "rte_thread_(register|unregister|set_affinity)",

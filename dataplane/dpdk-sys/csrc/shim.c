@@ -140,3 +140,54 @@ int nmdp_spill_stats(const struct rte_mempool *mp, struct nmdp_spill_stats *out)
     out->spilled = __atomic_load_n(&s->spilled, __ATOMIC_RELAXED);
     return 0;
 }
+
+/* ---- Packed pktmbuf pools (see wrapper.h) ----------------------------------------------------- */
+
+/* A pool created with RTE_MEMPOOL_F_NO_IOVA_CONTIG records no IOVA for its objects (RTE_BAD_IOVA,
+ * so rte_pktmbuf_init leaves buf_iova garbage). With IOVA = VA the IOVA of any byte is its
+ * address: write it into the object header and the mbuf. */
+static void nmdp_set_va_iova(struct rte_mempool *mp, void *opaque, void *obj, unsigned int idx) {
+    struct rte_mbuf *m = obj;
+    (void)mp;
+    (void)opaque;
+    (void)idx;
+    rte_mempool_get_header(obj)->iova = (rte_iova_t)(uintptr_t)obj;
+    m->buf_iova = (rte_iova_t)(uintptr_t)m->buf_addr;
+}
+
+struct rte_mempool *nmdp_pktmbuf_pool_create_packed(const char *name, unsigned int n,
+                                                    unsigned int cache, uint16_t priv_size,
+                                                    uint16_t data_room, int socket) {
+    struct rte_pktmbuf_pool_private mbp = {
+        .mbuf_data_room_size = data_room,
+        .mbuf_priv_size = priv_size,
+        .flags = 0,
+    };
+    unsigned int flags = 0;
+    struct rte_mempool *mp;
+    int ret;
+    /* With IOVA = VA, an object that crosses a page boundary is still contiguous for the device. */
+    if (rte_eal_iova_mode() == RTE_IOVA_VA)
+        flags |= RTE_MEMPOOL_F_NO_IOVA_CONTIG;
+    mp = rte_mempool_create_empty(name, n, sizeof(struct rte_mbuf) + priv_size + data_room, cache,
+                                  sizeof(mbp), socket, flags);
+    if (mp == NULL)
+        return NULL;
+    ret = rte_mempool_set_ops_byname(mp, rte_mbuf_best_mempool_ops(), NULL);
+    if (ret != 0) {
+        rte_mempool_free(mp);
+        rte_errno = -ret;
+        return NULL;
+    }
+    rte_pktmbuf_pool_init(mp, &mbp);
+    ret = rte_mempool_populate_default(mp);
+    if (ret < 0) {
+        rte_mempool_free(mp);
+        rte_errno = -ret;
+        return NULL;
+    }
+    rte_mempool_obj_iter(mp, rte_pktmbuf_init, NULL);
+    if (flags & RTE_MEMPOOL_F_NO_IOVA_CONTIG)
+        rte_mempool_obj_iter(mp, nmdp_set_va_iova, NULL);
+    return mp;
+}

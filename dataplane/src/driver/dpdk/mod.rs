@@ -121,3 +121,25 @@ pub(crate) fn rte_errno() -> i32 {
     // SAFETY: a plain read of a thread-local integer through the shim.
     unsafe { dpdk_sys::nmdp_rte_errno() }
 }
+
+/// EAL for the unit tests of this module (once per test process; later calls reuse it): no
+/// hugepages, no PCI, lcore 0.
+#[cfg(test)]
+pub(crate) fn test_eal() {
+    let args: Vec<String> = [
+        "nmdp-dpdk-unit",
+        "-l",
+        "0",
+        "--no-huge",
+        "-m",
+        "128",
+        "--no-pci",
+        "--no-shconf",
+        "--no-telemetry",
+        "--file-prefix=nmdp-dpdk-unit",
+        "--log-level=*:warning",
+    ]
+    .map(String::from)
+    .to_vec();
+    Eal::init(&args).expect("EAL without hugepages");
+}

@@ -193,27 +193,8 @@ pub(crate) fn spill_stats(mp: *mut sys::rte_mempool) -> Option<SpillStats> {
 #[cfg(test)]
 mod tests {
     use super::*;
-    use crate::driver::dpdk::Eal;
     use crate::driver::dpdk::eal::CONTROL;
-
-    fn eal() {
-        let args: Vec<String> = [
-            "nmdp-spill-test",
-            "-l",
-            "0",
-            "--no-huge",
-            "-m",
-            "128",
-            "--no-pci",
-            "--no-shconf",
-            "--no-telemetry",
-            "--file-prefix=nmdp-spill-unit",
-            "--log-level=*:warning",
-        ]
-        .map(String::from)
-        .to_vec();
-        Eal::init(&args).expect("EAL without hugepages");
-    }
+    use crate::driver::dpdk::test_eal as eal;
 
     fn alloc(mp: *mut sys::rte_mempool) -> Option<*mut sys::rte_mbuf> {
         // SAFETY: `mp` is a live pktmbuf pool.
