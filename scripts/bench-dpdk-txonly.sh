@@ -24,13 +24,17 @@ SECS=${2:-5}
 BIN=${PKTGEN_BIN:-${CARGO_TARGET_DIR:-target}/release/pktgen}
 command -v dpdk-testpmd >/dev/null || { echo "dpdk-testpmd not found (apt-get install dpdk-dev)"; exit 2; }
 [ -x "$BIN" ] || { echo "$BIN not built (cargo build --release --features dpdk --bin pktgen)"; exit 2; }
-EAL="-l 0,1 --no-huge -m 512 --no-pci --no-shconf --no-telemetry --log-level=*:warning"
+# HUGE=1 runs both sides on 2 MiB hugepages (mount hugetlbfs and reserve pages first, e.g.
+# `echo 512 > /proc/sys/vm/nr_hugepages`); the default is --no-huge, as in CI.
+NOHUGE='"--no-huge",'; NOHUGE_ARG=--no-huge
+if [ "${HUGE:-0}" = 1 ]; then NOHUGE=; NOHUGE_ARG=; fi
+EAL="-l 0,1 $NOHUGE_ARG -m 512 --no-pci --no-shconf --no-telemetry --log-level=*:warning"
 
 median() { sort -g | awk '{a[NR]=$1} END {if (NR==0) print 0; else if (NR%2) print a[(NR+1)/2]; else print (a[NR/2]+a[NR/2+1])/2}'; }
 
 ours() { # $1 = flows
   { "$BIN" dpdk-gen configs/dpdk-txgen.toml --duration "$SECS" --flows "$1" \
-      --set "dpdk.eal_args=[\"-l\",\"0\",\"--no-huge\",\"-m\",\"512\",\"--no-pci\",\"--no-shconf\",\"--no-telemetry\",\"--file-prefix=nmdp-txgen-$$\",\"--log-level=*:warning\"]" \
+      --set "dpdk.eal_args=[\"-l\",\"0\",$NOHUGE\"-m\",\"512\",\"--no-pci\",\"--no-shconf\",\"--no-telemetry\",\"--file-prefix=nmdp-txgen-$$\",\"--log-level=*:warning\"]" \
       2>&1 || true; } \
     | sed -n 's/^\[ *\([0-9.]*\)s\] *\([0-9.]*\) Mpps.*/\1 \2/p' | awk '$1 > 1.5 {print $2}' | median
 }
@@ -45,7 +49,7 @@ testpmd() { # $@ = extra testpmd options
 }
 
 echo "machine: $(nproc) cores, $(grep -m1 'model name' /proc/cpuinfo | cut -d: -f2 | sed 's/^ *//'), load $(cut -d' ' -f1-3 /proc/loadavg)"
-echo "dpdk: $(pkg-config --modversion libdpdk 2>/dev/null || echo '?'); rounds $ROUNDS x ${SECS}s; 64 B, burst 32, Tx on core 1"
+echo "dpdk: $(pkg-config --modversion libdpdk 2>/dev/null || echo '?'); rounds $ROUNDS x ${SECS}s; 64 B, burst 32, Tx on core 1; hugepages: $([ -n "$NOHUGE_ARG" ] && echo no || echo 2M)"
 for pair in "1 -" "1024 --txonly-multi-flow"; do
   set -- $pair
   flows=$1; extra=$2; [ "$extra" = "-" ] && extra=""
