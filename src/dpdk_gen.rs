@@ -22,8 +22,9 @@ use std::time::{Duration, Instant};
 
 use dataplane::DatapathMode;
 use dataplane::driver::dpdk::{TxGen, TxGenCounters, UnsentPolicy};
+use pktgen::profile::TrafficOverrides;
 use pktgen::rate::{Pacer, Rate, WIRE_OVERHEAD, wall_ns};
-use pktgen::{FCS_LEN, Generator, GeneratorConfig, L4Proto};
+use pktgen::{FCS_LEN, Generator, GeneratorConfig};
 use serde::Serialize;
 use serde_json::{Value, json};
 
@@ -57,53 +58,6 @@ impl std::fmt::Display for GenRate {
             GenRate::Max => f.write_str("max"),
             GenRate::Paced(r) => r.fmt(f),
         }
-    }
-}
-
-/// Command-line changes to the config's `[traffic]` profile.
-#[derive(Clone, Debug, Default, PartialEq, Eq)]
-pub struct TrafficOverrides {
-    /// Frame size, FCS included (replaces a size mix).
-    pub frame_size: Option<u32>,
-    /// Size mix (`imix`, `64:7,594:4,1518:1`, ...).
-    pub size_mix: Option<String>,
-    /// Flows.
-    pub flows: Option<u32>,
-    /// `udp` or `tcp`.
-    pub proto: Option<String>,
-    /// `round-robin`, `uniform` or `zipf:<s>`.
-    pub flow_dist: Option<String>,
-    /// Carry departure timestamps (v2 signatures).
-    pub timestamps: bool,
-}
-
-impl TrafficOverrides {
-    /// Applies the overrides; errors name the flag and what is allowed.
-    pub fn apply(&self, t: &mut GeneratorConfig) -> Result<(), String> {
-        if let Some(v) = self.frame_size {
-            t.frame_size = v;
-            t.size_mix = None;
-        }
-        if let Some(v) = &self.size_mix {
-            t.size_mix = Some(v.parse().map_err(|e| format!("--size-mix: {e}"))?);
-        }
-        if let Some(v) = self.flows {
-            t.flows = v;
-        }
-        if let Some(v) = &self.proto {
-            t.proto = match v.as_str() {
-                "udp" => L4Proto::Udp,
-                "tcp" => L4Proto::Tcp,
-                o => return Err(format!("--proto: `{o}`; allowed udp, tcp")),
-            };
-        }
-        if let Some(v) = &self.flow_dist {
-            t.flow_dist = v.parse().map_err(|e| format!("--flow-dist: {e}"))?;
-        }
-        if self.timestamps {
-            t.timestamps = true;
-        }
-        Ok(())
     }
 }
 

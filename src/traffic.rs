@@ -142,36 +142,35 @@ impl Traffic {
 
 /// The report as JSON (the run summary's `traffic` object).
 pub fn report_json(r: &TrafficReport) -> Value {
-    json!({
-        "frame_size": r.frame_size,
-        "sent": r.sent,
-        "sent_bytes": r.sent_bytes,
-        "received": r.received,
-        "received_unique": r.received_unique,
-        "seq_lost": r.seq_lost,
-        "payload_mismatches": r.payload_mismatches,
-        "duplicates": r.duplicates,
-        "reordered": r.reordered,
-        "not_ours": r.not_ours,
-    })
+    let mut m = counts_json(r);
+    m.insert("frame_size".into(), json!(r.frame_size));
+    m.insert("not_ours".into(), json!(r.not_ours));
+    Value::Object(m)
 }
 
 /// One direction of NAT return traffic as JSON.
 fn direction_json(r: &TrafficReport) -> serde_json::Map<String, Value> {
-    match json!({
-        "stream": r.stream,
-        "sent": r.sent,
-        "sent_bytes": r.sent_bytes,
-        "received": r.received,
-        "received_unique": r.received_unique,
-        "seq_lost": r.seq_lost,
-        "payload_mismatches": r.payload_mismatches,
-        "duplicates": r.duplicates,
-        "reordered": r.reordered,
-    }) {
-        Value::Object(m) => m,
-        _ => serde_json::Map::new(),
+    let mut m = counts_json(r);
+    m.insert("stream".into(), json!(r.stream));
+    m
+}
+
+/// The frame counts every traffic report carries.
+fn counts_json(r: &TrafficReport) -> serde_json::Map<String, Value> {
+    let mut m = serde_json::Map::new();
+    for (k, v) in [
+        ("sent", r.sent),
+        ("sent_bytes", r.sent_bytes),
+        ("received", r.received),
+        ("received_unique", r.received_unique),
+        ("seq_lost", r.seq_lost),
+        ("payload_mismatches", r.payload_mismatches),
+        ("duplicates", r.duplicates),
+        ("reordered", r.reordered),
+    ] {
+        m.insert(k.into(), json!(v));
     }
+    m
 }
 
 /// Adds the NAT return traffic keys to the summary's `traffic` object (whose counts are then

@@ -33,6 +33,7 @@
 
 use crate::generator::{Generator, GeneratorConfig};
 use crate::rate::{Pacer, Rate};
+use crate::signature::L4Proto;
 use dataplane::wire::FrameSource;
 use serde::{Deserialize, Serialize};
 use std::path::{Path, PathBuf};
@@ -324,11 +325,104 @@ impl FrameSource for PortTraffic {
     }
 }
 
+/// Command-line changes to a generator configuration (`pktgen gen`, `pktgen dpdk-gen`): each
+/// flag given replaces that key of every stream's `[traffic]`.
+#[derive(Clone, Debug, Default, PartialEq, Eq)]
+pub struct TrafficOverrides {
+    /// Frame size, FCS included (replaces a size mix).
+    pub frame_size: Option<u32>,
+    /// Size mix (`imix`, `64:7,594:4,1518:1`, ...).
+    pub size_mix: Option<String>,
+    /// Flows.
+    pub flows: Option<u32>,
+    /// `udp` or `tcp`.
+    pub proto: Option<String>,
+    /// `round-robin`, `uniform` or `zipf:<s>`.
+    pub flow_dist: Option<String>,
+    /// Carry departure timestamps (v2 signatures).
+    pub timestamps: bool,
+}
+
+impl TrafficOverrides {
+    /// Applies the overrides; errors name the flag and what is allowed.
+    pub fn apply(&self, t: &mut GeneratorConfig) -> Result<(), String> {
+        if let Some(v) = self.frame_size {
+            t.frame_size = v;
+            t.size_mix = None;
+        }
+        if let Some(v) = &self.size_mix {
+            t.size_mix = Some(v.parse().map_err(|e| format!("--size-mix: {e}"))?);
+        }
+        if let Some(v) = self.flows {
+            t.flows = v;
+        }
+        if let Some(v) = &self.proto {
+            t.proto = match v.as_str() {
+                "udp" => L4Proto::Udp,
+                "tcp" => L4Proto::Tcp,
+                o => return Err(format!("--proto: `{o}`; allowed udp, tcp")),
+            };
+        }
+        if let Some(v) = &self.flow_dist {
+            t.flow_dist = v.parse().map_err(|e| format!("--flow-dist: {e}"))?;
+        }
+        if self.timestamps {
+            t.timestamps = true;
+        }
+        Ok(())
+    }
+}
+
 #[cfg(test)]
 mod tests {
     use super::*;
     use crate::sink::CheckingSink;
     use dataplane::wire::{FrameSink, MAX_WIRE_FRAME};
+
+    #[test]
+    fn overrides_replace_the_keys_given_and_name_the_flag_on_errors() {
+        let mut t = GeneratorConfig {
+            size_mix: Some("imix".parse().unwrap()),
+            ..GeneratorConfig::default()
+        };
+        let o = TrafficOverrides {
+            frame_size: Some(128),
+            flows: Some(7),
+            proto: Some("tcp".into()),
+            timestamps: true,
+            ..TrafficOverrides::default()
+        };
+        o.apply(&mut t).unwrap();
+        assert_eq!((t.frame_size, t.flows, t.proto), (128, 7, L4Proto::Tcp));
+        assert!(t.size_mix.is_none(), "a frame size replaces the size mix");
+        assert!(t.timestamps);
+        for (bad, flag) in [
+            (
+                TrafficOverrides {
+                    proto: Some("sctp".into()),
+                    ..TrafficOverrides::default()
+                },
+                "--proto",
+            ),
+            (
+                TrafficOverrides {
+                    size_mix: Some("64:x".into()),
+                    ..TrafficOverrides::default()
+                },
+                "--size-mix",
+            ),
+            (
+                TrafficOverrides {
+                    flow_dist: Some("zipf:-1".into()),
+                    ..TrafficOverrides::default()
+                },
+                "--flow-dist",
+            ),
+        ] {
+            let e = bad.apply(&mut t).unwrap_err();
+            assert!(e.starts_with(flag), "{e}");
+        }
+    }
 
     #[test]
     fn two_paced_streams_interleave_by_time_and_keep_their_own_sequences() {

@@ -144,40 +144,23 @@ struct GenArgs {
     /// A traffic profile (TOML, see configs/traffic/); the flags below then apply to all streams.
     #[arg(long)]
     profile: Option<PathBuf>,
-    /// Frame size, FCS included.
-    #[arg(long)]
-    frame_size: Option<u32>,
-    /// Size mix (imix, imix-csit, rfc2544, 64:7,594:4,1518:1).
-    #[arg(long)]
-    size_mix: Option<String>,
-    /// Flows.
-    #[arg(long)]
-    flows: Option<u32>,
-    /// udp or tcp.
-    #[arg(long)]
-    proto: Option<String>,
-    /// round-robin, uniform, zipf:<s>.
-    #[arg(long)]
-    flow_dist: Option<String>,
+    #[command(flatten)]
+    traffic: ProfileFlags,
     /// Frames in total.
     #[arg(long, default_value_t = 1000)]
     count: u64,
     /// Rate (10Mpps, 40Gbps, 95%, max) for streams without their own.
     #[arg(long)]
     rate: Option<String>,
-    /// Carry departure timestamps (v2 signatures).
-    #[arg(long)]
-    timestamps: bool,
     /// The pcap file to write.
     #[arg(long, short)]
     out: PathBuf,
 }
 
+/// The traffic-profile flags `gen` and `dpdk-gen` share; each one given replaces that key of
+/// every stream's generator configuration.
 #[derive(clap::Args)]
-struct DpdkGenArgs {
-    /// A run config with a `[dpdk]` section (EAL args, ports, worker_cores), e.g.
-    /// configs/dpdk-txgen.toml; its `[traffic]` is the profile.
-    config: PathBuf,
+struct ProfileFlags {
     /// Frame size, FCS included (replaces a size mix).
     #[arg(long)]
     frame_size: Option<u32>,
@@ -190,12 +173,34 @@ struct DpdkGenArgs {
     /// udp or tcp.
     #[arg(long)]
     proto: Option<String>,
-    /// `round-robin`, `uniform` or `zipf:<s>`.
+    /// round-robin, uniform or zipf:<s>.
     #[arg(long)]
     flow_dist: Option<String>,
     /// Carry departure timestamps (v2 signatures).
     #[arg(long)]
     timestamps: bool,
+}
+
+impl From<ProfileFlags> for pktgen::profile::TrafficOverrides {
+    fn from(f: ProfileFlags) -> Self {
+        Self {
+            frame_size: f.frame_size,
+            size_mix: f.size_mix,
+            flows: f.flows,
+            proto: f.proto,
+            flow_dist: f.flow_dist,
+            timestamps: f.timestamps,
+        }
+    }
+}
+
+#[derive(clap::Args)]
+struct DpdkGenArgs {
+    /// A run config with a `[dpdk]` section (EAL args, ports, worker_cores), e.g.
+    /// configs/dpdk-txgen.toml; its `[traffic]` is the profile.
+    config: PathBuf,
+    #[command(flatten)]
+    traffic: ProfileFlags,
     /// Frames per port, split across workers (default: run.packets; 0 there = unlimited).
     #[arg(long)]
     count: Option<u64>,
@@ -504,31 +509,9 @@ fn gen_pcap(a: GenArgs) -> Result<(), String> {
         .map(str::parse::<Rate>)
         .transpose()
         .map_err(|e| format!("--rate: {e}"))?;
+    let overrides = pktgen::profile::TrafficOverrides::from(a.traffic);
     for s in &mut profile.stream {
-        let t = &mut s.traffic;
-        if let Some(v) = a.frame_size {
-            t.frame_size = v;
-            t.size_mix = None;
-        }
-        if let Some(v) = &a.size_mix {
-            t.size_mix = Some(v.parse().map_err(|e| format!("--size-mix: {e}"))?);
-        }
-        if let Some(v) = a.flows {
-            t.flows = v;
-        }
-        if let Some(v) = &a.proto {
-            t.proto = match v.as_str() {
-                "udp" => pktgen::L4Proto::Udp,
-                "tcp" => pktgen::L4Proto::Tcp,
-                o => return Err(format!("--proto: `{o}`; allowed udp, tcp")),
-            };
-        }
-        if let Some(v) = &a.flow_dist {
-            t.flow_dist = v.parse().map_err(|e| format!("--flow-dist: {e}"))?;
-        }
-        if a.timestamps {
-            t.timestamps = true;
-        }
+        overrides.apply(&mut s.traffic)?;
         if s.rate.is_none() {
             s.rate = rate;
         }
@@ -593,7 +576,7 @@ fn calibrate(frames: u64, frame_size: u32, json: bool) -> Result<(), String> {
 
 #[cfg(feature = "dpdk")]
 fn dpdk_gen(a: DpdkGenArgs) -> Result<(), String> {
-    use nmdp::dpdk_gen::{GenOptions, GenRate, TrafficOverrides};
+    use nmdp::dpdk_gen::{GenOptions, GenRate};
     let rate = a
         .rate
         .as_deref()
@@ -616,14 +599,7 @@ fn dpdk_gen(a: DpdkGenArgs) -> Result<(), String> {
     }
     let opts = GenOptions {
         sets: a.sets,
-        traffic: TrafficOverrides {
-            frame_size: a.frame_size,
-            size_mix: a.size_mix,
-            flows: a.flows,
-            proto: a.proto,
-            flow_dist: a.flow_dist,
-            timestamps: a.timestamps,
-        },
+        traffic: a.traffic.into(),
         count: a.count,
         duration_s: a.duration,
         rate,
