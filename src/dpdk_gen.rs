@@ -526,8 +526,10 @@ fn worker(
             );
         }
     }
-    let start = Instant::now();
+    // The wall clock first: a frame's timestamp (base + intended offset) must never be later
+    // than its real departure, or a fast return path would show a negative latency.
     let base_ns = wall_ns();
+    let start = Instant::now();
     loop {
         let mut busy = false;
         for l in lanes.iter_mut() {
@@ -541,38 +543,16 @@ fn worker(
                 pacer,
                 ..
             } = l;
-            match pacer {
-                None => {
-                    let ts = if timestamps { wall_ns() } else { 0 };
-                    let mut batch = generator.batch(burst, ts);
-                    tx.burst(burst, |buf| batch.next(buf));
-                }
-                Some(p) => {
-                    let now_ps = (start.elapsed().as_nanos() as u64).saturating_mul(1000);
-                    // Frames due now (assuming the next frame's size for all of them; the writer
-                    // below checks each frame exactly).
-                    let mut ahead = p.clone();
-                    let size = generator.next_frame_size();
-                    let mut due = 0;
-                    while due < burst && ahead.next_ps() <= now_ps {
-                        ahead.advance(size);
-                        due += 1;
-                    }
-                    if due == 0 && tx.pending() == 0 {
-                        std::hint::spin_loop();
-                        continue;
-                    }
-                    let mut batch = generator.batch(due, 0);
-                    tx.burst(due.max(1), |buf| {
-                        if p.next_ps() > now_ps {
-                            return None;
-                        }
-                        let size = batch.next_frame_size();
-                        let n = batch.next_at(buf, base_ns + p.next_ps() / 1000)?;
-                        p.advance(size);
-                        Some(n)
-                    });
-                }
+            if !send_due(
+                tx,
+                generator,
+                pacer.as_mut(),
+                start,
+                base_ns,
+                burst,
+                timestamps,
+            ) {
+                std::hint::spin_loop();
             }
         }
         if !busy {
@@ -585,4 +565,55 @@ fn worker(
         l.tx.finish(deadline);
     }
     WorkerOut { lanes, active_s }
+}
+
+/// One burst of `generator`'s frames on `tx`. Unpaced (`pacer` is `None`): a full burst, stamped
+/// (with `timestamps`) with the wall clock when the burst is written. Paced: the frames due by
+/// now (`start` is the pacer's time 0, `base_ns` the wall clock then), each stamped with its
+/// intended departure time. Returns false when nothing was due and nothing is held for a retry
+/// (the caller may spin).
+#[inline]
+pub(crate) fn send_due(
+    tx: &mut TxGen,
+    generator: &mut Generator,
+    pacer: Option<&mut Pacer>,
+    start: Instant,
+    base_ns: u64,
+    burst: usize,
+    timestamps: bool,
+) -> bool {
+    match pacer {
+        None => {
+            let ts = if timestamps { wall_ns() } else { 0 };
+            let mut batch = generator.batch(burst, ts);
+            tx.burst(burst, |buf| batch.next(buf));
+            true
+        }
+        Some(p) => {
+            let now_ps = (start.elapsed().as_nanos() as u64).saturating_mul(1000);
+            // Frames due now (assuming the next frame's size for all of them; the writer below
+            // checks each frame exactly).
+            let mut ahead = p.clone();
+            let size = generator.next_frame_size();
+            let mut due = 0;
+            while due < burst && ahead.next_ps() <= now_ps {
+                ahead.advance(size);
+                due += 1;
+            }
+            if due == 0 && tx.pending() == 0 {
+                return false;
+            }
+            let mut batch = generator.batch(due, 0);
+            tx.burst(due.max(1), |buf| {
+                if p.next_ps() > now_ps {
+                    return None;
+                }
+                let size = batch.next_frame_size();
+                let n = batch.next_at(buf, base_ns + p.next_ps() / 1000)?;
+                p.advance(size);
+                Some(n)
+            });
+            true
+        }
+    }
 }

@@ -17,7 +17,9 @@ use std::time::{Duration, Instant};
 use dataplane::driver::dpdk::{DpdkPort, DpdkPortConfig, Eal, UnsentPolicy};
 use dataplane::pcap::PcapSource;
 use dataplane::wire::{FrameSink, FrameSource, MAX_WIRE_FRAME};
+use nmdp::bench::DpdkDut;
 use nmdp::dpdk_gen::{self, GenOptions, GenSummary};
+use pktgen::trial::{Dut, TrialSpec};
 use pktgen::{CheckingSink, Generator, GeneratorConfig, Signature, report};
 
 static SERIAL: Mutex<()> = Mutex::new(());
@@ -303,4 +305,100 @@ fn bad_configs_name_the_file_and_key() {
         .unwrap_err()
         .to_string();
     assert!(e.contains("frame_sise"), "{e}");
+}
+
+/// A tester config with the given ports (first: Tx, last: Rx).
+fn tester_config(name: &str, devargs: &[&str]) -> PathBuf {
+    let eal: Vec<String> = EAL_ARGS.iter().map(|s| format!("\"{s}\"")).collect();
+    let ports: String = devargs
+        .iter()
+        .map(|d| format!("[[dpdk.ports]]\ndevargs = \"{d}\"\n\n"))
+        .collect();
+    let text = format!(
+        "[run]\nworkers = 1\n\n[datapath]\nburst = 32\n\n[dpdk]\neal_args = [{}]\nrx_desc = 1024\n\
+         tx_desc = 1024\n\n{ports}[traffic]\nframe_size = 64\nflows = 16\n",
+        eal.join(", ")
+    );
+    let path = tmp(&format!("{name}.toml"));
+    std::fs::write(&path, text).unwrap();
+    path
+}
+
+fn tester_spec(rate_pps: f64, frames: u64, traffic: GeneratorConfig) -> TrialSpec {
+    TrialSpec {
+        rate_pps,
+        duration_s: frames as f64 / rate_pps,
+        drain_s: 0.5,
+        latency: true,
+        traffic,
+        ..TrialSpec::default()
+    }
+}
+
+/// The DPDK tester on a `net_ring` loopback (the "DUT" is a wire): every frame of a trial is
+/// sent once and received once, exactly; latency is measured and plausible; a second trial on
+/// the same ports is just as exact (its own stream id: nothing of the first one leaks in).
+#[test]
+fn dpdk_tester_counts_every_frame_of_a_loopback_trial() {
+    let _g = serial();
+    let cfg = tester_config("tester-loop", &["net_ring_tl"]);
+    let mut dut = DpdkDut::open(&cfg, &[], Some(10.0))
+        .expect("tester opens")
+        .expect("a [dpdk] section");
+    assert!(!dut.deterministic());
+    assert_eq!(dut.line_rate_bps(), 10e9);
+    let base = dut.base_traffic().expect("the config's traffic");
+    assert_eq!((base.frame_size, base.flows), (64, 16));
+    for (round, frames) in [(1, 20_000u64), (2, 5_000)] {
+        let r = dut
+            .trial(&tester_spec(200_000.0, frames, base.clone()))
+            .expect("trial");
+        assert_eq!(r.intended, frames, "round {round}");
+        assert_eq!(r.sent + r.gen_unsent, frames, "round {round}: {r:?}");
+        assert_eq!(r.received, r.sent, "round {round}: {r:?}");
+        assert_eq!(
+            (r.lost, r.duplicates, r.reordered, r.payload_mismatches),
+            (0, 0, 0, 0),
+            "round {round}: {r:?}"
+        );
+        assert!(r.achieved_pps > 0.0);
+        let lat = r.latency.as_ref().expect("latency measured");
+        assert!(lat.count > 0 && lat.count <= r.received, "{lat:?}");
+        assert!(
+            lat.max_ns < 1_000_000_000,
+            "no wrapped (negative) latency: {lat:?}"
+        );
+        assert_eq!(r.dut["tester"]["rx_ipackets"].as_u64(), Some(r.received));
+    }
+}
+
+/// Frames that never come back are the DUT's loss, all of it, and the tester's own receive port
+/// shows no drops (nothing is blamed on it): Tx on one `net_ring`, Rx on another that nothing
+/// feeds. Nobody drains the Tx ring either, so it fills and stalls: the trial still ends, and
+/// the frames it never took are the generator's (`gen_unsent`), not loss.
+#[test]
+fn dpdk_tester_counts_what_the_dut_swallows_as_dut_loss() {
+    let _g = serial();
+    let cfg = tester_config("tester-loss", &["net_ring_ta", "net_ring_tb"]);
+    let mut dut = DpdkDut::open(&cfg, &[], Some(10.0)).unwrap().unwrap();
+    let base = dut.base_traffic().unwrap();
+    let mut spec = tester_spec(100_000.0, 3_000, base);
+    spec.drain_s = 0.05;
+    let r = dut.trial(&spec).expect("trial");
+    assert_eq!(r.received, 0);
+    assert_eq!(r.lost, r.sent, "{r:?}");
+    assert_eq!(r.sent + r.gen_unsent, r.intended, "{r:?}");
+    assert!(r.sent > 0);
+    assert_eq!(r.attribution.unattributed, r.lost as i64, "{r:?}");
+    assert!(r.attribution.stages.is_empty(), "{r:?}");
+}
+
+/// A config without a `[dpdk]` section is not a DPDK tester.
+#[test]
+fn dpdk_tester_needs_a_dpdk_section() {
+    let _g = serial();
+    let p = tmp("no-dpdk.toml");
+    std::fs::write(&p, "[run]\nworkers = 1\n").unwrap();
+    assert!(DpdkDut::open(&p, &[], Some(10.0)).unwrap().is_none());
+    assert!(!nmdp::bench::has_dpdk_section(&p));
 }

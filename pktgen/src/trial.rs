@@ -221,6 +221,12 @@ pub trait Dut {
     /// Runs one trial.
     fn trial(&mut self, spec: &TrialSpec) -> Result<TrialResult, DutError>;
 
+    /// The traffic the DUT's own configuration names, if it has one (the base that frame sizes
+    /// and mixes given on the command line modify).
+    fn base_traffic(&self) -> Option<GeneratorConfig> {
+        None
+    }
+
     /// The line rate in frames/s for frames of mean size `frame_size`.
     fn line_rate_pps(&self, frame_size: f64) -> f64 {
         line_rate_pps(self.line_rate_bps(), frame_size)
@@ -239,6 +245,9 @@ impl<D: Dut + ?Sized> Dut for Box<D> {
     }
     fn trial(&mut self, spec: &TrialSpec) -> Result<TrialResult, DutError> {
         (**self).trial(spec)
+    }
+    fn base_traffic(&self) -> Option<GeneratorConfig> {
+        (**self).base_traffic()
     }
 }
 

@@ -26,6 +26,11 @@
 //! Wall-clock fields of the summary (`elapsed_s`, `mpps`, `gbps`) are left out of the trial's
 //! `dut` record so reports of deterministic runs are byte-identical.
 
+#[cfg(feature = "dpdk")]
+mod dpdk;
+#[cfg(feature = "dpdk")]
+pub use dpdk::DpdkDut;
+
 use std::path::{Path, PathBuf};
 
 use pktgen::GeneratorConfig;
@@ -276,6 +281,10 @@ impl Dut for VnicDut {
         self.timing == Timing::Virtual
     }
 
+    fn base_traffic(&self) -> Option<GeneratorConfig> {
+        Some(self.traffic.clone())
+    }
+
     fn trial(&mut self, spec: &TrialSpec) -> Result<TrialResult, DutError> {
         let opts = RunOptions {
             config: self.config.clone(),
@@ -343,6 +352,12 @@ impl DutFactory for VnicFactory {
             }
             return dut_from_spec(&spec, sets, self.line_gbps);
         }
+        if has_dpdk_section(Path::new(dut)) {
+            return Err(DutError(format!(
+                "{dut}: sweeps build a DUT per point, and DPDK ports open once per process; run \
+                 `pktgen rfc2544 --dut {dut}` for each point instead"
+            )));
+        }
         let mut all = sets.to_vec();
         for (k, v) in params {
             all.push(axis_set(k, v)?);
@@ -399,5 +414,40 @@ pub fn dut_from_spec(
             .map_err(|e: toml::de::Error| DutError(format!("sim DUT: {}", e.message())))?;
         return Ok(Box::new(SimDut::new(cfg)));
     }
+    if has_dpdk_section(Path::new(spec)) {
+        return dpdk_dut(Path::new(spec), sets, line_gbps);
+    }
     Ok(Box::new(VnicDut::new(Path::new(spec), sets, line_gbps)?))
+}
+
+/// True when `config` is a TOML file with a `[dpdk]` section (a DUT behind DPDK ports).
+pub fn has_dpdk_section(config: &Path) -> bool {
+    std::fs::read_to_string(config)
+        .ok()
+        .and_then(|t| t.parse::<toml::Table>().ok())
+        .is_some_and(|t| t.contains_key("dpdk"))
+}
+
+#[cfg(feature = "dpdk")]
+fn dpdk_dut(
+    config: &Path,
+    sets: &[String],
+    line_gbps: Option<f64>,
+) -> Result<Box<dyn Dut>, DutError> {
+    DpdkDut::open(config, sets, line_gbps)?
+        .map(|d| Box::new(d) as Box<dyn Dut>)
+        .ok_or_else(|| DutError(format!("config {}: no [dpdk] section", config.display())))
+}
+
+#[cfg(not(feature = "dpdk"))]
+fn dpdk_dut(
+    config: &Path,
+    _sets: &[String],
+    _line_gbps: Option<f64>,
+) -> Result<Box<dyn Dut>, DutError> {
+    Err(DutError(format!(
+        "config {}: a [dpdk] section needs the DPDK tester: build with `--features dpdk` \
+         (apt-get install libdpdk-dev clang libclang-dev pkg-config)",
+        config.display()
+    )))
 }

@@ -83,7 +83,9 @@ enum Cmd {
 
 #[derive(clap::Args)]
 struct Rfc2544Args {
-    /// The DUT: a dataplane config (e.g. configs/default.toml) or `sim[:key=value,...]`.
+    /// The DUT: a dataplane config run on the virtual NIC (e.g. configs/default.toml), a DPDK
+    /// tester config (a `[dpdk]` section: Tx on its first port, Rx on its last; feature `dpdk`;
+    /// e.g. configs/dpdk-tester-ring.toml), or `sim[:key=value,...]`.
     #[arg(long)]
     dut: String,
     /// Frame sizes, FCS included (default: the config's traffic.frame_size).
@@ -264,6 +266,13 @@ fn rfc2544(a: Rfc2544Args) -> Result<(), String> {
     } else {
         a.mode.iter().cloned().map(Some).collect()
     };
+    if !a.mode.is_empty() && nmdp::bench::has_dpdk_section(std::path::Path::new(&a.dut)) {
+        return Err(format!(
+            "--mode: {} is a DPDK tester config (the DUT is outside, behind its ports), which has \
+             no datapath mode to vary",
+            a.dut
+        ));
+    }
     let known = ["ndr-pdr", "throughput", "latency", "loss", "back-to-back"];
     if let Some(t) = a.tests.iter().find(|t| !known.contains(&t.as_str())) {
         return Err(format!(
@@ -283,14 +292,10 @@ fn rfc2544(a: Rfc2544Args) -> Result<(), String> {
         dut_name = dut.name();
         deterministic &= dut.deterministic();
         // The base traffic: the DUT config's own, when it is a dataplane config.
-        let base = match nmdp::bench::VnicDut::new(std::path::Path::new(&a.dut), &sets, a.line_gbps)
-        {
-            Ok(v) => v.traffic().clone(),
-            Err(_) => GeneratorConfig {
-                flows: 1024,
-                ..Default::default()
-            },
-        };
+        let base = dut.base_traffic().unwrap_or(GeneratorConfig {
+            flows: 1024,
+            ..Default::default()
+        });
         let mut variants: Vec<GeneratorConfig> = Vec::new();
         if let Some(mix) = &a.size_mix {
             variants.push(GeneratorConfig {

@@ -66,7 +66,9 @@ pub use mbuf::{Mbuf, PayloadMem};
 pub use port::{DpdkPort, DpdkPortConfig, MempoolStats, NicmemSource, PortStatsHandle};
 pub use queue::{DpdkQueue, RxStop};
 pub use spill::SpillStats;
-pub use txgen::{MAX_GEN_BURST, PortTxStats, RxTap, TxBurst, TxGen, TxGenCounters, UnsentPolicy};
+pub use txgen::{
+    MAX_GEN_BURST, PortRxStats, PortTxStats, RxTap, TxBurst, TxGen, TxGenCounters, UnsentPolicy,
+};
 
 use std::fmt;
 

@@ -129,6 +129,20 @@ pub struct PortTxStats {
     pub oerrors: u64,
 }
 
+/// The Rx port counters as the PMD reports them (`rte_eth_stats_get`): what a tester's receive
+/// port lost itself, which must not be blamed on the device under test.
+#[derive(Clone, Copy, Debug, Default, PartialEq, Eq)]
+pub struct PortRxStats {
+    /// Packets the port received (`ipackets`).
+    pub ipackets: u64,
+    /// Packets dropped because the Rx ring was full (`imissed`).
+    pub imissed: u64,
+    /// Erroneous packets (`ierrors`).
+    pub ierrors: u64,
+    /// Receives that failed for lack of mbufs (`rx_nombuf`).
+    pub rx_nombuf: u64,
+}
+
 /// The transmit side of one queue of a [`DpdkPort`], driven by a frame writer.
 pub struct TxGen {
     shared: Arc<PortShared>,
@@ -746,6 +760,26 @@ impl RxTap {
     /// The port's name.
     pub fn port_name(&self) -> &str {
         &self.shared.name
+    }
+
+    /// The port's Rx counters as the PMD counts them.
+    pub fn port_stats(&self) -> Result<PortRxStats, DpdkError> {
+        let mut e = sys::rte_eth_stats::default();
+        // SAFETY: valid port id and out-pointer; reading counters is safe from any thread.
+        let rc = unsafe { sys::rte_eth_stats_get(self.port_id, &mut e) };
+        if rc != 0 {
+            return Err(DpdkError::Port(format!(
+                "rte_eth_stats_get({}): {}",
+                self.shared.name,
+                strerror(-rc)
+            )));
+        }
+        Ok(PortRxStats {
+            ipackets: e.ipackets,
+            imissed: e.imissed,
+            ierrors: e.ierrors,
+            rx_nombuf: e.rx_nombuf,
+        })
     }
 }
 
