@@ -229,7 +229,7 @@ impl Dut for DpdkDut {
         let mut sink = CheckingSink::for_generator(&traffic);
         sink.set_latency(spec.latency);
         let counters = self.tx.counters();
-        let (sent0, unsent0) = (counters.sent(), counters.unsent());
+        let sent0 = counters.sent();
         let stopped = AtomicBool::new(false);
         // Frames sent once the transmitter stopped (valid when `stopped` is set).
         let sent_at_stop = AtomicU64::new(0);
@@ -261,8 +261,11 @@ impl Dut for DpdkDut {
                         }
                     }
                 }
+                // Warm-up frames still held for a retry go out (or are dropped) before the
+                // measured traffic, so none of them is counted as a measured frame.
+                tx.finish(give_up);
                 let first = Instant::now();
-                let before = counters.sent();
+                let (before, unsent_before) = (counters.sent(), counters.unsent());
                 while !generator.done() {
                     send_due(
                         tx,
@@ -278,13 +281,13 @@ impl Dut for DpdkDut {
                         break;
                     }
                 }
+                let sending_ns = first.elapsed().as_nanos() as u64;
                 let never_written = intended.saturating_sub(generator.counters().frames());
                 // Held frames get until the drain window to be taken (then they are unsent).
                 tx.finish(Instant::now() + drain);
-                let sending_ns = first.elapsed().as_nanos() as u64;
                 let out = TxOut {
                     sent: counters.sent() - before,
-                    unsent: counters.unsent() - unsent0 + never_written,
+                    unsent: counters.unsent() - unsent_before + never_written,
                     sending_ns,
                     register_error,
                 };
