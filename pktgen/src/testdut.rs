@@ -365,17 +365,7 @@ impl Dut for SimDut {
         }
         let stream = traffic.stream;
         let mut generator = Generator::new(traffic.clone()).map_err(|e| DutError(e.to_string()))?;
-        let warm_frames = (spec.rate_pps * spec.warmup_s).round() as u64;
-        let mut warm = (warm_frames > 0)
-            .then(|| {
-                Generator::new(GeneratorConfig {
-                    count: Some(warm_frames),
-                    stream: WARMUP_STREAM,
-                    ..traffic.clone()
-                })
-            })
-            .transpose()
-            .map_err(|e| DutError(e.to_string()))?;
+        let mut warm = spec.warmup_generator(&traffic)?;
 
         // Ring sizing: everything that can be in flight at once.
         let min_gap_ps = (1e12 / spec.rate_pps).max(1.0);

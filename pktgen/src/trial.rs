@@ -70,6 +70,31 @@ impl Default for TrialSpec {
 
 impl TrialSpec {
     /// Frames the trial intends to send.
+    /// Frames of warm-up traffic: `rate_pps * warmup_s`.
+    pub fn warmup_frames(&self) -> u64 {
+        (self.rate_pps * self.warmup_s).round() as u64
+    }
+
+    /// The warm-up generator of a trial with `traffic` (the measured traffic's generator
+    /// config): `rate_pps * warmup_s` frames of the same traffic on [`WARMUP_STREAM`], which
+    /// sinks keep apart from the measured stream; `None` without a warm-up.
+    pub fn warmup_generator(
+        &self,
+        traffic: &GeneratorConfig,
+    ) -> Result<Option<crate::Generator>, DutError> {
+        let frames = self.warmup_frames();
+        (frames > 0)
+            .then(|| {
+                crate::Generator::new(GeneratorConfig {
+                    count: Some(frames),
+                    stream: WARMUP_STREAM,
+                    ..traffic.clone()
+                })
+            })
+            .transpose()
+            .map_err(|e| DutError(e.to_string()))
+    }
+
     pub fn intended_frames(&self) -> u64 {
         self.frames
             .unwrap_or_else(|| (self.rate_pps * self.duration_s).round().max(1.0) as u64)

@@ -212,17 +212,8 @@ impl Dut for DpdkDut {
             )));
         }
         let mut generator = Generator::new(traffic.clone()).map_err(|e| DutError(e.to_string()))?;
-        let warm_frames = (spec.rate_pps * spec.warmup_s).round() as u64;
-        let mut warm = (warm_frames > 0)
-            .then(|| {
-                Generator::new(GeneratorConfig {
-                    count: Some(warm_frames),
-                    stream: WARMUP_STREAM,
-                    ..traffic.clone()
-                })
-            })
-            .transpose()
-            .map_err(|e| DutError(e.to_string()))?;
+        let mut warm = spec.warmup_generator(&traffic)?;
+        let warm_frames = spec.warmup_frames();
 
         self.flush_rx();
         let rx_before = self.rx.port_stats().map_err(|e| DutError(e.to_string()))?;

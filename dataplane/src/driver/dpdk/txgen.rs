@@ -310,16 +310,7 @@ impl TxGen {
 
     /// The port's Tx counters as the PMD counts them.
     pub fn port_stats(&self) -> Result<PortTxStats, DpdkError> {
-        let mut e = sys::rte_eth_stats::default();
-        // SAFETY: valid port id and out-pointer; reading counters is safe from any thread.
-        let rc = unsafe { sys::rte_eth_stats_get(self.port_id, &mut e) };
-        if rc != 0 {
-            return Err(DpdkError::Port(format!(
-                "rte_eth_stats_get({}): {}",
-                self.shared.name,
-                strerror(-rc)
-            )));
-        }
+        let e = eth_stats(self.port_id, &self.shared.name)?;
         Ok(PortTxStats {
             opackets: e.opackets,
             obytes: e.obytes,
@@ -764,16 +755,7 @@ impl RxTap {
 
     /// The port's Rx counters as the PMD counts them.
     pub fn port_stats(&self) -> Result<PortRxStats, DpdkError> {
-        let mut e = sys::rte_eth_stats::default();
-        // SAFETY: valid port id and out-pointer; reading counters is safe from any thread.
-        let rc = unsafe { sys::rte_eth_stats_get(self.port_id, &mut e) };
-        if rc != 0 {
-            return Err(DpdkError::Port(format!(
-                "rte_eth_stats_get({}): {}",
-                self.shared.name,
-                strerror(-rc)
-            )));
-        }
+        let e = eth_stats(self.port_id, &self.shared.name)?;
         Ok(PortRxStats {
             ipackets: e.ipackets,
             imissed: e.imissed,
@@ -781,6 +763,20 @@ impl RxTap {
             rx_nombuf: e.rx_nombuf,
         })
     }
+}
+
+/// The port's basic counters (`rte_eth_stats_get`); `name` is for the error.
+fn eth_stats(port_id: u16, name: &str) -> Result<sys::rte_eth_stats, DpdkError> {
+    let mut e = sys::rte_eth_stats::default();
+    // SAFETY: valid port id and out-pointer; reading counters is safe from any thread.
+    let rc = unsafe { sys::rte_eth_stats_get(port_id, &mut e) };
+    if rc != 0 {
+        return Err(DpdkError::Port(format!(
+            "rte_eth_stats_get({name}): {}",
+            strerror(-rc)
+        )));
+    }
+    Ok(e)
 }
 
 impl std::fmt::Debug for RxTap {
