@@ -412,3 +412,36 @@ fn dpdk_tester_needs_a_dpdk_section() {
     assert!(DpdkDut::open(&p, &[], Some(10.0)).unwrap().is_none());
     assert!(!nmdp::bench::has_dpdk_section(&p));
 }
+
+/// A sweep over frame sizes against the DPDK tester opens its ports once and reuses them at
+/// every point; an axis that would change the DUT is refused with the key named.
+#[test]
+fn dpdk_tester_sweeps_frame_sizes_on_one_set_of_ports() {
+    use nmdp::bench::VnicFactory;
+    use pktgen::sweep::{NoProgress, SweepSpec, run_sweep};
+    let _g = serial();
+    let cfg = tester_config("tester-sweep", &["net_ring_ts"]);
+    let spec: SweepSpec = toml::from_str(&format!(
+        "dut = \"{}\"\ntest = \"trial\"\ntrial_s = 0.01\nrate_percent = 1\n\
+         [[axis]]\nkey = \"frame_size\"\nvalues = [64, 512, 1518]\n[plot]\ndisabled = true\n",
+        cfg.display()
+    ))
+    .unwrap();
+    let mut factory = VnicFactory::new(Some(10.0));
+    let r = run_sweep(&spec, &mut factory, &mut NoProgress).expect("sweep");
+    assert_eq!(r.rows.len(), 3);
+    for (row, size) in r.rows.iter().zip([64.0, 512.0, 1518.0]) {
+        assert_eq!(row.frame_size, size);
+        assert_eq!(row.loss_at_max, Some(0.0), "{size} B: {row:?}");
+        assert!(row.dut.contains("net_ring_ts"), "{}", row.dut);
+    }
+    // The same factory (ports already open) refuses a DUT axis, naming it.
+    let bad: SweepSpec = toml::from_str(&format!(
+        "dut = \"{}\"\ntest = \"trial\"\n[[axis]]\nkey = \"mode\"\nvalues = [\"host\"]\n\
+         [plot]\ndisabled = true\n",
+        cfg.display()
+    ))
+    .unwrap();
+    let e = run_sweep(&bad, &mut factory, &mut NoProgress).unwrap_err();
+    assert!(e.0.contains("`mode`"), "{e}");
+}

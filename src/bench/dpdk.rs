@@ -16,7 +16,9 @@
 //! could not hand to its Tx ring are `gen_unsent`, never loss. Trials run in wall-clock time, so
 //! the DUT is not deterministic.
 
+use std::cell::RefCell;
 use std::path::Path;
+use std::rc::Rc;
 use std::sync::atomic::{AtomicBool, AtomicU64, Ordering};
 use std::time::{Duration, Instant};
 
@@ -379,5 +381,85 @@ impl Dut for DpdkDut {
                 }
             }),
         })
+    }
+}
+
+/// The DPDK tester of a sweep: opened at the first point and shared by every later one, since
+/// DPDK ports open once per process. Only traffic axes (frame size, flows, ...) can vary.
+#[derive(Clone)]
+pub struct SharedTester {
+    config: String,
+    sets: Vec<String>,
+    dut: Rc<RefCell<DpdkDut>>,
+}
+
+impl std::fmt::Debug for SharedTester {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.debug_struct("SharedTester")
+            .field("config", &self.config)
+            .field("dut", &self.dut.borrow().name)
+            .finish()
+    }
+}
+
+impl SharedTester {
+    /// The tester for `config` with `sets` and this sweep point's DUT parameters `params`:
+    /// the one in `slot` when it is for the same config and sets, else a newly opened one (only
+    /// once per process). Points with DUT parameters are refused.
+    pub fn dut(
+        slot: &mut Option<SharedTester>,
+        config: &str,
+        sets: &[String],
+        params: &[(String, toml::Value)],
+        line_gbps: Option<f64>,
+    ) -> Result<Box<dyn Dut>, DutError> {
+        if let Some((k, _)) = params.first() {
+            return Err(DutError(format!(
+                "{config}: axis `{k}`: a DPDK tester sweep can vary only traffic keys (frame_size, \
+                 size_mix, flows, ...); the device under test is outside, behind the ports"
+            )));
+        }
+        match slot {
+            Some(t) if t.config == config && t.sets == sets => {}
+            Some(t) => {
+                return Err(DutError(format!(
+                    "{config}: this process already opened the DPDK ports of {} (DPDK ports open \
+                     once per process)",
+                    t.config
+                )));
+            }
+            None => {
+                let dut = DpdkDut::open(Path::new(config), sets, line_gbps)?
+                    .ok_or_else(|| DutError(format!("config {config}: no [dpdk] section")))?;
+                *slot = Some(SharedTester {
+                    config: config.to_string(),
+                    sets: sets.to_vec(),
+                    dut: Rc::new(RefCell::new(dut)),
+                });
+            }
+        }
+        let t = slot.as_ref().expect("set above");
+        Ok(Box::new(SharedDut(t.dut.clone())))
+    }
+}
+
+/// A handle on a [`SharedTester`]'s DUT.
+struct SharedDut(Rc<RefCell<DpdkDut>>);
+
+impl Dut for SharedDut {
+    fn name(&self) -> String {
+        self.0.borrow().name()
+    }
+    fn line_rate_bps(&self) -> f64 {
+        self.0.borrow().line_rate_bps()
+    }
+    fn deterministic(&self) -> bool {
+        false
+    }
+    fn base_traffic(&self) -> Option<GeneratorConfig> {
+        self.0.borrow().base_traffic()
+    }
+    fn trial(&mut self, spec: &TrialSpec) -> Result<TrialResult, DutError> {
+        self.0.borrow_mut().trial(spec)
     }
 }

@@ -29,7 +29,7 @@
 #[cfg(feature = "dpdk")]
 mod dpdk;
 #[cfg(feature = "dpdk")]
-pub use dpdk::DpdkDut;
+pub use dpdk::{DpdkDut, SharedTester};
 
 use std::path::{Path, PathBuf};
 
@@ -330,11 +330,26 @@ pub fn axis_set(key: &str, value: &toml::Value) -> Result<String, DutError> {
     Ok(format!("{k}={v}"))
 }
 
-/// Builds the sweep's DUTs: `sim[:k=v,...]` test DUTs or vNIC configs.
+/// Builds the sweep's DUTs: `sim[:k=v,...]` test DUTs, vNIC configs, or (feature `dpdk`) a
+/// DPDK tester config, whose tester is opened once and shared by every point.
 #[derive(Clone, Debug, Default)]
 pub struct VnicFactory {
     /// Line rate override, Gb/s.
     pub line_gbps: Option<f64>,
+    /// The DPDK tester, once opened.
+    #[cfg(feature = "dpdk")]
+    pub tester: Option<SharedTester>,
+}
+
+impl VnicFactory {
+    /// A factory with `line_gbps` as the line rate override.
+    pub fn new(line_gbps: Option<f64>) -> Self {
+        Self {
+            line_gbps,
+            #[cfg(feature = "dpdk")]
+            tester: None,
+        }
+    }
 }
 
 impl DutFactory for VnicFactory {
@@ -353,10 +368,10 @@ impl DutFactory for VnicFactory {
             return dut_from_spec(&spec, sets, self.line_gbps);
         }
         if has_dpdk_section(Path::new(dut)) {
-            return Err(DutError(format!(
-                "{dut}: sweeps build a DUT per point, and DPDK ports open once per process; run \
-                 `pktgen rfc2544 --dut {dut}` for each point instead"
-            )));
+            #[cfg(feature = "dpdk")]
+            return SharedTester::dut(&mut self.tester, dut, sets, params, self.line_gbps);
+            #[cfg(not(feature = "dpdk"))]
+            return dpdk_dut(Path::new(dut), sets, self.line_gbps);
         }
         let mut all = sets.to_vec();
         for (k, v) in params {

@@ -481,7 +481,7 @@ fn sweep(
     } else {
         Box::new(Bar::new(n))
     };
-    let mut factory = VnicFactory { line_gbps };
+    let mut factory = VnicFactory::new(line_gbps);
     let r = run_sweep(&spec, &mut factory, bar.as_mut())
         .map_err(|e| format!("sweep {}: {e}", spec_path.display()))?;
     for l in summary_lines(&r) {
