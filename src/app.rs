@@ -170,13 +170,18 @@ pub fn run(opts: &RunOptions) -> Result<Value, RunError> {
         (None, Some(c)) => c,
         (None, None) => Box::new(dataplane::wire::CountingSink::default()),
     };
-    let mut port = VnicPort::new(
-        "vnic0",
-        0,
-        cfg.vnic_config(&profile, offered),
-        Link { rx, tx },
-    )
-    .map_err(|e| RunError::Setup(format!("config {}: vnic: {e}", path.display())))?;
+    // Flow steering the NFs ask for (e.g. NAT return traffic to the worker owning its port
+    // slice); with one queue there is nothing to steer.
+    let mut vnic = cfg.vnic_config(&profile, offered);
+    if workers > 1 {
+        vnic.steering = chains
+            .iter()
+            .enumerate()
+            .flat_map(|(w, c)| c.steering_rules(w as u16))
+            .collect();
+    }
+    let mut port = VnicPort::new("vnic0", 0, vnic, Link { rx, tx })
+        .map_err(|e| RunError::Setup(format!("config {}: vnic: {e}", path.display())))?;
     let model_sink = port.model_sink();
     let queues = port.take_queues();
     let live: Arc<Vec<LiveStats>> = Arc::new((0..workers).map(|_| LiveStats::default()).collect());

@@ -571,6 +571,7 @@ impl RunConfig {
                 offered_gbps,
                 nf_cycles: self.nf_cycles(profile),
             }),
+            steering: Vec::new(),
         }
     }
 

@@ -14,6 +14,7 @@ pub mod pcap;
 pub mod port;
 pub mod rss;
 pub mod runloop;
+pub mod steer;
 pub mod testkit;
 pub mod verdict;
 pub mod wire;

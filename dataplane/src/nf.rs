@@ -48,6 +48,13 @@ pub trait NetworkFunction: Send {
     /// Accounts for `n` packets forwarded without being built (called only when
     /// [`NetworkFunction::passes_through`] is true).
     fn pass(&mut self, _n: usize) {}
+
+    /// Flow steering this instance needs when it runs on Rx queue (worker) `queue`: frames it
+    /// must see that RSS would send elsewhere (e.g. a NAT's return traffic to its own port
+    /// slice). Ports that steer install them before traffic starts ([`crate::steer`]).
+    fn steering_rules(&self, _queue: u16) -> Vec<crate::steer::SteerRule> {
+        Vec::new()
+    }
 }
 
 /// A chain of network functions applied in order.
@@ -97,6 +104,15 @@ impl NfChain {
         for nf in &mut self.nfs {
             nf.pass(n);
         }
+    }
+
+    /// The steering rules of every function for Rx queue `queue` (see
+    /// [`NetworkFunction::steering_rules`]).
+    pub fn steering_rules(&self, queue: u16) -> Vec<crate::steer::SteerRule> {
+        self.nfs
+            .iter()
+            .flat_map(|nf| nf.steering_rules(queue))
+            .collect()
     }
 }
 

@@ -1019,6 +1019,17 @@ impl NetworkFunction for Nat {
         }
     }
 
+    /// Return traffic (to the NAT address, destination port in this instance's slice) must reach
+    /// the worker that owns the sessions of that slice. ICMP queries are not steered (their
+    /// identifier is not a port a NIC matches on) and follow RSS.
+    fn steering_rules(&self, queue: u16) -> Vec<dataplane::steer::SteerRule> {
+        vec![dataplane::steer::SteerRule {
+            dst_ip: std::net::Ipv4Addr::from(self.nat_ip),
+            dst_ports: (self.port_lo, self.port_hi),
+            queue,
+        }]
+    }
+
     fn stats(&self) -> serde_json::Value {
         let c = &self.c;
         let ts = self.table.stats();

@@ -44,6 +44,7 @@ use crate::mode::DatapathMode;
 use crate::model::HardwareProfile;
 use crate::port::{Capabilities, Port, Queue};
 use crate::rss::{DEFAULT_RSS_KEY, Rss};
+use crate::steer::{SteerRule, steer};
 use crate::wire::{FrameRing, Link, MAX_WIRE_FRAME};
 use model::{ModelParams, NicModel};
 use queue::{Egress, Ingress, QueueModel, QueueParams};
@@ -87,6 +88,8 @@ pub struct VnicConfig {
     pub profile: HardwareProfile,
     /// Timing: `None` = accounting only (no clock, no latency).
     pub timing: Option<VnicTiming>,
+    /// Flow steering rules checked before RSS on multi-queue ports ([`crate::steer`]).
+    pub steering: Vec<SteerRule>,
 }
 
 impl Default for VnicConfig {
@@ -109,6 +112,7 @@ impl Default for VnicConfig {
             nicmem_alias: false,
             profile: HardwareProfile::default(),
             timing: None,
+            steering: Vec::new(),
         }
     }
 }
@@ -191,6 +195,7 @@ impl VnicPort {
                 ins.clone(),
                 outs.clone(),
                 rss.clone(),
+                cfg.steering.clone(),
                 alive.clone(),
                 stop.clone(),
                 cfg.flow_control,
@@ -250,6 +255,12 @@ impl VnicPort {
             return bad(format!(
                 "queues {} out of range; allowed 1..=64",
                 cfg.queues
+            ));
+        }
+        if let Some(r) = cfg.steering.iter().find(|r| r.queue >= cfg.queues) {
+            return bad(format!(
+                "steering rule {r:?}: queue {} out of range; allowed 0..{}",
+                r.queue, cfg.queues
             ));
         }
         if !(16..=32768).contains(&cfg.rx_ring) || !(16..=32768).contains(&cfg.tx_ring) {
@@ -510,6 +521,7 @@ fn spawn_front_end(
     ins: Vec<Arc<FrameRing>>,
     outs: Vec<Arc<FrameRing>>,
     rss: Rss,
+    steering: Vec<SteerRule>,
     alive: Arc<()>,
     stop: Arc<AtomicBool>,
     flow_control: bool,
@@ -524,12 +536,17 @@ fn spawn_front_end(
             let mut pending: Option<(usize, usize)> = None;
             loop {
                 let mut worked = false;
-                // Ingress: steer frames to queues by RSS.
+                // Ingress: steer frames to queues by the steering rules, else by RSS.
                 for _ in 0..64 {
                     let (len, q) = match pending.take() {
                         Some(p) => p,
                         None => match link.rx.next_frame(&mut buf) {
-                            Some(len) => (len, rss.queue(rss.hash_frame(&buf[..len])) as usize),
+                            Some(len) => {
+                                let f = &buf[..len];
+                                let q = steer(&steering, f)
+                                    .unwrap_or_else(|| rss.queue(rss.hash_frame(f)));
+                                (len, q as usize)
+                            }
                             None => break,
                         },
                     };

@@ -491,3 +491,80 @@ fn paced_virtual_queue_drops_what_the_cpu_cannot_take_and_is_deterministic() {
     assert_eq!(s.rx_packets + s.rx_missed, 20_000);
     assert_eq!(m.bottleneck, "cpu");
 }
+
+/// A UDP frame from 16.0.0.`src` port 1000+`src` to `dst`:`dport`.
+fn udp_to(src: u8, dst: [u8; 4], dport: u16) -> Vec<u8> {
+    let mut f = vec![0u8; 64];
+    f[12] = 0x08;
+    f[14] = 0x45;
+    f[16..18].copy_from_slice(&50u16.to_be_bytes());
+    f[22] = 64;
+    f[23] = 17;
+    f[26..30].copy_from_slice(&[16, 0, 0, src]);
+    f[30..34].copy_from_slice(&dst);
+    f[34..36].copy_from_slice(&(1000 + u16::from(src)).to_be_bytes());
+    f[36..38].copy_from_slice(&dport.to_be_bytes());
+    f
+}
+
+/// Steering rules win over RSS on a multi-queue port: frames matching a rule all reach the
+/// rule's queue, the others are spread by RSS; a rule naming a queue the port lacks is refused.
+#[test]
+fn steering_rules_override_rss() {
+    use crate::steer::SteerRule;
+    let rule = SteerRule {
+        dst_ip: std::net::Ipv4Addr::new(10, 0, 0, 1),
+        dst_ports: (2000, 2999),
+        queue: 1,
+    };
+    let steered: Vec<Vec<u8>> = (0..64).map(|i| udp_to(i, [10, 0, 0, 1], 2500)).collect();
+    let others: Vec<Vec<u8>> = (0..64).map(|i| udp_to(i, [10, 0, 0, 2], 2500)).collect();
+    let cfg = VnicConfig {
+        mode: DatapathMode::Host,
+        queues: 2,
+        rx_ring: 256,
+        tx_ring: 256,
+        steering: vec![rule],
+        ..VnicConfig::default()
+    };
+    let (mut p, _sink) = port(
+        cfg.clone(),
+        steered.iter().chain(&others).cloned().collect(),
+    );
+    let mut qs = p.take_vnic_queues();
+    let mut got = [0u64; 2];
+    let mut burst = Burst::with_capacity(32);
+    let start = std::time::Instant::now();
+    while got.iter().sum::<u64>() < 128 && start.elapsed().as_secs() < 10 {
+        for (i, q) in qs.iter_mut().enumerate() {
+            q.rx_burst(&mut burst);
+            for (pkt, _) in burst.drain() {
+                let h = pkt.header();
+                if h[30..34] == [10, 0, 0, 1] {
+                    assert_eq!(i, 1, "a steered frame reached queue {i}");
+                }
+                got[i] += 1;
+                q.free(pkt);
+            }
+        }
+    }
+    assert_eq!(got.iter().sum::<u64>(), 128);
+    assert!(
+        got[0] > 0,
+        "RSS still spreads the unsteered frames: {got:?}"
+    );
+    drop(qs);
+
+    let bad = VnicConfig {
+        steering: vec![SteerRule { queue: 2, ..rule }],
+        ..cfg
+    };
+    let link = Link {
+        rx: Box::new(VecSource::new(Vec::new())),
+        tx: Box::new(CollectSink::default()),
+    };
+    let e = VnicPort::new("t", 0, bad, link)
+        .err()
+        .expect("queue 2 of 2");
+    assert!(e.to_string().contains("steering"), "{e}");
+}
