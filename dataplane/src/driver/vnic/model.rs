@@ -517,6 +517,9 @@ pub(crate) struct Timing {
     now: Ps,
     cpu_busy: Ps,
     next_slot: Ps,
+    /// Wall clock only: the latest time the queue looked for a frame and found none. A frame
+    /// seen later cannot have arrived before it, so its paced slot starts no earlier.
+    starved_at: Option<Ps>,
     rx_buffer: u64,
     /// Time PCIe upstream needs to drain a full receive buffer.
     rx_buffer_drain: Ps,
@@ -605,6 +608,28 @@ impl Timing {
             start + self.line.time_ps(bytes),
             self.next_slot + pace.time_ps(bytes),
         ))
+    }
+
+    /// Wall clock: the queue had no frame at `now`. On a multi-queue port the front-end thread
+    /// can fall behind (the simulation's own CPU contention); the frames it hands over late
+    /// then start their paced slots when they became available, not in the past. Without this a
+    /// front-end stall left the paced clock behind for the rest of the run, and every later frame
+    /// met the PCIe backlog of Tx work booked at the current time (`pcie_overrun`). Virtual time
+    /// ignores it: its arrivals must not depend on thread timing.
+    #[inline]
+    pub(crate) fn starved(&mut self, now: Ps) {
+        if !self.virtual_clock {
+            self.starved_at = Some(now);
+        }
+    }
+
+    /// A frame is about to be taken: moves the paced clock past the last starvation (see
+    /// [`Timing::starved`]).
+    #[inline]
+    pub(crate) fn frame_available(&mut self) {
+        if let Some(s) = self.starved_at.take() {
+            self.next_slot = self.next_slot.max(s);
+        }
     }
 
     /// Books a frame's wire Rx slot starting no earlier than `ready` (unpaced) or at its paced
@@ -836,6 +861,7 @@ impl NicModel {
                     now: 0,
                     cpu_busy: 0,
                     next_slot: 0,
+                    starved_at: None,
                     rx_buffer: sp.nic.rx_buffer.bytes(),
                     rx_buffer_drain: Cost::per_byte_at_bps(link.capacity_bps())
                         .time_ps(sp.nic.rx_buffer.bytes()),

@@ -297,11 +297,15 @@ impl VnicQueue {
             // (a paced wire does not wait for the CPU).
             debug_assert!(self.rx_cq.room() >= self.hdr.posted());
             let Some(len) = self.peek_frame() else {
+                if let Some(t) = self.model.t.as_deref_mut() {
+                    t.starved(until);
+                }
                 break;
             };
             let Some(t) = self.model.t.as_deref_mut() else {
                 break;
             };
+            t.frame_available();
             let Some((end, _)) = t.paced_arrival(len, ovh) else {
                 break;
             };
