@@ -291,6 +291,11 @@ impl Dut for DpdkDut {
             // Receive on this thread until the transmitter stopped and then every frame arrived
             // or the drain window passed.
             let counts = sink.counters();
+            // Frames of this trial received so far (measured and warm-up), as published.
+            let arrived = |sink: &CheckingSink| {
+                sink.publish_all();
+                counts.stream(stream).unique + counts.stream(WARMUP_STREAM).unique.min(warm_frames)
+            };
             let mut deadline = None;
             let mut polls = 0u64;
             loop {
@@ -304,21 +309,17 @@ impl Dut for DpdkDut {
                 polls += 1;
                 match deadline {
                     None if stopped.load(Ordering::Acquire) => {
-                        sink.publish_all();
-                        let got = counts.stream(stream).unique;
-                        in_flight_at_stop = sent_at_stop.load(Ordering::Relaxed).saturating_sub(
-                            got + counts.stream(WARMUP_STREAM).unique.min(warm_frames),
-                        );
+                        in_flight_at_stop = sent_at_stop
+                            .load(Ordering::Relaxed)
+                            .saturating_sub(arrived(&sink));
                         deadline = Some(Instant::now() + drain);
                     }
-                    Some(d) if polls.is_multiple_of(64) || Instant::now() >= d => {
-                        sink.publish_all();
-                        let expected = sent_at_stop.load(Ordering::Relaxed);
-                        let got = counts.stream(stream).unique
-                            + counts.stream(WARMUP_STREAM).unique.min(warm_frames);
-                        if got >= expected || Instant::now() >= d {
-                            break;
-                        }
+                    Some(d)
+                        if polls.is_multiple_of(64)
+                            && (arrived(&sink) >= sent_at_stop.load(Ordering::Relaxed)
+                                || Instant::now() >= d) =>
+                    {
+                        break;
                     }
                     _ => {}
                 }

@@ -338,7 +338,7 @@ pub struct VnicFactory {
     pub line_gbps: Option<f64>,
     /// The DPDK tester, once opened.
     #[cfg(feature = "dpdk")]
-    pub tester: Option<SharedTester>,
+    tester: Option<SharedTester>,
 }
 
 impl VnicFactory {

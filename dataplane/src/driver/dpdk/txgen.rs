@@ -8,11 +8,13 @@
 //! copy, no allocation) and its lengths; then one `rte_eth_tx_burst`.
 //!
 //! **Why not `rte_pktmbuf_alloc_bulk`**, which resets the whole burst first: measured on
-//! `net_null` without hugepages, that reset pass followed by a write pass ran at 53 Mpps, the
-//! single pass at 80+ Mpps. Without hugepages every mbuf sits on its own 4 KiB page, so the
-//! headers of a burst compete for the same few L1 sets and are evicted between two passes; the
-//! single pass also only writes the header (no reads: the data address is known from the pool's
-//! layout, checked once when the queue is set up), and prefetches the data line two mbufs ahead.
+//! `net_null` without hugepages, on an earlier VM and before host pools were packed (every mbuf
+//! then sat alone on its 4 KiB page, so a burst's headers competed for the same few L1 sets and
+//! were evicted between two passes), that reset pass followed by a write pass ran at 53 Mpps, the
+//! single pass at 80+ Mpps. The single pass also only writes the header (no reads: the data
+//! address is known from the pool's layout, checked once when the queue is set up). A prefetch
+//! of the data line two mbufs ahead helped with one mbuf per page; with packed pools it cost
+//! 4-8 % and was removed.
 //!
 //! Frames the Tx ring does not take are either kept and offered again first on the next call
 //! ([`UnsentPolicy::Retry`], the order of frames on the wire is the order they were written), or
@@ -411,12 +413,6 @@ impl TxGen {
         let mut writer_done = false;
         while k < n {
             let m = self.mbufs[k];
-            // The data line of the mbuf after next: without hugepages every mbuf sits on its own
-            // 4 KiB page, so all of them compete for the same few L1 sets and a burst's data lines
-            // are out of L1 by the time they are reused (measured: +3-5 % Mpps on net_null).
-            if let Some(&ahead) = self.mbufs.get(k + 2) {
-                prefetch(ahead.cast::<u8>().wrapping_add(self.data_at));
-            }
             // SAFETY: `m` is a host-memory mbuf of `mp` just taken from the pool, that only this
             // generator references. Every free mbuf of the pool has its buffer right behind the
             // header (`buf_addr = m + data_at - data_off`) and `buf_len` = the pool's data room
@@ -562,20 +558,6 @@ const _: () = {
     assert!(offset_of!(M, data_len) == 40 && offset_of!(M, vlan_tci) == 42);
     assert!(offset_of!(M, __bindgen_anon_2) == 44 && offset_of!(M, vlan_tci_outer) == 52);
 };
-
-/// Asks the CPU to start loading the cache line at `p` (a hint that never faults, whatever the
-/// address).
-#[inline(always)]
-fn prefetch(p: *const u8) {
-    #[cfg(target_arch = "x86_64")]
-    // SAFETY: a prefetch only hints the cache; it reads nothing the program sees and never faults.
-    unsafe {
-        use std::arch::x86_64::{_MM_HINT_T0, _mm_prefetch};
-        _mm_prefetch::<_MM_HINT_T0>(p.cast());
-    }
-    #[cfg(not(target_arch = "x86_64"))]
-    let _ = p;
-}
 
 /// The data room of pktmbuf pool `mp` and the offset of an mbuf's buffer from the mbuf, checked
 /// on one of its mbufs: a plain pool (`rte_pktmbuf_pool_create`) puts every buffer right behind
