@@ -1,37 +1,106 @@
-//! A burst: a fixed-capacity batch of packets with one verdict each.
+//! A burst: up to [`MAX_BURST`] packets as parallel arrays (a driver handle, the header segment's
+//! place and length, the frame length, the payload ring, the RSS hash, the receive port and the
+//! verdict), the vector the run loop moves between Rx, the network functions and Tx.
 //!
-//! Storage is allocated once (capacity = burst size, default 32); pushing and clearing never
-//! allocate. Network functions walk the burst in place and set verdicts; packets whose verdict is
-//! already a drop should be skipped by later functions.
+//! Why parallel arrays: a packet is written once, at Rx, into these arrays and never copied or
+//! moved afterwards (the first build moved a 72 B packet struct about seven times per packet).
+//! A driver receives straight into [`Burst::handles`] (DPDK's `rte_eth_rx_burst` writes its mbuf
+//! pointers there) and transmits from it; network functions walk the headers in place and leave a
+//! two-byte [`Verdict`] per packet. This is the shape of DPDK's `rte_mbuf*` arrays and VPP's
+//! vectors of buffer indices with per-buffer metadata.
 //!
-//! The burst remembers whether every verdict is still the same (drivers fill a burst with one
-//! default verdict, and many chains never change it), so the run loop's "does the whole burst go
-//! to one port?" question is answered without a scan in that case.
+//! The safe API is what network functions need: a header view per packet ([`Burst::header_mut`]),
+//! the frame length, a payload view that has no bytes for nicmem ([`Burst::payload`]), verdicts,
+//! and header growth into the buffer's headroom for encapsulation ([`Burst::prepend`]). Drivers
+//! fill bursts through [`Burst::push`] (unsafe: the driver vouches for the header pointer) and
+//! empty them through [`Burst::disown`] once they have taken the packets back.
+//!
+//! Every packet of a burst belongs to one [`PacketOwner`] (one driver's buffers). Dropping a burst
+//! that still holds packets returns them to that owner, so buffers are never lost; the run loop
+//! instead hands packets back to its queues in bulk (the fast, per-core path).
 
-use crate::packet::Packet;
+use std::sync::Arc;
+
+use crate::packet::{NicPayload, PacketOwner, PayloadLoc, PayloadRef, PayloadRing};
 use crate::verdict::{DropReason, Verdict};
+
+/// The largest burst (`datapath.burst` may be 1..=MAX_BURST).
+pub const MAX_BURST: usize = 256;
 
 /// Default burst size (DPDK's customary 32).
 pub const DEFAULT_BURST: usize = 32;
 
-/// A batch of packets with verdicts.
-#[derive(Debug)]
+/// What a driver writes for one received packet (see [`Burst::push`]).
+#[derive(Clone, Copy, Debug)]
+pub struct RxPacket {
+    /// The driver's handle (mbuf pointer, buffer index, ...).
+    pub handle: usize,
+    /// First byte of the header segment (host memory).
+    pub hdr: *mut u8,
+    /// Bytes in the header segment.
+    pub hdr_len: u16,
+    /// Writable bytes before `hdr` in the same buffer ([`Burst::prepend`] may use them).
+    pub headroom: u16,
+    /// Frame length (header + payload, without FCS).
+    pub frame_len: u32,
+    /// Which ring served the payload.
+    pub ring: PayloadRing,
+    /// RSS hash computed by the NIC (0 when the port does not hash).
+    pub rss_hash: u32,
+}
+
+/// A batch of packets with one verdict each (see the module docs).
 pub struct Burst {
-    pkts: Vec<Packet>,
-    verdicts: Vec<Verdict>,
+    len: usize,
     cap: usize,
-    /// True when every verdict equals the first (vacuously true when empty).
-    uniform: bool,
+    /// Some header was moved or resized since Rx ([`Burst::prepend`], [`Burst::trim_front`]):
+    /// a driver that keeps the header's place in its own metadata (mbuf fields) must write the
+    /// burst's values back at Tx.
+    reshaped: bool,
+    owner: Option<Arc<dyn PacketOwner>>,
+    handle: [usize; MAX_BURST],
+    hdr: [*mut u8; MAX_BURST],
+    hdr_len: [u16; MAX_BURST],
+    headroom: [u16; MAX_BURST],
+    frame_len: [u32; MAX_BURST],
+    ring: [PayloadRing; MAX_BURST],
+    rss: [u32; MAX_BURST],
+    port: [u16; MAX_BURST],
+    verdict: [Verdict; MAX_BURST],
+}
+
+// SAFETY: a burst exclusively owns the header bytes its pointers name (no other burst or handle
+// refers to a packet while this burst holds it), and its owner is `Send + Sync`; moving the
+// whole burst to another thread moves that exclusive ownership with it.
+unsafe impl Send for Burst {}
+
+impl std::fmt::Debug for Burst {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.debug_struct("Burst")
+            .field("len", &self.len)
+            .field("cap", &self.cap)
+            .field("verdicts", &self.verdicts())
+            .finish()
+    }
 }
 
 impl Burst {
-    /// An empty burst able to hold `cap` packets.
+    /// An empty burst able to hold `cap` packets (clamped to 1..=[`MAX_BURST`]).
     pub fn with_capacity(cap: usize) -> Self {
         Self {
-            pkts: Vec::with_capacity(cap),
-            verdicts: Vec::with_capacity(cap),
-            cap,
-            uniform: true,
+            len: 0,
+            cap: cap.clamp(1, MAX_BURST),
+            reshaped: false,
+            owner: None,
+            handle: [0; MAX_BURST],
+            hdr: [std::ptr::null_mut(); MAX_BURST],
+            hdr_len: [0; MAX_BURST],
+            headroom: [0; MAX_BURST],
+            frame_len: [0; MAX_BURST],
+            ring: [PayloadRing::None; MAX_BURST],
+            rss: [0; MAX_BURST],
+            port: [0; MAX_BURST],
+            verdict: [Verdict::tx(0); MAX_BURST],
         }
     }
 
@@ -44,143 +113,372 @@ impl Burst {
     /// Packets in the burst.
     #[inline]
     pub fn len(&self) -> usize {
-        self.pkts.len()
+        self.len
     }
 
     /// True when empty.
     #[inline]
     pub fn is_empty(&self) -> bool {
-        self.pkts.is_empty()
+        self.len == 0
     }
 
     /// Room left.
     #[inline]
     pub fn room(&self) -> usize {
-        self.cap - self.pkts.len()
+        self.cap - self.len
     }
 
-    /// Appends a packet with an initial verdict. Returns the packet back if the burst is full.
+    // ---- what network functions use --------------------------------------------------------
+
+    /// The header segment of packet `i` (host memory).
     #[inline]
-    pub fn push(&mut self, pkt: Packet, verdict: Verdict) -> Result<(), Packet> {
-        let len = self.pkts.len();
-        // Checking the vectors' capacities lets the compiler drop `Vec::push`'s growth path, so
-        // the packet is written straight into the burst rather than through a stack temporary
-        // whose wide re-load stalls on store forwarding (a measurable share of a DPDK io-fwd loop).
-        if len >= self.cap
-            || len >= self.pkts.capacity()
-            || self.verdicts.len() >= self.verdicts.capacity()
-        {
-            return Err(pkt);
-        }
-        self.uniform &= self.verdicts.first().is_none_or(|&f| f == verdict);
-        self.pkts.push(pkt);
-        self.verdicts.push(verdict);
-        Ok(())
+    pub fn header(&self, i: usize) -> &[u8] {
+        assert!(i < self.len, "packet {i} of a burst of {}", self.len);
+        // SAFETY: `push` vouched that `hdr[i]` points to `hdr_len[i]` bytes exclusively owned by
+        // this packet while the burst holds it (and `prepend`/`trim_front` keep that true);
+        // `&self` rules out a `&mut` view for the slice's lifetime.
+        unsafe { std::slice::from_raw_parts(self.hdr[i], self.hdr_len[i] as usize) }
     }
 
-    /// Appends the packets of `pkts`, all with `verdict`, until the burst is full; returns how
-    /// many were appended. Drivers fill a received burst this way: with an iterator of known
-    /// length (a mapped slice) the packets are written straight into the burst's storage and its
-    /// length is updated once, without the per-packet capacity checks of [`Burst::push`].
+    /// The header segment of packet `i`, writable: what network functions rewrite.
     #[inline]
-    pub fn extend_from(
-        &mut self,
-        verdict: Verdict,
-        pkts: impl IntoIterator<Item = Packet>,
-    ) -> usize {
-        let before = self.pkts.len();
-        self.pkts.extend(pkts.into_iter().take(self.cap - before));
-        let added = self.pkts.len() - before;
-        if added > 0 {
-            self.uniform &= self.verdicts.first().is_none_or(|&f| f == verdict);
-            self.verdicts.resize(self.pkts.len(), verdict);
+    pub fn header_mut(&mut self, i: usize) -> &mut [u8] {
+        assert!(i < self.len, "packet {i} of a burst of {}", self.len);
+        // SAFETY: as in `header`; `&mut self` proves no other view of any header exists, and
+        // the headers of different packets are different buffers, so they never overlap.
+        unsafe { std::slice::from_raw_parts_mut(self.hdr[i], self.hdr_len[i] as usize) }
+    }
+
+    /// Bytes in the header segment of packet `i`.
+    #[inline]
+    pub fn header_len(&self, i: usize) -> usize {
+        self.hdr_len[..self.len][i] as usize
+    }
+
+    /// Frame length of packet `i` (header + payload, without FCS).
+    #[inline]
+    pub fn frame_len(&self, i: usize) -> usize {
+        self.frame_len[..self.len][i] as usize
+    }
+
+    /// Bytes in the payload segment of packet `i`.
+    #[inline]
+    pub fn payload_len(&self, i: usize) -> usize {
+        self.frame_len(i) - self.header_len(i)
+    }
+
+    /// Which ring served the payload of packet `i`.
+    #[inline]
+    pub fn ring(&self, i: usize) -> PayloadRing {
+        self.ring[..self.len][i]
+    }
+
+    /// The NIC's RSS hash of packet `i` (0 when the port does not hash).
+    #[inline]
+    pub fn rss_hash(&self, i: usize) -> u32 {
+        self.rss[..self.len][i]
+    }
+
+    /// The port packet `i` arrived on (an index in the run's port list).
+    #[inline]
+    pub fn rx_port(&self, i: usize) -> u16 {
+        self.port[..self.len][i]
+    }
+
+    /// Sets the port packet `i` counts as arrived on (tests and fuzzing build bursts this way).
+    #[inline]
+    pub fn set_rx_port(&mut self, i: usize, port: u16) {
+        self.port[..self.len][i] = port;
+    }
+
+    /// The payload segment of packet `i`: bytes in host memory, or a nicmem payload with only
+    /// the counted slow path.
+    pub fn payload(&self, i: usize) -> PayloadRef<'_> {
+        assert!(i < self.len, "packet {i} of a burst of {}", self.len);
+        let Some(owner) = self.owner.as_deref() else {
+            return PayloadRef::None;
+        };
+        let len = self.payload_len(i);
+        if len == 0 {
+            return PayloadRef::None;
         }
-        added
+        match owner.payload(self.handle[i]) {
+            PayloadLoc::None => PayloadRef::None,
+            // SAFETY: the owner promises the payload length this packet was pushed with is
+            // readable at `ptr` and written by nobody while the packet is held (`PacketOwner`'s
+            // contract; `prepend`/`trim_front` change header and frame length alike, never the
+            // payload's); the slice borrows the burst.
+            PayloadLoc::Host(ptr) => {
+                PayloadRef::Host(unsafe { std::slice::from_raw_parts(ptr, len) })
+            }
+            PayloadLoc::Nic => PayloadRef::Nic(NicPayload::new(owner, self.handle[i], len)),
+        }
+    }
+
+    /// Copies the whole frame of packet `i` into `out` (cleared first). A nicmem payload is read
+    /// through the counted slow path: for tests, captures and debugging, never the data path.
+    pub fn copy_frame(&self, i: usize, out: &mut Vec<u8>) {
+        out.clear();
+        out.extend_from_slice(self.header(i));
+        let start = out.len();
+        out.resize(self.frame_len(i).max(start), 0);
+        match self.payload(i) {
+            PayloadRef::None => {}
+            PayloadRef::Host(b) => {
+                let n = b.len().min(out.len() - start);
+                out[start..start + n].copy_from_slice(&b[..n]);
+            }
+            PayloadRef::Nic(n) => {
+                let end = out.len();
+                // Cannot fail: the range is within the payload's own length.
+                let _ = n.read_slow(0, &mut out[start..end]);
+            }
+        }
+    }
+
+    /// The whole frame of packet `i` as a vector (see [`Burst::copy_frame`]).
+    pub fn frame(&self, i: usize) -> Vec<u8> {
+        let mut v = Vec::new();
+        self.copy_frame(i, &mut v);
+        v
+    }
+
+    /// Verdict of packet `i`.
+    #[inline]
+    pub fn verdict(&self, i: usize) -> Verdict {
+        self.verdict[..self.len][i]
+    }
+
+    /// Sets the verdict of packet `i`.
+    #[inline]
+    pub fn set_verdict(&mut self, i: usize, v: Verdict) {
+        self.verdict[..self.len][i] = v;
+    }
+
+    /// Marks packet `i` dropped for `reason`.
+    #[inline]
+    pub fn drop_packet(&mut self, i: usize, reason: DropReason) {
+        self.set_verdict(i, Verdict::drop(reason));
+    }
+
+    /// True unless packet `i` is already dropped (network functions skip dropped packets).
+    #[inline]
+    pub fn is_live(&self, i: usize) -> bool {
+        !self.verdict(i).is_drop()
+    }
+
+    /// Every verdict, in packet order.
+    #[inline]
+    pub fn verdicts(&self) -> &[Verdict] {
+        &self.verdict[..self.len]
+    }
+
+    /// Sets every verdict to `v`.
+    #[inline]
+    pub fn set_all_verdicts(&mut self, v: Verdict) {
+        self.verdict[..self.len].fill(v);
     }
 
     /// The port every packet goes to, if all verdicts are `Tx` of one port (the common case the
     /// run loop sends without sorting).
     #[inline]
     pub fn single_tx_port(&self) -> Option<u16> {
-        let first = *self.verdicts.first()?;
-        match first {
-            Verdict::Tx(p) if self.uniform || self.verdicts.iter().all(|&v| v == first) => Some(p),
-            _ => None,
+        let v = self.verdicts();
+        let first = *v.first()?;
+        let p = first.tx_port()?;
+        v.iter().all(|&x| x == first).then_some(p)
+    }
+
+    /// Hints the CPU to fetch the header of packet `i` into cache (no effect past the end).
+    /// Network functions call it a few packets ahead of the one they work on.
+    #[inline]
+    pub fn prefetch(&self, i: usize) {
+        if i < self.len {
+            prefetch_read(self.hdr[i]);
         }
     }
 
-    /// Moves every packet into `out` (which must be empty) without copying them: the two
-    /// vectors swap storage, so `out` should have the burst's capacity. Verdicts are cleared.
-    /// If `out` is not empty the packets are appended instead.
-    #[inline]
-    pub fn take_packets(&mut self, out: &mut Vec<Packet>) {
-        if out.is_empty() && out.capacity() >= self.cap {
-            std::mem::swap(&mut self.pkts, out);
-        } else {
-            out.append(&mut self.pkts);
+    /// Grows the header segment of packet `i` by `n` bytes at its front, into the buffer's
+    /// headroom (encapsulation: an outer IPv4 header, a VLAN tag), and returns the new header.
+    /// The frame grows by `n`; the bytes that were there stay at offset `n`. `None` when the
+    /// headroom is smaller than `n`.
+    pub fn prepend(&mut self, i: usize, n: usize) -> Option<&mut [u8]> {
+        assert!(i < self.len, "packet {i} of a burst of {}", self.len);
+        let room = self.headroom[i] as usize;
+        let new_len = self.hdr_len[i] as usize + n;
+        if n > room || new_len > u16::MAX as usize {
+            return None;
         }
-        self.verdicts.clear();
-        self.uniform = true;
+        // SAFETY: the driver vouched (in `push`) that `headroom[i]` writable bytes before
+        // `hdr[i]` belong to this packet's buffer, and `n <= headroom[i]`.
+        self.hdr[i] = unsafe { self.hdr[i].sub(n) };
+        self.headroom[i] = (room - n) as u16;
+        self.hdr_len[i] = new_len as u16;
+        self.frame_len[i] += n as u32;
+        self.reshaped = true;
+        Some(self.header_mut(i))
     }
 
-    /// Packet `i`.
+    /// Removes the first `n` bytes of packet `i`'s header segment (decapsulation); they become
+    /// headroom. `false` (and no change) when the header segment is shorter than `n`.
+    pub fn trim_front(&mut self, i: usize, n: usize) -> bool {
+        assert!(i < self.len, "packet {i} of a burst of {}", self.len);
+        let len = self.hdr_len[i] as usize;
+        let room = self.headroom[i] as usize + n;
+        if n > len || room > u16::MAX as usize {
+            return false;
+        }
+        // SAFETY: `n <= hdr_len[i]`, so the pointer stays inside the header segment.
+        self.hdr[i] = unsafe { self.hdr[i].add(n) };
+        self.headroom[i] = room as u16;
+        self.hdr_len[i] = (len - n) as u16;
+        self.frame_len[i] -= n as u32;
+        self.reshaped = true;
+        true
+    }
+
+    // ---- what drivers use -------------------------------------------------------------------
+
+    /// The owner of the burst's packets, if any packet was ever pushed.
     #[inline]
-    pub fn packet(&self, i: usize) -> &Packet {
-        &self.pkts[i]
+    pub fn owner(&self) -> Option<&Arc<dyn PacketOwner>> {
+        self.owner.as_ref()
     }
 
-    /// Packet `i`, writable.
+    /// True when the burst's packets belong to `owner` (or the burst holds none).
     #[inline]
-    pub fn packet_mut(&mut self, i: usize) -> &mut Packet {
-        &mut self.pkts[i]
+    pub fn owned_by(&self, owner: &Arc<dyn PacketOwner>) -> bool {
+        self.len == 0
+            || self
+                .owner
+                .as_ref()
+                .is_some_and(|o| std::ptr::addr_eq(Arc::as_ptr(o), Arc::as_ptr(owner)))
     }
 
-    /// Verdict of packet `i`.
+    /// Makes `owner` the owner of the packets about to be pushed. Cheap when it already is (no
+    /// reference-count traffic in a steady state). Returns `false`, changing nothing, when the
+    /// burst still holds packets of another owner.
     #[inline]
-    pub fn verdict(&self, i: usize) -> Verdict {
-        self.verdicts[i]
+    pub fn adopt(&mut self, owner: &Arc<dyn PacketOwner>) -> bool {
+        let same = self
+            .owner
+            .as_ref()
+            .is_some_and(|o| std::ptr::addr_eq(Arc::as_ptr(o), Arc::as_ptr(owner)));
+        if same {
+            return true;
+        }
+        if self.len > 0 {
+            return false;
+        }
+        self.owner = Some(owner.clone());
+        true
     }
 
-    /// Sets the verdict of packet `i`.
+    /// Appends a received packet with verdict `Tx(port)` and receive port `port` (drivers set
+    /// both for a whole burst with [`Burst::set_rx_defaults`] afterwards). Returns `false` when
+    /// the burst is full.
+    ///
+    /// # Safety
+    /// The caller must have made the packet's owner the burst's owner ([`Burst::adopt`]), and
+    /// `p.hdr` must point to `p.hdr_len` bytes of host memory, with `p.headroom` writable bytes
+    /// before them in the same buffer, exclusively owned by this packet until the burst gives it
+    /// back (to the owner or a queue); `p.handle` must be a live handle of that owner.
     #[inline]
-    pub fn set_verdict(&mut self, i: usize, v: Verdict) {
-        self.verdicts[i] = v;
-        self.uniform &= self.verdicts[0] == v;
+    pub unsafe fn push(&mut self, p: &RxPacket) -> bool {
+        let i = self.len;
+        if i >= self.cap {
+            return false;
+        }
+        debug_assert!(self.owner.is_some(), "push before adopt");
+        self.handle[i] = p.handle;
+        self.hdr[i] = p.hdr;
+        self.hdr_len[i] = p.hdr_len;
+        self.headroom[i] = p.headroom;
+        self.frame_len[i] = p.frame_len;
+        self.ring[i] = p.ring;
+        self.rss[i] = p.rss_hash;
+        self.len = i + 1;
+        true
     }
 
-    /// Marks packet `i` dropped for `reason`.
+    /// Sets the receive port and the initial verdict of packets `from..len` (one pass over two
+    /// small arrays per received burst).
     #[inline]
-    pub fn drop_packet(&mut self, i: usize, reason: DropReason) {
-        self.verdicts[i] = Verdict::Drop(reason);
-        self.uniform &= self.verdicts[0] == Verdict::Drop(reason);
+    pub fn set_rx_defaults(&mut self, from: usize, port: u16, verdict: Verdict) {
+        let to = self.len;
+        if from < to {
+            self.port[from..to].fill(port);
+            self.verdict[from..to].fill(verdict);
+        }
     }
 
-    /// All packets with their verdicts, for in-place processing.
+    /// The packets' handles, in order (drivers transmit and free by handle).
     #[inline]
-    pub fn iter_mut(&mut self) -> impl Iterator<Item = (&mut Packet, &mut Verdict)> {
-        // Verdicts may change behind the returned references.
-        self.uniform = false;
-        self.pkts.iter_mut().zip(self.verdicts.iter_mut())
+    pub fn handles(&self) -> &[usize] {
+        &self.handle[..self.len]
     }
 
-    /// All packets with their verdicts.
+    /// Where header `i` starts and how many bytes of headroom are before it (drivers rebuild
+    /// their descriptors from these when [`Burst::reshaped`] says a header moved).
     #[inline]
-    pub fn iter(&self) -> impl Iterator<Item = (&Packet, &Verdict)> {
-        self.pkts.iter().zip(self.verdicts.iter())
+    pub fn header_place(&self, i: usize) -> (*mut u8, usize) {
+        (self.hdr[..self.len][i], self.headroom[i] as usize)
     }
 
-    /// Removes every packet, yielding each with its verdict.
+    /// Headroom before header `i`.
     #[inline]
-    pub fn drain(&mut self) -> impl Iterator<Item = (Packet, Verdict)> + '_ {
-        self.uniform = true;
-        self.pkts.drain(..).zip(self.verdicts.drain(..))
+    pub fn headroom(&self, i: usize) -> usize {
+        self.headroom[..self.len][i] as usize
     }
 
-    /// Drops every packet (returning buffers to their pools).
+    /// True when some header was moved or resized since Rx (see [`Burst::prepend`]).
+    #[inline]
+    pub fn reshaped(&self) -> bool {
+        self.reshaped
+    }
+
+    /// Forgets every packet without returning it: the caller (a driver) has taken them back.
+    #[inline]
+    pub fn disown(&mut self) {
+        self.len = 0;
+        self.reshaped = false;
+    }
+
+    /// Moves packet `i` to the end of `dst` (same owner; the run loop sorts packets by verdict
+    /// this way). Packet `i` stays in `self` as a stale copy the caller must [`Burst::disown`]
+    /// with the rest. Returns `false` when `dst` is full or has another owner.
+    #[inline]
+    pub fn move_to(&self, i: usize, dst: &mut Burst) -> bool {
+        assert!(i < self.len, "packet {i} of a burst of {}", self.len);
+        let Some(owner) = self.owner.as_ref() else {
+            return false;
+        };
+        if dst.len >= dst.cap || !dst.adopt(owner) {
+            return false;
+        }
+        let j = dst.len;
+        dst.handle[j] = self.handle[i];
+        dst.hdr[j] = self.hdr[i];
+        dst.hdr_len[j] = self.hdr_len[i];
+        dst.headroom[j] = self.headroom[i];
+        dst.frame_len[j] = self.frame_len[i];
+        dst.ring[j] = self.ring[i];
+        dst.rss[j] = self.rss[i];
+        dst.port[j] = self.port[i];
+        dst.verdict[j] = self.verdict[i];
+        dst.reshaped |= self.reshaped;
+        dst.len = j + 1;
+        true
+    }
+
+    /// Returns every packet to its owner (the slow path; the run loop frees through its queues).
     pub fn clear(&mut self) {
-        self.pkts.clear();
-        self.verdicts.clear();
-        self.uniform = true;
+        if self.len > 0
+            && let Some(o) = &self.owner
+        {
+            o.free(&self.handle[..self.len]);
+        }
+        self.disown();
     }
 }
 
@@ -190,76 +488,90 @@ impl Default for Burst {
     }
 }
 
+impl Drop for Burst {
+    fn drop(&mut self) {
+        self.clear();
+    }
+}
+
+/// Prefetches the cache line at `p` for reading (a hint: never faults, whatever `p` is).
+#[inline(always)]
+fn prefetch_read(p: *const u8) {
+    #[cfg(target_arch = "x86_64")]
+    // SAFETY: a prefetch is a hint that never faults, even on an invalid address; SSE is part of
+    // the x86_64 baseline.
+    unsafe {
+        std::arch::x86_64::_mm_prefetch::<{ std::arch::x86_64::_MM_HINT_T0 }>(p.cast())
+    };
+    #[cfg(not(target_arch = "x86_64"))]
+    let _ = p;
+}
+
 #[cfg(test)]
 mod tests {
     use super::*;
     use crate::mode::DatapathMode;
     use crate::testkit::PacketFactory;
 
-    fn packets(f: &PacketFactory, n: usize) -> Vec<Packet> {
-        (0..n)
-            .map(|_| f.packet(&[0u8; 60]).expect("pool has buffers"))
-            .collect()
-    }
-
     #[test]
-    fn extend_from_stops_at_capacity_and_sets_every_verdict() {
+    fn push_stops_at_capacity_and_defaults_apply() {
         let f = PacketFactory::new(DatapathMode::Host, 64, 1514, 64);
         let mut b = Burst::with_capacity(4);
-        assert_eq!(b.extend_from(Verdict::Tx(1), packets(&f, 3)), 3);
-        // Only one more fits; the rest of the iterator is not taken.
-        assert_eq!(b.extend_from(Verdict::Tx(1), packets(&f, 3)), 1);
+        for _ in 0..4 {
+            assert!(f.push(&mut b, &[1u8; 60]));
+        }
+        assert!(!f.push(&mut b, &[1u8; 60]), "a full burst refuses");
+        b.set_rx_defaults(0, 2, Verdict::tx(1));
         assert_eq!(b.len(), 4);
-        assert!((0..4).all(|i| b.verdict(i) == Verdict::Tx(1)));
+        assert!((0..4).all(|i| b.verdict(i) == Verdict::tx(1) && b.rx_port(i) == 2));
         assert_eq!(b.single_tx_port(), Some(1));
-        assert_eq!(b.extend_from(Verdict::Tx(1), packets(&f, 1)), 0);
+        drop(b);
+        assert_eq!(f.in_use(), 0, "dropping a burst returns its packets");
     }
 
     #[test]
-    fn single_tx_port_follows_every_way_a_verdict_changes() {
-        let f = PacketFactory::new(DatapathMode::Host, 64, 1514, 64);
-        let mut b = Burst::with_capacity(8);
-        b.extend_from(Verdict::Tx(0), packets(&f, 4));
+    fn single_tx_port_follows_verdicts() {
+        let f = PacketFactory::new(DatapathMode::Split, 64, 1514, 64);
+        let mut b = f.burst(&vec![vec![0u8; 200]; 4]);
+        b.set_all_verdicts(Verdict::tx(0));
         assert_eq!(b.single_tx_port(), Some(0));
-        b.set_verdict(2, Verdict::Tx(0));
-        assert_eq!(
-            b.single_tx_port(),
-            Some(0),
-            "same verdict again keeps it uniform"
-        );
-        b.set_verdict(3, Verdict::Tx(1));
+        b.set_verdict(3, Verdict::tx(1));
         assert_eq!(b.single_tx_port(), None);
-        b.set_verdict(3, Verdict::Tx(0));
-        assert_eq!(
-            b.single_tx_port(),
-            Some(0),
-            "the scan still finds a uniform burst"
-        );
-        b.drop_packet(1, DropReason::Malformed);
+        b.set_verdict(3, Verdict::tx(0));
+        assert_eq!(b.single_tx_port(), Some(0));
+        b.drop_packet(1, DropReason::MALFORMED);
         assert_eq!(b.single_tx_port(), None);
-        b.clear();
-        b.extend_from(Verdict::Tx(2), packets(&f, 2));
-        assert_eq!(b.single_tx_port(), Some(2));
-        // A different verdict appended to a uniform burst.
-        b.extend_from(Verdict::Tx(3), packets(&f, 1));
-        assert_eq!(b.single_tx_port(), None);
-        b.clear();
-        b.extend_from(Verdict::Tx(2), packets(&f, 2));
-        for (_, v) in b.iter_mut() {
-            *v = Verdict::Drop(DropReason::Policy);
+        assert!(!b.is_live(1));
+        let mut other = Burst::with_capacity(8);
+        assert!(b.move_to(0, &mut other));
+        assert_eq!(other.len(), 1);
+        assert_eq!(other.frame(0), vec![0u8; 200]);
+        // The moved packet now belongs to `other`: forget it in `b` before `b` frees the rest.
+        other.clear();
+        let rest: Vec<usize> = b.handles()[1..].to_vec();
+        b.disown();
+        f.free_handles(&rest);
+        assert_eq!(f.in_use(), 0);
+    }
+
+    #[test]
+    fn prepend_and_trim_use_the_headroom() {
+        for mode in DatapathMode::ALL {
+            let f = PacketFactory::new(mode, 64, 1514, 8);
+            let frame: Vec<u8> = (0..150u8).collect();
+            let mut b = f.burst(std::slice::from_ref(&frame));
+            let room = b.headroom(0);
+            assert!(room >= 20, "{mode}: headroom {room}");
+            let h = b.prepend(0, 20).expect("room for an outer header");
+            h[..20].fill(0xee);
+            assert_eq!(b.frame_len(0), 170);
+            let mut want = vec![0xee; 20];
+            want.extend_from_slice(&frame);
+            assert_eq!(b.frame(0), want, "{mode}");
+            assert!(b.prepend(0, room).is_none(), "{mode}: past the headroom");
+            assert!(b.trim_front(0, 20));
+            assert_eq!(b.frame(0), frame, "{mode}");
+            assert!(b.reshaped());
         }
-        assert_eq!(
-            b.single_tx_port(),
-            None,
-            "verdicts changed through iter_mut"
-        );
-        let mut out = Vec::with_capacity(8);
-        b.take_packets(&mut out);
-        assert_eq!(out.len(), 2);
-        assert!(
-            b.push(packets(&f, 1).pop().unwrap(), Verdict::Tx(5))
-                .is_ok()
-        );
-        assert_eq!(b.single_tx_port(), Some(5));
     }
 }

@@ -4,6 +4,7 @@
 //! See `DESIGN.md` in the shared folder for the architecture; the module docs say what each part
 //! holds and why.
 
+pub mod arena;
 pub mod burst;
 pub mod driver;
 pub mod mode;
@@ -19,9 +20,9 @@ pub mod testkit;
 pub mod verdict;
 pub mod wire;
 
-pub use burst::{Burst, DEFAULT_BURST};
+pub use burst::{Burst, DEFAULT_BURST, MAX_BURST, RxPacket};
 pub use mode::DatapathMode;
 pub use nf::{NetworkFunction, NfChain, NfContext, merge_stats};
-pub use packet::{NicPayload, Packet, PacketError, PacketMeta, Payload, PayloadRef, RxRing};
+pub use packet::{NicPayload, PacketOwner, PayloadLoc, PayloadRef, PayloadRing};
 pub use port::{Capabilities, Port, Queue, QueueStats};
-pub use verdict::{DropReason, Verdict};
+pub use verdict::{Action, DropCounts, DropReason, Verdict};

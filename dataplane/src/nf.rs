@@ -1,7 +1,7 @@
 //! The network-function interface.
 //!
-//! A network function processes a burst of packets in place: it reads and rewrites header segments
-//! ([`crate::Packet::header_mut`]) and sets a verdict per packet. State is per core
+//! A network function processes a burst of packets in place: it walks the burst's header segments
+//! ([`crate::Burst::header_mut`]), rewrites them, and sets a verdict per packet. State is per core
 //! (shared-nothing): the run loop builds one instance of each function per worker, and RSS keeps a
 //! flow on one worker. The same chain runs unchanged on every driver and in every datapath mode.
 
@@ -35,19 +35,6 @@ pub trait NetworkFunction: Send {
 
     /// Called once when the run ends (after the last burst), e.g. to write a flow dump.
     fn finish(&mut self, _ctx: &NfContext) {}
-
-    /// True if this function never reads or rewrites packets and never changes a verdict (as
-    /// `io_fwd`). When every function of a chain says so, the run loop lets drivers that can
-    /// forward a received burst without building packets do so (the DPDK driver hands the Rx
-    /// mbuf array straight to Tx, like testpmd's io mode) and calls [`NetworkFunction::pass`]
-    /// instead of [`NetworkFunction::process`].
-    fn passes_through(&self) -> bool {
-        false
-    }
-
-    /// Accounts for `n` packets forwarded without being built (called only when
-    /// [`NetworkFunction::passes_through`] is true).
-    fn pass(&mut self, _n: usize) {}
 
     /// Flow steering this instance needs when it runs on Rx queue (worker) `queue`: frames it
     /// must see that RSS would send elsewhere (e.g. a NAT's return traffic to its own port
@@ -89,20 +76,6 @@ impl NfChain {
     pub fn process(&mut self, burst: &mut Burst, ctx: &NfContext) {
         for nf in &mut self.nfs {
             nf.process(burst, ctx);
-        }
-    }
-
-    /// True if every function passes packets through untouched (an empty chain does), so bursts
-    /// may be forwarded without building packets (see [`NetworkFunction::passes_through`]).
-    pub fn passes_through(&self) -> bool {
-        self.nfs.iter().all(|nf| nf.passes_through())
-    }
-
-    /// Accounts for `n` packets forwarded without being built.
-    #[inline]
-    pub fn pass(&mut self, n: usize) {
-        for nf in &mut self.nfs {
-            nf.pass(n);
         }
     }
 

@@ -1,32 +1,33 @@
-//! The packet: a header segment in host memory plus an optional payload segment in host memory or
-//! in on-NIC memory.
+//! What a packet is, seen from the packet core: a driver's handle, a header segment in host memory,
+//! and an optional payload segment in host memory or in on-NIC memory.
 //!
-//! This is the load-bearing decision of the design. A [`Packet`] always has its first
-//! `header_len()` bytes (the split offset, default 64 B, or the whole frame in `host` mode) in a
-//! host buffer that network functions can read and rewrite through [`Packet::header_mut`]. The rest
-//! of the frame, if any, is a [`Payload`]: a host buffer (readable) or a nicmem buffer, which has
-//! no byte view at all; its bytes can only be fetched through the counted slow path
-//! [`NicPayload::read_slow`].
+//! This is the load-bearing decision of the design. A packet always has its first `header_len`
+//! bytes (the split offset, default 64 B, or the whole frame in `host` mode) in host memory, where
+//! network functions read and rewrite them ([`crate::Burst::header_mut`]). The rest of the frame,
+//! if any, is the payload: a host buffer (readable) or a nicmem buffer, which has no byte view at
+//! all; its bytes can only be fetched through the counted slow path [`NicPayload::read_slow`].
 //!
-//! Network functions must never compare IPv4/L4 length fields with `header_len()`: in split modes
-//! the header segment is shorter than the packet. Use [`Packet::frame_len`].
+//! Network functions must never compare IPv4/L4 length fields with the header length: in split
+//! modes the header segment is shorter than the packet. Use the frame length.
 //!
-//! Dropping a packet returns its buffers to their pools.
+//! **What moves is small.** A packet is a driver handle of one machine word (an `rte_mbuf*` on
+//! DPDK, a buffer index on the virtual NIC), kept in a [`crate::Burst`] beside the few fields every
+//! layer needs (header pointer and length, frame length, which ring served the payload, RSS
+//! hash, receive port, verdict), written once by the driver at Rx and never copied afterwards.
+//! Everything else a driver needs to transmit or free a packet lives with its buffer (mbuf fields,
+//! or the metadata area of a virtual NIC header buffer), the way DPDK and VPP keep it.
 //!
-//! With the `dpdk` feature a packet may instead own a DPDK mbuf chain
-//! ([`crate::driver::dpdk::Mbuf`]): the DPDK driver hands received mbufs to network functions
-//! without copying and transmits them without copying, so the header segment is the first mbuf
-//! segment and the payload segment the second. The public API is the same for both
-//! representations, except the driver-facing [`Packet::header_buf`], [`Packet::payload_buf`] and
-//! [`Packet::into_parts`], which only exist for packets built from `nicmem` buffers (they panic on
-//! an mbuf packet; a run never mixes drivers, see `driver::dpdk`).
+//! The core knows no driver: a driver that hands packets to the core implements
+//! [`PacketOwner`], the small interface the core needs for what is not on the per-packet path
+//! (returning buffers when a burst is dropped outside the run loop, and the payload views).
 
-use nicmem::{AccessError, Buf, Host, Nic};
+use nicmem::AccessError;
 
 /// Which Rx ring served a packet's payload (reported in the completion, like the paper's split
 /// rings).
-#[derive(Clone, Copy, Debug, Default, PartialEq, Eq)]
-pub enum RxRing {
+#[derive(Clone, Copy, Debug, Default, PartialEq, Eq, Hash)]
+#[repr(u8)]
+pub enum PayloadRing {
     /// No payload segment: the frame fit the header buffer (or `host` mode).
     #[default]
     None,
@@ -36,31 +37,37 @@ pub enum RxRing {
     Secondary,
 }
 
-/// Per-packet metadata filled by the driver.
-#[derive(Clone, Copy, Debug, Default, PartialEq, Eq)]
-pub struct PacketMeta {
-    /// RSS (Toeplitz) hash computed by the NIC.
-    pub rss_hash: u32,
-    /// Port the packet arrived on.
-    pub port: u16,
-    /// Queue the packet arrived on.
-    pub queue: u16,
-    /// Which Rx ring served the payload.
-    pub ring: RxRing,
-    /// Arrival time on the wire, ns (virtual or wall clock, per run).
-    pub rx_time_ns: u64,
+/// Where a packet's payload segment lives, as its owner describes it (see [`PacketOwner`]).
+#[derive(Clone, Copy, Debug)]
+pub enum PayloadLoc {
+    /// No payload segment.
+    None,
+    /// In host memory, starting at this byte.
+    Host(*const u8),
+    /// In on-NIC memory: no byte view, only [`PacketOwner::read_nic`].
+    Nic,
 }
 
-/// The payload segment of a packet.
-#[derive(Debug, Default)]
-pub enum Payload {
-    /// No payload segment.
-    #[default]
-    None,
-    /// Payload in a host buffer.
-    Host(Buf<Host>),
-    /// Payload in on-NIC memory.
-    Nic(Buf<Nic>),
+/// The driver side of packets held in a [`crate::Burst`]: what the packet core asks of whoever
+/// issued the handles, off the per-packet path.
+///
+/// # Safety
+/// An implementation promises, for every handle it issued that is still held by a burst:
+/// - [`PacketOwner::payload`] returns `Host(ptr)` only when the payload length the packet was
+///   pushed with ([`crate::burst::RxPacket`]: frame length minus header length) is readable at
+///   `ptr` and written by nobody while the packet is held;
+/// - [`PacketOwner::free`] may be called once per handle, from any thread, and takes the packet
+///   back (its buffers return to their pools).
+pub unsafe trait PacketOwner: Send + Sync {
+    /// Takes packets back (slow path: a burst dropped with packets still in it).
+    fn free(&self, handles: &[usize]);
+
+    /// Where the payload of packet `handle` lives.
+    fn payload(&self, handle: usize) -> PayloadLoc;
+
+    /// Copies bytes `[offset, offset + dst.len())` of the nicmem payload of `handle` to `dst`
+    /// through a counted CPU read of nicmem (~0.05 B/cycle on real hardware).
+    fn read_nic(&self, handle: usize, offset: usize, dst: &mut [u8]) -> Result<(), AccessError>;
 }
 
 /// A borrowed view of a packet's payload segment.
@@ -75,301 +82,45 @@ pub enum PayloadRef<'a> {
 }
 
 /// A payload held in on-NIC memory. There is deliberately no `as_slice`.
-#[derive(Debug)]
 pub struct NicPayload<'a> {
-    src: NicSrc<'a>,
+    owner: &'a dyn PacketOwner,
+    handle: usize,
     len: usize,
 }
 
-/// Where a nicmem payload lives: a `nicmem` pool buffer or (feature `dpdk`) an mbuf segment.
-#[derive(Debug)]
-enum NicSrc<'a> {
-    Buf(&'a Buf<Nic>),
-    #[cfg(feature = "dpdk")]
-    Mbuf(&'a crate::driver::dpdk::Mbuf),
+impl std::fmt::Debug for NicPayload<'_> {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.debug_struct("NicPayload").field("len", &self.len).finish()
+    }
 }
 
-impl NicPayload<'_> {
+impl<'a> NicPayload<'a> {
+    pub(crate) fn new(owner: &'a dyn PacketOwner, handle: usize, len: usize) -> Self {
+        Self { owner, handle, len }
+    }
+
     /// Payload length in bytes.
     pub fn len(&self) -> usize {
         self.len
     }
+
     /// True for an empty payload.
     pub fn is_empty(&self) -> bool {
         self.len == 0
     }
+
     /// Copies payload bytes `[offset, offset + dst.len())` to `dst` through a counted CPU read of
     /// nicmem (the slow path: ~0.05 B/cycle on real hardware).
     pub fn read_slow(&self, offset: usize, dst: &mut [u8]) -> Result<(), AccessError> {
-        if offset + dst.len() > self.len {
+        if offset
+            .checked_add(dst.len())
+            .is_none_or(|end| end > self.len)
+        {
             return Err(AccessError::Oversized {
-                len: dst.len() as u32,
+                len: dst.len().min(u32::MAX as usize) as u32,
                 max: self.len.saturating_sub(offset) as u32,
             });
         }
-        match self.src {
-            NicSrc::Buf(b) => b.read_slow(offset, dst),
-            #[cfg(feature = "dpdk")]
-            NicSrc::Mbuf(m) => m.read_payload_slow(offset, dst),
-        }
+        self.owner.read_nic(self.handle, offset, dst)
     }
-}
-
-/// Errors assembling a packet from segments.
-#[derive(Clone, Copy, Debug, PartialEq, Eq)]
-pub enum PacketError {
-    /// The header length exceeds the header buffer.
-    HeaderTooLong { len: usize, cap: usize },
-    /// The payload length exceeds the payload buffer, or there is payload length but no segment.
-    PayloadTooLong { len: usize, cap: usize },
-}
-
-/// The segments of a packet: `nicmem` pool buffers, or (feature `dpdk`) an owned mbuf chain.
-#[derive(Debug)]
-enum Segs {
-    Bufs {
-        hdr: Buf<Host>,
-        payload: Payload,
-    },
-    #[cfg(feature = "dpdk")]
-    Mbuf(crate::driver::dpdk::Mbuf),
-}
-
-/// An owned packet (see the module docs).
-#[derive(Debug)]
-pub struct Packet {
-    segs: Segs,
-    hdr_len: u32,
-    frame_len: u32,
-    /// Driver-filled metadata.
-    pub meta: PacketMeta,
-}
-
-impl Packet {
-    /// Assembles a packet from a header buffer holding `hdr_len` bytes and a payload segment
-    /// holding `frame_len - hdr_len` bytes.
-    #[inline]
-    pub fn new(
-        hdr: Buf<Host>,
-        hdr_len: usize,
-        payload: Payload,
-        frame_len: usize,
-        meta: PacketMeta,
-    ) -> Result<Self, PacketError> {
-        if hdr_len > hdr.capacity() || hdr_len > frame_len {
-            return Err(PacketError::HeaderTooLong {
-                len: hdr_len,
-                cap: hdr.capacity().min(frame_len),
-            });
-        }
-        let plen = frame_len - hdr_len;
-        let pcap = match &payload {
-            Payload::None => 0,
-            Payload::Host(b) => b.capacity(),
-            Payload::Nic(b) => b.capacity(),
-        };
-        if plen > pcap {
-            return Err(PacketError::PayloadTooLong {
-                len: plen,
-                cap: pcap,
-            });
-        }
-        Ok(Self {
-            segs: Segs::Bufs { hdr, payload },
-            hdr_len: hdr_len as u32,
-            frame_len: frame_len as u32,
-            meta,
-        })
-    }
-
-    /// Wraps an mbuf chain received by the DPDK driver. The driver guarantees that the first
-    /// segment holds `hdr_len` bytes and the chain `frame_len` bytes in at most two segments.
-    #[cfg(feature = "dpdk")]
-    #[inline]
-    pub(crate) fn from_mbuf(
-        m: crate::driver::dpdk::Mbuf,
-        hdr_len: u32,
-        frame_len: u32,
-        meta: PacketMeta,
-    ) -> Self {
-        Self {
-            segs: Segs::Mbuf(m),
-            hdr_len,
-            frame_len,
-            meta,
-        }
-    }
-
-    /// The mbuf chain of a packet built by the DPDK driver (`None` for `nicmem` buffers).
-    #[cfg(feature = "dpdk")]
-    #[inline]
-    pub fn mbuf(&self) -> Option<&crate::driver::dpdk::Mbuf> {
-        match &self.segs {
-            Segs::Mbuf(m) => Some(m),
-            Segs::Bufs { .. } => None,
-        }
-    }
-
-    /// Takes the mbuf chain out of a packet built by the DPDK driver; gives the packet back if
-    /// it is made of `nicmem` buffers.
-    #[cfg(feature = "dpdk")]
-    #[inline]
-    pub(crate) fn into_mbuf(self) -> Result<crate::driver::dpdk::Mbuf, Packet> {
-        match self.segs {
-            Segs::Mbuf(m) => Ok(m),
-            segs @ Segs::Bufs { .. } => Err(Packet { segs, ..self }),
-        }
-    }
-
-    /// The header segment (host memory).
-    #[inline]
-    pub fn header(&self) -> &[u8] {
-        let n = self.hdr_len as usize;
-        match &self.segs {
-            Segs::Bufs { hdr, .. } => &hdr.bytes()[..n],
-            #[cfg(feature = "dpdk")]
-            Segs::Mbuf(m) => m.first_segment(n),
-        }
-    }
-
-    /// The header segment, writable: what network functions rewrite.
-    #[inline]
-    pub fn header_mut(&mut self) -> &mut [u8] {
-        let n = self.hdr_len as usize;
-        match &mut self.segs {
-            Segs::Bufs { hdr, .. } => &mut hdr.bytes_mut()[..n],
-            #[cfg(feature = "dpdk")]
-            Segs::Mbuf(m) => m.first_segment_mut(n),
-        }
-    }
-
-    /// Bytes in the header segment.
-    #[inline]
-    pub fn header_len(&self) -> usize {
-        self.hdr_len as usize
-    }
-
-    /// Total frame length (header + payload, without FCS).
-    #[inline]
-    pub fn frame_len(&self) -> usize {
-        self.frame_len as usize
-    }
-
-    /// Bytes in the payload segment.
-    #[inline]
-    pub fn payload_len(&self) -> usize {
-        (self.frame_len - self.hdr_len) as usize
-    }
-
-    /// Number of segments (1 or 2).
-    #[inline]
-    pub fn segments(&self) -> usize {
-        match &self.segs {
-            Segs::Bufs {
-                payload: Payload::None,
-                ..
-            } => 1,
-            Segs::Bufs { .. } => 2,
-            #[cfg(feature = "dpdk")]
-            Segs::Mbuf(m) => m.segments(),
-        }
-    }
-
-    /// The payload segment.
-    pub fn payload(&self) -> PayloadRef<'_> {
-        let n = self.payload_len();
-        match &self.segs {
-            Segs::Bufs { payload, .. } => match payload {
-                Payload::None => PayloadRef::None,
-                Payload::Host(b) => PayloadRef::Host(&b.bytes()[..n]),
-                Payload::Nic(buf) => PayloadRef::Nic(NicPayload {
-                    src: NicSrc::Buf(buf),
-                    len: n,
-                }),
-            },
-            #[cfg(feature = "dpdk")]
-            Segs::Mbuf(m) => {
-                if n == 0 {
-                    PayloadRef::None
-                } else if m.payload_in_nicmem() {
-                    PayloadRef::Nic(NicPayload {
-                        src: NicSrc::Mbuf(m),
-                        len: n,
-                    })
-                } else {
-                    PayloadRef::Host(m.second_segment(n))
-                }
-            }
-        }
-    }
-
-    /// The header buffer (drivers build descriptors from it).
-    ///
-    /// # Panics
-    /// On a packet that owns a DPDK mbuf chain (feature `dpdk`; only DPDK ports create them).
-    #[inline]
-    pub fn header_buf(&self) -> &Buf<Host> {
-        match &self.segs {
-            Segs::Bufs { hdr, .. } => hdr,
-            #[cfg(feature = "dpdk")]
-            Segs::Mbuf(_) => mbuf_packet_on_buf_path(),
-        }
-    }
-
-    /// The payload segment's buffer (drivers build descriptors from it).
-    ///
-    /// # Panics
-    /// On a packet that owns a DPDK mbuf chain (feature `dpdk`; only DPDK ports create them).
-    #[inline]
-    pub fn payload_buf(&self) -> &Payload {
-        match &self.segs {
-            Segs::Bufs { payload, .. } => payload,
-            #[cfg(feature = "dpdk")]
-            Segs::Mbuf(_) => mbuf_packet_on_buf_path(),
-        }
-    }
-
-    /// Takes the packet apart: `(header buffer, header length, payload, frame length)`.
-    ///
-    /// # Panics
-    /// On a packet that owns a DPDK mbuf chain (feature `dpdk`; only DPDK ports create them).
-    #[inline]
-    pub fn into_parts(self) -> (Buf<Host>, usize, Payload, usize) {
-        match self.segs {
-            Segs::Bufs { hdr, payload } => {
-                (hdr, self.hdr_len as usize, payload, self.frame_len as usize)
-            }
-            #[cfg(feature = "dpdk")]
-            Segs::Mbuf(_) => mbuf_packet_on_buf_path(),
-        }
-    }
-
-    /// Copies the whole frame into `out` (cleared first). A nicmem payload is read through the
-    /// counted slow path: for tests, pcap capture and debugging, never for the data path.
-    pub fn copy_frame(&self, out: &mut Vec<u8>) {
-        out.clear();
-        out.extend_from_slice(self.header());
-        let start = out.len();
-        out.resize(self.frame_len(), 0);
-        match self.payload() {
-            PayloadRef::None => {}
-            PayloadRef::Host(b) => out[start..].copy_from_slice(b),
-            PayloadRef::Nic(n) => {
-                // Cannot fail: the range is the payload's own length.
-                let _ = n.read_slow(0, &mut out[start..]);
-            }
-        }
-    }
-}
-
-/// A DPDK mbuf packet reached code that expects `nicmem` buffers (a vNIC port): runs never mix
-/// drivers, so this is a bug in the caller.
-#[cfg(feature = "dpdk")]
-#[cold]
-#[track_caller]
-fn mbuf_packet_on_buf_path() -> ! {
-    panic!(
-        "a DPDK mbuf packet was handed to a nicmem-buffer driver path (runs must not mix vnic and \
-         dpdk ports)"
-    )
 }

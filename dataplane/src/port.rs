@@ -5,7 +5,6 @@
 //! calls `rx_burst` / `tx_burst` on it without locks. Counters are kept per queue and summed.
 
 use crate::burst::Burst;
-use crate::packet::Packet;
 
 /// What a port can do; probed at start.
 #[derive(Clone, Debug, Default, PartialEq, Eq)]
@@ -54,6 +53,9 @@ pub struct QueueStats {
     pub tx_full: u64,
     /// Frames put on the wire.
     pub wire_tx_frames: u64,
+    /// Packets handed to this queue that belong to another driver's buffers (a wiring bug):
+    /// returned to their own owner, not sent.
+    pub tx_foreign: u64,
 }
 
 impl QueueStats {
@@ -72,21 +74,31 @@ impl QueueStats {
         self.tx_bytes += o.tx_bytes;
         self.tx_full += o.tx_full;
         self.wire_tx_frames += o.wire_tx_frames;
+        self.tx_foreign += o.tx_foreign;
     }
 }
 
 /// One queue pair of a port, owned by one worker.
+///
+/// Every call works on whole bursts: `rx_burst` appends packets, `tx_burst` takes every packet of
+/// a burst (transmitting what the ring has room for and freeing the rest), `free_burst` gives
+/// packets back. A queue accepts any packet of its own driver instance received by the same
+/// worker (on any port), and refuses packets of another owner (they are returned to their own
+/// owner and counted as `tx_foreign`), so a wrong wiring can never make a driver misread a handle.
 pub trait Queue: Send + std::any::Any {
-    /// Receives up to `burst.room()` packets into `burst`, each with verdict `Tx(default_port)`
-    /// as set by the caller afterwards. Returns the number received.
+    /// Appends up to `burst.room()` received packets to `burst`, each with verdict `Tx(port)` of
+    /// the port it arrived on. Returns the number received. A burst holding packets of another
+    /// owner receives nothing.
     fn rx_burst(&mut self, burst: &mut Burst) -> usize;
 
-    /// Queues packets for transmission, taking them from the front of `pkts`. Packets it cannot
-    /// take stay in `pkts`. Returns the number taken.
-    fn tx_burst(&mut self, pkts: &mut Vec<Packet>) -> usize;
+    /// Takes every packet of `pkts` for transmission: what the Tx ring has room for is queued,
+    /// the rest is freed and counted in `tx_full`. `pkts` is empty afterwards. Returns the number
+    /// queued.
+    fn tx_burst(&mut self, pkts: &mut Burst) -> usize;
 
-    /// Returns packets the caller decided not to send (dropped) to this queue's pool caches.
-    fn free(&mut self, pkt: Packet);
+    /// Returns every packet of `pkts` (dropped by the caller) to its buffers' pools; `pkts` is
+    /// empty afterwards.
+    fn free_burst(&mut self, pkts: &mut Burst);
 
     /// Makes the NIC finish everything posted and reclaims completed Tx buffers.
     fn flush(&mut self);
@@ -100,21 +112,6 @@ pub trait Queue: Send + std::any::Any {
     /// Driver-specific extended counters (name, value).
     fn xstats(&self) -> Vec<(String, u64)> {
         Vec::new()
-    }
-
-    /// The port this queue's packets go to by default, if the driver can forward them without
-    /// building packets ([`Queue::forward_raw`]); `None` (the default) if it cannot.
-    fn raw_forwarding(&self) -> Option<u16> {
-        None
-    }
-
-    /// Receives up to `max` packets and hands them straight to `tx` (`None`: back out of this
-    /// queue) without building [`Packet`]s; only used when the NF chain passes packets through
-    /// untouched and [`Queue::raw_forwarding`] said yes. Counters are kept as by
-    /// `rx_burst`/`tx_burst`; what the Tx ring does not take is freed and counted as `tx_full`.
-    /// Returns `(received, not sent)`, or `None` if `tx` is not a queue of the same driver.
-    fn forward_raw(&mut self, _tx: Option<&mut dyn Queue>, _max: usize) -> Option<(usize, usize)> {
-        None
     }
 }
 

@@ -1,13 +1,13 @@
 //! The per-core run loop: one worker thread per core, one queue pair per port per worker.
 //!
 //! Each iteration reads top to bottom, like DPDK's l3fwd: `rx_burst` on each port's queue, run the
-//! NF chain over the burst, sort packets by verdict into per-port Tx lists (drops are counted by
-//! reason and freed), `tx_burst` each list, and free what the Tx ring could not take (counted as
-//! `tx_full`). When every NF passes packets through untouched (`io_fwd`) and the driver can, a
-//! queue forwards raw bursts to its Tx queue without building packets at all, as testpmd's io mode
-//! does (`Queue::forward_raw`; only the DPDK driver in `host` mode can). Nothing on this path
-//! allocates or locks: bursts and Tx lists are preallocated, and
-//! buffers return to the queue's per-core pool caches.
+//! NF chain over the burst, and hand it to the Tx queue. When every verdict names one port (the
+//! common case: a forwarding chain, or a NAT between two ports) the burst goes to that port's
+//! `tx_burst` as it is, with no per-packet work in the loop. Otherwise packets are sorted by
+//! verdict into per-port Tx bursts and a drop burst (drops are counted by reason and returned to
+//! the Rx queue's pools); what a Tx ring cannot take is freed by the queue and counted as
+//! `tx_full`. Nothing on this path allocates or locks: bursts are preallocated, and buffers return
+//! to the queues' per-core pool caches.
 //!
 //! A worker finishes when every one of its queues is idle (the wire has nothing more to deliver
 //! and nothing is in flight) or when the run is stopped and its queues have drained.
@@ -19,9 +19,8 @@ use std::time::{Duration, Instant};
 
 use crate::burst::Burst;
 use crate::nf::{NfChain, NfContext};
-use crate::packet::Packet;
 use crate::port::{Queue, QueueStats};
-use crate::verdict::{DropReason, Verdict};
+use crate::verdict::{Action, DropCounts, DropReason, Verdict};
 
 /// Busy loop iterations between clock reads (see [`LoopClock`]).
 const CLOCK_EVERY: u32 = 8;
@@ -78,12 +77,10 @@ pub struct WorkerSetup {
     pub egress: Option<u16>,
     /// Burst size.
     pub burst: usize,
-    /// Allow raw forwarding for pass-through chains (see `Queue::forward_raw`).
-    pub raw_forward: bool,
 }
 
 /// Counters a worker publishes while it runs (read by the live stats printer).
-#[derive(Debug, Default)]
+#[derive(Debug)]
 pub struct LiveStats {
     /// Packets received.
     pub rx_packets: AtomicU64,
@@ -99,12 +96,27 @@ pub struct LiveStats {
     pub rx_secondary: AtomicU64,
     /// Rx refill allocation failures.
     pub rx_nombuf: AtomicU64,
-    /// Drops per reason.
-    pub drops: [AtomicU64; DropReason::COUNT],
+    /// Drops per reason (index = [`DropReason::index`]).
+    pub drops: [AtomicU64; DropReason::MAX],
+}
+
+impl Default for LiveStats {
+    fn default() -> Self {
+        Self {
+            rx_packets: AtomicU64::new(0),
+            rx_bytes: AtomicU64::new(0),
+            tx_packets: AtomicU64::new(0),
+            tx_bytes: AtomicU64::new(0),
+            rx_primary: AtomicU64::new(0),
+            rx_secondary: AtomicU64::new(0),
+            rx_nombuf: AtomicU64::new(0),
+            drops: std::array::from_fn(|_| AtomicU64::new(0)),
+        }
+    }
 }
 
 impl LiveStats {
-    fn publish(&self, q: &QueueStats, drops: &[u64; DropReason::COUNT]) {
+    fn publish(&self, q: &QueueStats, drops: &DropCounts) {
         self.rx_packets.store(q.rx_packets, Ordering::Relaxed);
         self.rx_bytes.store(q.rx_bytes, Ordering::Relaxed);
         self.tx_packets.store(q.tx_packets, Ordering::Relaxed);
@@ -112,9 +124,16 @@ impl LiveStats {
         self.rx_primary.store(q.rx_primary, Ordering::Relaxed);
         self.rx_secondary.store(q.rx_secondary, Ordering::Relaxed);
         self.rx_nombuf.store(q.rx_nombuf, Ordering::Relaxed);
-        for (a, &d) in self.drops.iter().zip(drops) {
+        for (a, &d) in self.drops.iter().zip(drops.as_array()) {
             a.store(d, Ordering::Relaxed);
         }
+    }
+
+    /// The drop counts published so far.
+    pub fn drops(&self) -> impl Iterator<Item = (DropReason, u64)> + '_ {
+        DropReason::all()
+            .into_iter()
+            .map(|r| (r, self.drops[r.index()].load(Ordering::Relaxed)))
     }
 }
 
@@ -125,8 +144,8 @@ pub struct WorkerReport {
     pub queue_stats: Vec<QueueStats>,
     /// Extended counters of each queue.
     pub xstats: Vec<Vec<(String, u64)>>,
-    /// Drops per reason (index = `DropReason::index`).
-    pub drops: [u64; DropReason::COUNT],
+    /// Drops per reason.
+    pub drops: DropCounts,
     /// NF counters, one `(name, stats)` per function in chain order.
     pub nf_stats: Vec<(String, serde_json::Value)>,
     /// Loop iterations that received nothing.
@@ -156,10 +175,11 @@ pub fn run_worker(
 ) -> WorkerReport {
     let nports = setup.queues.len();
     let mut burst = Burst::with_capacity(setup.burst);
-    let mut tx_lists: Vec<Vec<Packet>> = (0..nports)
-        .map(|_| Vec::with_capacity(setup.burst))
+    let mut tx: Vec<Burst> = (0..nports)
+        .map(|_| Burst::with_capacity(setup.burst))
         .collect();
-    let mut drops = [0u64; DropReason::COUNT];
+    let mut dropped = Burst::with_capacity(setup.burst);
+    let mut drops = DropCounts::default();
     let start = Instant::now();
     let mut last_active = start;
     let mut ctx = NfContext {
@@ -170,34 +190,10 @@ pub fn run_worker(
     let (mut idle_polls, mut bursts, mut iter) = (0u64, 0u64, 0u64);
     let mut stopped_at: Option<Instant> = None;
     let mut clock = LoopClock::new(start);
-    // Where each queue forwards raw bursts, when the chain passes packets through untouched and
-    // the driver can forward without building packets (see `Queue::forward_raw`).
-    let raw_dst: Vec<Option<usize>> = (0..nports)
-        .map(|qi| {
-            let q = &setup.queues[qi];
-            let port = q.raw_forwarding()?;
-            let dst = setup.egress.unwrap_or(port) as usize;
-            (setup.raw_forward && setup.chain.passes_through() && dst < nports).then_some(dst)
-        })
-        .collect();
     loop {
         iter += 1;
         let mut got_any = false;
-        for (qi, &raw) in raw_dst.iter().enumerate() {
-            if let Some(dst) = raw
-                && let Some((n, unsent)) = forward_raw(&mut setup.queues, qi, dst, setup.burst)
-            {
-                if n > 0 {
-                    if !got_any {
-                        clock.busy();
-                    }
-                    got_any = true;
-                    bursts += 1;
-                    setup.chain.pass(n);
-                    drops[DropReason::TxFull.index()] += unsent as u64;
-                }
-                continue;
-            }
+        for qi in 0..nports {
             let n = setup.queues[qi].rx_burst(&mut burst);
             if n == 0 {
                 continue;
@@ -209,40 +205,43 @@ pub fn run_worker(
             got_any = true;
             bursts += 1;
             if let Some(e) = setup.egress {
-                for i in 0..burst.len() {
-                    burst.set_verdict(i, Verdict::Tx(e));
-                }
+                burst.set_all_verdicts(Verdict::tx(e));
             }
             setup.chain.process(&mut burst, &ctx);
-            // Fast path: the whole burst goes to one port; hand it over without moving packets.
+            // Fast path: the whole burst goes to one port, handed over as it is.
             if let Some(p) = burst.single_tx_port()
                 && (p as usize) < nports
-                && tx_lists[p as usize].is_empty()
             {
-                burst.take_packets(&mut tx_lists[p as usize]);
+                let k = burst.len();
+                let sent = setup.queues[p as usize].tx_burst(&mut burst);
+                drops.add(DropReason::TX_FULL, (k - sent) as u64);
+                continue;
             }
-            for (pkt, v) in burst.drain() {
-                match v {
-                    Verdict::Tx(p) if (p as usize) < nports => tx_lists[p as usize].push(pkt),
-                    Verdict::Tx(_) => {
-                        drops[DropReason::NoSuchPort.index()] += 1;
-                        setup.queues[qi].free(pkt);
+            for i in 0..burst.len() {
+                match burst.verdict(i).action() {
+                    Action::Tx(p) if (p as usize) < nports => {
+                        burst.move_to(i, &mut tx[p as usize]);
                     }
-                    Verdict::Drop(r) => {
-                        drops[r.index()] += 1;
-                        setup.queues[qi].free(pkt);
+                    Action::Tx(_) => {
+                        drops.add(DropReason::NO_SUCH_PORT, 1);
+                        burst.move_to(i, &mut dropped);
+                    }
+                    Action::Drop(r) => {
+                        drops.add(r, 1);
+                        burst.move_to(i, &mut dropped);
                     }
                 }
             }
-            for (p, list) in tx_lists.iter_mut().enumerate() {
-                if list.is_empty() {
-                    continue;
+            burst.disown();
+            for (p, list) in tx.iter_mut().enumerate() {
+                if !list.is_empty() {
+                    let k = list.len();
+                    let sent = setup.queues[p].tx_burst(list);
+                    drops.add(DropReason::TX_FULL, (k - sent) as u64);
                 }
-                setup.queues[p].tx_burst(list);
-                drops[DropReason::TxFull.index()] += list.len() as u64;
-                for pkt in list.drain(..) {
-                    setup.queues[p].free(pkt);
-                }
+            }
+            if !dropped.is_empty() {
+                setup.queues[qi].free_burst(&mut dropped);
             }
         }
         if got_any {
@@ -294,22 +293,7 @@ pub fn run_worker(
     }
 }
 
-/// Raw forwarding from queue `qi` to queue `dst` of the same worker (see `Queue::forward_raw`).
-#[inline]
-fn forward_raw(
-    queues: &mut [Box<dyn Queue>],
-    qi: usize,
-    dst: usize,
-    max: usize,
-) -> Option<(usize, usize)> {
-    if qi == dst {
-        return queues[qi].forward_raw(None, max);
-    }
-    let [rx, tx] = queues.get_disjoint_mut([qi, dst]).ok()?;
-    rx.forward_raw(Some(tx.as_mut()), max)
-}
-
-fn publish(live: &LiveStats, queues: &[Box<dyn Queue>], drops: &[u64; DropReason::COUNT]) {
+fn publish(live: &LiveStats, queues: &[Box<dyn Queue>], drops: &DropCounts) {
     let mut total = QueueStats::default();
     for q in queues {
         total.add(&q.stats());

@@ -1,22 +1,26 @@
-//! Building packets from byte frames without a NIC, in any datapath mode.
+//! Building bursts from byte frames without a NIC, in any datapath mode.
 //!
 //! Network-function tests, property tests and fuzz targets use [`PacketFactory`] to get packets
-//! laid out exactly as a driver would lay them out (header segment of `split_offset` bytes, payload
-//! in a host or nicmem buffer), so NFs are exercised against split packets from day one.
+//! laid out exactly as the virtual NIC lays them out (a header segment of `split_offset` bytes
+//! with headroom before it, the payload in a host or nicmem buffer), so network functions are
+//! exercised against split packets from day one.
 
 use nicmem::{BufPool, Host, Nic, NicMem, ProtectionDomain, Region};
 
+use crate::arena::{PacketArena, header_buffer_size};
+use crate::burst::{Burst, MAX_BURST, RxPacket};
 use crate::mode::DatapathMode;
-use crate::packet::{Packet, PacketMeta, Payload};
+use crate::packet::PayloadRing;
+use crate::verdict::Verdict;
 
 /// Makes packets from frames with the layout of a given datapath mode.
 pub struct PacketFactory {
     mode: DatapathMode,
     split_offset: usize,
-    hdr: BufPool<Host>,
-    host_payload: BufPool<Host>,
-    nic_payload: BufPool<Nic>,
     max_frame: usize,
+    arena: PacketArena,
+    owner: std::sync::Arc<dyn crate::packet::PacketOwner>,
+    _nicmem: NicMem,
 }
 
 impl PacketFactory {
@@ -24,38 +28,48 @@ impl PacketFactory {
     /// `max_frame` bytes at once.
     pub fn new(mode: DatapathMode, split_offset: usize, max_frame: usize, count: usize) -> Self {
         let pd = ProtectionDomain::new();
-        let hdr_size = if mode.splits() {
+        let count = count.max(1);
+        let hdr_bytes = if mode.splits() {
             split_offset
         } else {
             max_frame
         };
+        let hdr_size = header_buffer_size(hdr_bytes);
         let pay_size = max_frame.saturating_sub(split_offset).max(64).div_ceil(64) * 64;
         let dev = NicMem::new(pay_size * count);
-        Self {
-            mode,
-            split_offset,
-            hdr: BufPool::new(
-                "tk-hdr",
-                Region::host(hdr_size * count, pd),
-                hdr_size,
-                count,
-            )
-            .expect("testkit header pool"),
-            host_payload: BufPool::new(
+        let hdr = BufPool::<Host>::new(
+            "tk-hdr",
+            Region::host(hdr_size * count, pd),
+            hdr_size,
+            count,
+        )
+        .expect("testkit header pool");
+        let pay = mode.splits().then(|| {
+            BufPool::<Host>::new(
                 "tk-pay",
                 Region::host(pay_size * count, pd),
                 pay_size,
                 count,
             )
-            .expect("testkit payload pool"),
-            nic_payload: BufPool::new(
+            .expect("testkit payload pool")
+        });
+        let nic = mode.uses_nicmem().then(|| {
+            BufPool::<Nic>::new(
                 "tk-nic",
                 dev.alloc(pay_size * count, pd).expect("testkit nicmem"),
                 pay_size,
                 count,
             )
-            .expect("testkit nicmem pool"),
+            .expect("testkit nicmem pool")
+        });
+        let arena = PacketArena::new(hdr, pay, nic).expect("testkit arena");
+        Self {
+            mode,
+            split_offset,
             max_frame,
+            owner: arena.owner(),
+            arena,
+            _nicmem: dev,
         }
     }
 
@@ -64,39 +78,95 @@ impl PacketFactory {
         self.mode
     }
 
-    /// A packet holding `frame`, or `None` if the frame is longer than `max_frame` or a pool is
-    /// exhausted.
-    pub fn packet(&self, frame: &[u8]) -> Option<Packet> {
-        if frame.len() > self.max_frame {
-            return None;
+    /// Appends a packet holding `frame` to `burst` (receive port 0, verdict `Tx(0)`). `false`
+    /// when the frame is longer than `max_frame`, a pool is exhausted, the burst is full or it
+    /// holds packets of another owner.
+    pub fn push(&self, burst: &mut Burst, frame: &[u8]) -> bool {
+        if frame.len() > self.max_frame || burst.room() == 0 || !burst.adopt(&self.owner) {
+            return false;
         }
-        let mut hdr = self.hdr.alloc()?;
+        let l = self.arena.layout();
+        let Some(h) = self.arena.header_pool().alloc_index_shared() else {
+            return false;
+        };
         let hlen = if self.mode.splits() {
             frame.len().min(self.split_offset)
         } else {
             frame.len()
         };
-        hdr.bytes_mut()[..hlen].copy_from_slice(&frame[..hlen]);
         let rest = &frame[hlen..];
-        let payload = if rest.is_empty() {
-            Payload::None
+        let (ring, payload) = if rest.is_empty() {
+            (PayloadRing::None, 0)
         } else if self.mode.uses_nicmem() {
-            let mut b = self.nic_payload.alloc()?;
-            b.device_write(0, rest).ok()?;
-            Payload::Nic(b)
+            let pool = self.arena.nic_payload_pool().expect("nicmem pool");
+            let Some(p) = pool.alloc_index_shared() else {
+                // SAFETY: `h` was just allocated and is given back unused.
+                unsafe { self.arena.header_pool().free_index_shared(h) };
+                return false;
+            };
+            let dst = l.nic.expect("nicmem layout").ptr(p);
+            // SAFETY: buffer `p` was just allocated (owned here) and holds `pay_size >=
+            // max_frame - split_offset >= rest.len()` bytes; modeled nicmem is host memory.
+            unsafe { std::ptr::copy_nonoverlapping(rest.as_ptr(), dst, rest.len()) };
+            (PayloadRing::Primary, p)
         } else {
-            let mut b = self.host_payload.alloc()?;
-            b.bytes_mut()[..rest.len()].copy_from_slice(rest);
-            Payload::Host(b)
+            let pool = self.arena.host_payload_pool().expect("payload pool");
+            let Some(p) = pool.alloc_index_shared() else {
+                // SAFETY: `h` was just allocated and is given back unused.
+                unsafe { self.arena.header_pool().free_index_shared(h) };
+                return false;
+            };
+            let dst = l.pay.expect("payload layout").ptr(p);
+            // SAFETY: as above, in a host payload buffer.
+            unsafe { std::ptr::copy_nonoverlapping(rest.as_ptr(), dst, rest.len()) };
+            (PayloadRing::Secondary, p)
         };
-        Packet::new(hdr, hlen, payload, frame.len(), PacketMeta::default()).ok()
+        // SAFETY: `h` was just allocated and is owned here; its header segment holds `hlen <=
+        // header capacity` bytes (sized from the split offset or max_frame).
+        unsafe {
+            *l.meta(h) = crate::arena::PacketMeta {
+                payload,
+                ring,
+                arrival: 0,
+            };
+            std::ptr::copy_nonoverlapping(frame.as_ptr(), l.header_ptr(h), hlen);
+        }
+        let p = RxPacket {
+            handle: h as usize,
+            hdr: l.header_ptr(h),
+            hdr_len: hlen as u16,
+            headroom: crate::arena::HEADROOM as u16,
+            frame_len: frame.len() as u32,
+            ring,
+            rss_hash: 0,
+        };
+        let from = burst.len();
+        // SAFETY: the burst adopted this factory's arena as owner; the header pointer names
+        // `hlen` bytes of buffer `h` with `HEADROOM` bytes before them, owned by this packet.
+        let pushed = unsafe { burst.push(&p) };
+        debug_assert!(pushed, "room was checked");
+        burst.set_rx_defaults(from, 0, Verdict::tx(0));
+        true
     }
 
-    /// The frame bytes of `pkt` (reads a nicmem payload through the counted slow path).
-    pub fn frame(pkt: &Packet) -> Vec<u8> {
-        let mut v = Vec::new();
-        pkt.copy_frame(&mut v);
-        v
+    /// A burst holding `frames` (at most [`MAX_BURST`]; panics if a pool runs dry: size the
+    /// factory for the test).
+    pub fn burst(&self, frames: &[Vec<u8>]) -> Burst {
+        let mut b = Burst::with_capacity(frames.len().clamp(1, MAX_BURST));
+        for f in frames {
+            assert!(self.push(&mut b, f), "testkit: cannot hold another packet");
+        }
+        b
+    }
+
+    /// Packets of this factory currently held (in bursts or leaked).
+    pub fn in_use(&self) -> usize {
+        self.arena.header_pool().stats().in_use as usize
+    }
+
+    /// Returns packets by handle (for tests that took handles out of a burst).
+    pub fn free_handles(&self, handles: &[usize]) {
+        self.owner.free(handles);
     }
 }
 
@@ -110,17 +180,29 @@ mod tests {
         let frame: Vec<u8> = (0..200u8).collect();
         for mode in DatapathMode::ALL {
             let f = PacketFactory::new(mode, 64, 1518, 4);
-            let p = f.packet(&frame).unwrap();
-            assert_eq!(PacketFactory::frame(&p), frame, "{mode}");
-            assert_eq!(p.frame_len(), 200);
+            let b = f.burst(&[frame.clone(), frame[..40].to_vec()]);
+            assert_eq!(b.frame(0), frame, "{mode}");
+            assert_eq!(b.frame_len(0), 200);
             match mode {
-                DatapathMode::Host => assert_eq!(p.segments(), 1),
-                DatapathMode::Split => assert!(matches!(p.payload(), PayloadRef::Host(_))),
-                _ => assert!(matches!(p.payload(), PayloadRef::Nic(_))),
+                DatapathMode::Host => assert!(matches!(b.payload(0), PayloadRef::None)),
+                DatapathMode::Split => assert!(matches!(b.payload(0), PayloadRef::Host(_))),
+                _ => assert!(matches!(b.payload(0), PayloadRef::Nic(_))),
             }
-            let short = f.packet(&frame[..40]).unwrap();
-            assert_eq!(short.segments(), 1);
-            assert_eq!(short.header(), &frame[..40]);
+            assert!(matches!(b.payload(1), PayloadRef::None));
+            assert_eq!(b.header(1), &frame[..40]);
+            drop(b);
+            assert_eq!(f.in_use(), 0, "{mode}");
         }
+    }
+
+    #[test]
+    fn exhaustion_refuses_and_recovers() {
+        let f = PacketFactory::new(DatapathMode::NicInline, 64, 1518, 2);
+        let mut b = Burst::with_capacity(8);
+        assert!(f.push(&mut b, &[0u8; 300]));
+        assert!(f.push(&mut b, &[0u8; 300]));
+        assert!(!f.push(&mut b, &[0u8; 300]), "pools hold two packets");
+        b.clear();
+        assert!(f.push(&mut b, &[0u8; 300]));
     }
 }

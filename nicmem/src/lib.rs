@@ -15,7 +15,9 @@ mod region;
 
 pub use allocator::{NICMEM_ALIGN, NicMem, NicMemError, NicMemStats, parse_size};
 pub use memory::{MEM_ALIGN, RawMem};
-pub use pool::{Buf, BufPool, Host, MAX_CACHES, MemClass, Nic, PoolCache, PoolError, PoolStats};
+pub use pool::{
+    Buf, BufPool, Host, MAX_CACHES, MemClass, Nic, PoolCache, PoolError, PoolLayout, PoolStats,
+};
 pub use region::{
     AccessError, MemKey, ProtectionDomain, Region, RegionKind, RegionTable, Resolved,
 };

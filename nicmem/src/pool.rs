@@ -353,7 +353,138 @@ impl<K: MemClass> BufPool<K> {
     }
 }
 
+/// Where a pool's buffers are, for index-level access: buffer `i` lives at slot
+/// `i` (or `i % slots` for an aliased pool), `buf_size` bytes from `base` / `iova` per slot.
+#[derive(Clone, Copy, Debug)]
+pub struct PoolLayout {
+    /// First byte of slot 0 in this process (modeled nicmem is host memory too).
+    pub base: *mut u8,
+    /// Bus address of slot 0.
+    pub iova: u64,
+    /// Key of the region.
+    pub key: MemKey,
+    /// Bytes per buffer.
+    pub buf_size: usize,
+    /// Buffers (indices `0..count`).
+    pub count: u32,
+    /// Distinct slots (equals `count` unless aliased).
+    pub slots: u32,
+    /// Whether buffers alias each other (payload bytes are not kept).
+    pub aliased: bool,
+}
+
+// SAFETY: the layout is plain addresses and sizes; touching the bytes behind `base` is governed
+// by the ownership of buffer indices (see `BufPool::free_index_shared` and `PoolCache`).
+unsafe impl Send for PoolLayout {}
+// SAFETY: as above.
+unsafe impl Sync for PoolLayout {}
+
+impl PoolLayout {
+    /// Byte offset of buffer `idx` from `base` (aliased pools wrap onto their slots).
+    #[inline]
+    pub fn offset(&self, idx: u32) -> usize {
+        let slot = if self.aliased { idx % self.slots } else { idx };
+        slot as usize * self.buf_size
+    }
+
+    /// Pointer to the first byte of buffer `idx` (no access is made; dereferencing it is the
+    /// caller's business, under the ownership of `idx`).
+    #[inline]
+    pub fn ptr(&self, idx: u32) -> *mut u8 {
+        self.base.wrapping_add(self.offset(idx))
+    }
+
+    /// Bus address of buffer `idx`.
+    #[inline]
+    pub fn iova_of(&self, idx: u32) -> u64 {
+        self.iova + self.offset(idx) as u64
+    }
+}
+
+impl PoolShared {
+    fn layout(&self) -> PoolLayout {
+        PoolLayout {
+            base: self.data.as_ptr(),
+            iova: self.iova,
+            key: self.key,
+            buf_size: self.buf_size,
+            count: self.count,
+            slots: self.slots,
+            aliased: self.aliased,
+        }
+    }
+}
+
+impl<K: MemClass> BufPool<K> {
+    /// The pool's layout (for index-level access; see [`PoolCache::alloc_index`]).
+    pub fn layout(&self) -> PoolLayout {
+        self.sh().layout()
+    }
+
+    /// Takes one buffer index from the shared ring (the slow path, for tools and tests; cores
+    /// use [`PoolCache::alloc_index`]). `None` (counted) when the pool is empty.
+    pub fn alloc_index_shared(&self) -> Option<u32> {
+        let buf = self.alloc()?;
+        let idx = buf.idx;
+        // The buffer's reference now travels with the index (released by `free_index_shared`
+        // or by a cache flush after `PoolCache::free_indices`).
+        std::mem::forget(buf);
+        Some(idx)
+    }
+
+    /// Returns buffer `idx` straight to the shared ring (the slow path, from any thread).
+    ///
+    /// # Safety
+    /// `idx` must have been allocated from this pool and not freed since; the caller gives up
+    /// every access to it.
+    pub unsafe fn free_index_shared(&self, idx: u32) {
+        // Cannot fail: the ring holds every buffer of the pool.
+        let _ = self.sh().free.push(idx);
+        // SAFETY: the buffer's reference (taken when a cache refilled with it) is released once;
+        // this handle's own reference keeps the state alive.
+        unsafe { release(self.shared, 1) }
+    }
+}
+
 impl BufPool<Nic> {
+    /// Counted CPU read of `dst.len()` bytes at `offset` of buffer `idx` (the index-level
+    /// [`Buf::read_slow`]).
+    ///
+    /// # Safety
+    /// The caller must own `idx` (allocated from this pool, not freed), so that no device write
+    /// to it runs concurrently.
+    pub unsafe fn read_slow_index(
+        &self,
+        idx: u32,
+        offset: usize,
+        dst: &mut [u8],
+    ) -> Result<(), AccessError> {
+        let sh = self.sh();
+        if idx >= sh.count
+            || offset
+                .checked_add(dst.len())
+                .is_none_or(|e| e > sh.buf_size)
+        {
+            return Err(AccessError::Oversized {
+                len: dst.len().min(u32::MAX as usize) as u32,
+                max: sh.buf_size.saturating_sub(offset) as u32,
+            });
+        }
+        if let Backing::NicMem(w) = &sh.region.inner.backing {
+            NicMem::count_read_shared(w.device(), dst.len());
+        }
+        if sh.aliased {
+            dst.fill(0);
+            return Ok(());
+        }
+        let src = sh.layout().ptr(idx).wrapping_add(offset);
+        // SAFETY: `idx < count` and `offset + len <= buf_size`, so the range lies inside the
+        // pool's memory; the caller owns the buffer, so nothing writes it meanwhile, and `dst` is
+        // a distinct `&mut` borrow.
+        unsafe { std::ptr::copy_nonoverlapping(src, dst.as_mut_ptr(), dst.len()) };
+        Ok(())
+    }
+
     /// A nicmem pool of `count` logical buffers that share the region's `region.len() / buf_size`
     /// slots: the paper artifact's payload aliasing. **Payload bytes are not preserved**: device
     /// writes are discarded and reads return zeros. Performance-only; logged when created.
@@ -500,6 +631,60 @@ impl<K: MemClass> PoolCache<K> {
         } else {
             self.publish_len();
         }
+    }
+
+    /// The index-level fast path (VPP and ixy style: a packet is a buffer index, its bytes are
+    /// reached through the pool's [`PoolLayout`]): one buffer index, or `None` (counted) when the
+    /// pool is exhausted. The caller owns the index until it frees it.
+    #[inline]
+    pub fn alloc_index(&mut self) -> Option<u32> {
+        if self.stack.is_empty() && !self.refill() {
+            return None;
+        }
+        let idx = self.stack.pop()?;
+        self.publish_len();
+        Some(idx)
+    }
+
+    /// Fills `out` with buffer indices, refilling from the shared ring as needed; returns how
+    /// many it wrote (fewer than `out.len()` only when the pool ran dry, which is counted once).
+    #[inline]
+    pub fn alloc_indices(&mut self, out: &mut [u32]) -> usize {
+        let mut got = 0;
+        while got < out.len() {
+            if self.stack.is_empty() && !self.refill() {
+                break;
+            }
+            let take = (out.len() - got).min(self.stack.len());
+            let from = self.stack.len() - take;
+            out[got..got + take].copy_from_slice(&self.stack[from..]);
+            self.stack.truncate(from);
+            got += take;
+        }
+        self.publish_len();
+        got
+    }
+
+    /// Returns buffer indices to the cache (flushing half of it to the shared ring when it
+    /// overflows).
+    ///
+    /// # Safety
+    /// Every index must have been allocated from this cache's pool (by any of its caches or
+    /// [`BufPool::alloc`] turned into an index) and not freed since; the caller gives up every
+    /// access to those buffers.
+    #[inline]
+    pub unsafe fn free_indices(&mut self, idx: &[u32]) {
+        self.stack.extend_from_slice(idx);
+        if self.stack.len() > self.size {
+            self.flush(self.size / 2);
+        } else {
+            self.publish_len();
+        }
+    }
+
+    /// The layout of the cache's pool (for index-level access).
+    pub fn layout(&self) -> PoolLayout {
+        self.sh().layout()
     }
 
     /// True when `buf` belongs to this cache's pool.

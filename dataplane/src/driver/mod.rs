@@ -2,4 +2,5 @@
 
 #[cfg(feature = "dpdk")]
 pub mod dpdk;
+#[cfg(any())]
 pub mod vnic;
