@@ -11,7 +11,7 @@
 
 use dataplane::driver::vnic::{ClockMode, VnicConfig, VnicPort, VnicTiming};
 use dataplane::wire::{CountingSink, Link, RepeatSource};
-use dataplane::{Burst, DatapathMode, Packet, Queue};
+use dataplane::{Burst, DatapathMode, DropCounts, Queue};
 
 fn main() {
     let args: Vec<String> = std::env::args().collect();
@@ -45,16 +45,12 @@ fn main() {
     let mut port = VnicPort::new("count", 0, cfg, link).expect("port");
     let mut q = port.take_vnic_queues().pop().expect("queue");
     let mut burst = Burst::with_capacity(32);
-    let mut out: Vec<Packet> = Vec::with_capacity(32);
+    let mut drops = DropCounts::default();
     let start = std::time::Instant::now();
     let mut fwd = 0u64;
     while fwd < n {
         q.rx_burst(&mut burst);
-        out.extend(burst.drain().map(|(p, _)| p));
-        fwd += q.tx_burst(&mut out) as u64;
-        for p in out.drain(..) {
-            q.free(p);
-        }
+        fwd += q.tx_burst(&mut burst, &mut drops) as u64;
     }
     let el = start.elapsed().as_secs_f64();
     println!(

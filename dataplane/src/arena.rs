@@ -216,41 +216,53 @@ impl ArenaCache {
     /// caller, whose metadata was written by the driver that received it; the caller gives the
     /// packets up.
     pub unsafe fn free_packets(&mut self, layout: &ArenaLayout, handles: &[usize]) {
-        let mut hdrs = [0u32; 64];
-        let mut pays = [0u32; 64];
-        let mut nics = [0u32; 64];
+        let mut hdrs = [std::mem::MaybeUninit::<u32>::uninit(); 64];
+        let mut pays = [std::mem::MaybeUninit::<u32>::uninit(); 64];
+        let mut nics = [std::mem::MaybeUninit::<u32>::uninit(); 64];
         for chunk in handles.chunks(64) {
             let (mut np, mut nn) = (0, 0);
             for (k, &h) in chunk.iter().enumerate() {
                 let h = h as u32;
-                hdrs[k] = h;
+                hdrs[k].write(h);
                 // SAFETY: a live packet of this arena owned by the caller (contract above).
                 let m = unsafe { layout.meta(h) };
                 match m.ring {
                     PayloadRing::None => {}
                     PayloadRing::Secondary => {
-                        pays[np] = m.payload;
+                        pays[np].write(m.payload);
                         np += 1;
                     }
                     PayloadRing::Primary => {
-                        nics[nn] = m.payload;
+                        nics[nn].write(m.payload);
                         nn += 1;
                     }
                 }
             }
-            // SAFETY: the header buffers and the payload buffers their metadata names belong to
-            // the caller and are given up here, each to the cache of its own pool.
+            // SAFETY: the first `chunk.len()`, `np` and `nn` entries were written above. The
+            // header buffers and the payload buffers their metadata names belong to the caller
+            // and are given up here, each to the cache of its own pool.
             unsafe {
-                self.hdr.free_indices(&hdrs[..chunk.len()]);
+                self.hdr.free_indices(init(&hdrs[..chunk.len()]));
                 if let Some(c) = &mut self.pay {
-                    c.free_indices(&pays[..np]);
+                    c.free_indices(init(&pays[..np]));
                 }
                 if let Some(c) = &mut self.nic {
-                    c.free_indices(&nics[..nn]);
+                    c.free_indices(init(&nics[..nn]));
                 }
             }
         }
     }
+}
+
+/// The initialised prefix of a scratch array.
+///
+/// # Safety
+/// Every element of `s` must have been written.
+#[inline(always)]
+unsafe fn init(s: &[std::mem::MaybeUninit<u32>]) -> &[u32] {
+    // SAFETY: `MaybeUninit<u32>` has the layout of `u32`, and the caller vouches that every
+    // element is initialised.
+    unsafe { &*(s as *const [std::mem::MaybeUninit<u32>] as *const [u32]) }
 }
 
 impl ArenaShared {

@@ -49,6 +49,79 @@ pub struct RxPacket {
     pub rss_hash: u32,
 }
 
+/// A driver's read-only view of a burst's arrays (see [`Burst::tx_view`]); every slice has the
+/// burst's length.
+#[derive(Clone, Copy, Debug)]
+pub struct TxView<'a> {
+    /// Driver handles.
+    pub handle: &'a [usize],
+    /// Header segment starts (valid for `hdr_len` bytes while the burst holds the packets).
+    pub hdr: &'a [*mut u8],
+    /// Header segment lengths.
+    pub hdr_len: &'a [u16],
+    /// Headroom before each header.
+    pub headroom: &'a [u16],
+    /// Frame lengths.
+    pub frame_len: &'a [u32],
+    /// Payload rings.
+    pub ring: &'a [PayloadRing],
+}
+
+/// Appends received packets to a burst (see [`Burst::rx_writer`]).
+pub struct RxWriter<'a> {
+    n: usize,
+    cap: usize,
+    handle: *mut usize,
+    hdr: *mut *mut u8,
+    hdr_len: *mut u16,
+    headroom: *mut u16,
+    frame_len: *mut u32,
+    ring: *mut PayloadRing,
+    rss: *mut u32,
+    len: &'a mut usize,
+}
+
+impl RxWriter<'_> {
+    /// Room left in the burst.
+    #[inline(always)]
+    pub fn room(&self) -> usize {
+        self.cap - self.n
+    }
+
+    /// Appends a packet; `false` when the burst is full.
+    ///
+    /// # Safety
+    /// As [`Burst::push`]: the packet belongs to the burst's owner, and `p.hdr` names `p.hdr_len`
+    /// bytes of host memory with `p.headroom` writable bytes before them, exclusively owned by
+    /// the packet while the burst holds it.
+    #[inline(always)]
+    pub unsafe fn push(&mut self, p: &RxPacket) -> bool {
+        let i = self.n;
+        if i >= self.cap {
+            return false;
+        }
+        // SAFETY: `i < cap <= MAX_BURST`, the length of every array; the writer borrows the
+        // burst mutably, so nothing else touches the arrays meanwhile.
+        unsafe {
+            *self.handle.add(i) = p.handle;
+            *self.hdr.add(i) = p.hdr;
+            *self.hdr_len.add(i) = p.hdr_len;
+            *self.headroom.add(i) = p.headroom;
+            *self.frame_len.add(i) = p.frame_len;
+            *self.ring.add(i) = p.ring;
+            *self.rss.add(i) = p.rss_hash;
+        }
+        self.n = i + 1;
+        true
+    }
+
+    /// Sets the burst's length to include every packet pushed.
+    #[inline(always)]
+    pub fn finish(self) {
+        *self.len = self.n;
+    }
+}
+
 /// A batch of packets with one verdict each (see the module docs).
 pub struct Burst {
     len: usize,
@@ -401,6 +474,25 @@ impl Burst {
         true
     }
 
+    /// A writer that appends received packets through raw array pointers (a driver's receive
+    /// loop keeps the burst's state in registers instead of reloading it after every write
+    /// into a packet buffer). [`RxWriter::finish`] sets the burst's length.
+    #[inline(always)]
+    pub fn rx_writer(&mut self) -> RxWriter<'_> {
+        RxWriter {
+            n: self.len,
+            cap: self.cap,
+            handle: self.handle.as_mut_ptr(),
+            hdr: self.hdr.as_mut_ptr(),
+            hdr_len: self.hdr_len.as_mut_ptr(),
+            headroom: self.headroom.as_mut_ptr(),
+            frame_len: self.frame_len.as_mut_ptr(),
+            ring: self.ring.as_mut_ptr(),
+            rss: self.rss.as_mut_ptr(),
+            len: &mut self.len,
+        }
+    }
+
     /// Sets the receive port and the initial verdict of packets `from..len` (one pass over two
     /// small arrays per received burst).
     #[inline]
@@ -416,6 +508,21 @@ impl Burst {
     #[inline]
     pub fn handles(&self) -> &[usize] {
         &self.handle[..self.len]
+    }
+
+    /// The burst's arrays, read-only, for a driver's transmit loop (one bounds check per burst
+    /// instead of one per field and packet).
+    #[inline]
+    pub fn tx_view(&self) -> TxView<'_> {
+        let n = self.len;
+        TxView {
+            handle: &self.handle[..n],
+            hdr: &self.hdr[..n],
+            hdr_len: &self.hdr_len[..n],
+            headroom: &self.headroom[..n],
+            frame_len: &self.frame_len[..n],
+            ring: &self.ring[..n],
+        }
     }
 
     /// Where header `i` starts and how many bytes of headroom are before it (drivers rebuild

@@ -20,7 +20,7 @@ pub mod testkit;
 pub mod verdict;
 pub mod wire;
 
-pub use burst::{Burst, DEFAULT_BURST, MAX_BURST, RxPacket};
+pub use burst::{Burst, DEFAULT_BURST, MAX_BURST, RxPacket, RxWriter, TxView};
 pub use mode::DatapathMode;
 pub use nf::{NetworkFunction, NfChain, NfContext, merge_stats};
 pub use packet::{NicPayload, PacketOwner, PayloadLoc, PayloadRef, PayloadRing};

@@ -5,6 +5,7 @@
 //! calls `rx_burst` / `tx_burst` on it without locks. Counters are kept per queue and summed.
 
 use crate::burst::Burst;
+use crate::verdict::DropCounts;
 
 /// What a port can do; probed at start.
 #[derive(Clone, Debug, Default, PartialEq, Eq)]
@@ -92,9 +93,10 @@ pub trait Queue: Send + std::any::Any {
     fn rx_burst(&mut self, burst: &mut Burst) -> usize;
 
     /// Takes every packet of `pkts` for transmission: what the Tx ring has room for is queued,
-    /// the rest is freed and counted in `tx_full`. `pkts` is empty afterwards. Returns the number
-    /// queued.
-    fn tx_burst(&mut self, pkts: &mut Burst) -> usize;
+    /// the rest is freed and counted in `drops` by reason (`tx_full` when the ring is full,
+    /// `tx_invalid` when the packet cannot be described or belongs to another owner). `pkts` is
+    /// empty afterwards. Returns the number queued.
+    fn tx_burst(&mut self, pkts: &mut Burst, drops: &mut DropCounts) -> usize;
 
     /// Returns every packet of `pkts` (dropped by the caller) to its buffers' pools; `pkts` is
     /// empty afterwards.

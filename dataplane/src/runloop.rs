@@ -212,9 +212,7 @@ pub fn run_worker(
             if let Some(p) = burst.single_tx_port()
                 && (p as usize) < nports
             {
-                let k = burst.len();
-                let sent = setup.queues[p as usize].tx_burst(&mut burst);
-                drops.add(DropReason::TX_FULL, (k - sent) as u64);
+                setup.queues[p as usize].tx_burst(&mut burst, &mut drops);
                 continue;
             }
             for i in 0..burst.len() {
@@ -235,9 +233,7 @@ pub fn run_worker(
             burst.disown();
             for (p, list) in tx.iter_mut().enumerate() {
                 if !list.is_empty() {
-                    let k = list.len();
-                    let sent = setup.queues[p].tx_burst(list);
-                    drops.add(DropReason::TX_FULL, (k - sent) as u64);
+                    setup.queues[p].tx_burst(list, &mut drops);
                 }
             }
             if !dropped.is_empty() {

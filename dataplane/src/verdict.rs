@@ -55,6 +55,11 @@ const CORE: &[(&str, &str)] = &[
     ),
     ("tx_full", "the Tx ring had no room"),
     ("no_such_port", "the verdict named a port the run does not have"),
+    (
+        "tx_invalid",
+        "the packet cannot be described to the Tx queue (over the NIC's descriptor size limit, or \
+         buffers of another driver)",
+    ),
 ];
 
 /// Registered reasons beyond the core ones: `(name, doc)` in code order.
@@ -111,6 +116,8 @@ impl DropReason {
     pub const TX_FULL: DropReason = DropReason(9);
     /// The verdict named a port that does not exist.
     pub const NO_SUCH_PORT: DropReason = DropReason(10);
+    /// The packet cannot be described to the Tx queue.
+    pub const TX_INVALID: DropReason = DropReason(11);
 
     /// The reason called `name`, registering it with `doc` if it is new. Idempotent: every
     /// caller with the same name gets the same code (the first registration's doc is kept).

@@ -853,23 +853,6 @@ impl<K: MemClass> Buf<K> {
     }
 }
 
-/// Copies `len` bytes from `src` to `dst` in whole 16-byte chunks when both have room for `len`
-/// rounded up to 16 (at most 256): a few vector moves instead of a `memcpy` call for the short
-/// copies that dominate small-packet forwarding. Up to 15 bytes past `len` may be copied too.
-#[inline]
-fn copy_padded(dst: &mut [u8], src: &[u8], len: usize) {
-    let r = len.div_ceil(16) * 16;
-    if r <= 256 && r <= dst.len() && r <= src.len() {
-        for (d, s) in dst[..r].chunks_exact_mut(16).zip(src[..r].chunks_exact(16)) {
-            let s: &[u8; 16] = s.try_into().expect("16-byte chunk");
-            let d: &mut [u8; 16] = d.try_into().expect("16-byte chunk");
-            *d = *s;
-        }
-    } else {
-        dst[..len].copy_from_slice(&src[..len]);
-    }
-}
-
 impl<K: MemClass> Buf<K> {
     /// The NIC's DMA write of `src[..len]` at `offset`, like [`Buf::device_write`]; bytes of
     /// `src` past `len` (up to the next 16-byte boundary) may land past `offset + len` when the
@@ -896,7 +879,7 @@ impl<K: MemClass> Buf<K> {
         // region; `&mut self` proves exclusive ownership of the slot (non-aliased pools give
         // every buffer its own slot), so no other view of these bytes exists while `dst` lives.
         let dst = unsafe { std::slice::from_raw_parts_mut(self.ptr(offset), room) };
-        copy_padded(dst, src, len);
+        crate::copy_prefix(dst, src, len);
         Ok(())
     }
 
@@ -925,7 +908,7 @@ impl<K: MemClass> Buf<K> {
         // SAFETY: in bounds as in `device_write_prefix`; this handle owns the slot and `&self`
         // rules out a live `&mut` view of it, and `dst` is a distinct `&mut` borrow.
         let src = unsafe { std::slice::from_raw_parts(self.ptr(offset), room) };
-        copy_padded(dst, src, len);
+        crate::copy_prefix(dst, src, len);
         Ok(())
     }
 }

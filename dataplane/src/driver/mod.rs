@@ -2,5 +2,4 @@
 
 #[cfg(feature = "dpdk")]
 pub mod dpdk;
-#[cfg(any())]
 pub mod vnic;

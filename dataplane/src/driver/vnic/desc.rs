@@ -28,21 +28,29 @@ pub struct DataSeg {
 }
 
 impl DataSeg {
+    /// The 16 encoded bytes.
+    #[inline(always)]
+    pub fn encode(&self) -> [u8; SEG] {
+        let w = (u128::from(self.byte_count) << 96)
+            | (u128::from(self.key) << 64)
+            | u128::from(self.addr);
+        w.to_be_bytes()
+    }
+
     /// Encodes into 16 bytes.
-    #[inline]
+    #[inline(always)]
     pub fn write(&self, out: &mut [u8; SEG]) {
-        out[0..4].copy_from_slice(&self.byte_count.to_be_bytes());
-        out[4..8].copy_from_slice(&self.key.to_be_bytes());
-        out[8..16].copy_from_slice(&self.addr.to_be_bytes());
+        *out = self.encode();
     }
 
     /// Decodes 16 bytes.
-    #[inline]
+    #[inline(always)]
     pub fn read(b: &[u8; SEG]) -> Self {
+        let w = u128::from_be_bytes(*b);
         Self {
-            byte_count: u32::from_be_bytes([b[0], b[1], b[2], b[3]]),
-            key: u32::from_be_bytes([b[4], b[5], b[6], b[7]]),
-            addr: u64::from_be_bytes([b[8], b[9], b[10], b[11], b[12], b[13], b[14], b[15]]),
+            byte_count: (w >> 96) as u32,
+            key: (w >> 64) as u32,
+            addr: w as u64,
         }
     }
 }
@@ -66,24 +74,31 @@ pub struct CtrlSeg {
 }
 
 impl CtrlSeg {
+    /// The 16 encoded bytes (every byte not named is zero).
+    #[inline(always)]
+    pub fn encode(&self) -> [u8; SEG] {
+        let w = (u128::from(self.wqe_index) << 104)
+            | (u128::from(self.opcode) << 96)
+            | (u128::from(self.ds) << 64)
+            | (u128::from(self.flags) << 32);
+        w.to_be_bytes()
+    }
+
     /// Encodes into 16 bytes.
-    #[inline]
+    #[inline(always)]
     pub fn write(&self, out: &mut [u8; SEG]) {
-        out.fill(0);
-        out[1..3].copy_from_slice(&self.wqe_index.to_be_bytes());
-        out[3] = self.opcode;
-        out[7] = self.ds;
-        out[11] = self.flags;
+        *out = self.encode();
     }
 
     /// Decodes 16 bytes.
-    #[inline]
+    #[inline(always)]
     pub fn read(b: &[u8; SEG]) -> Self {
+        let w = u128::from_be_bytes(*b);
         Self {
-            opcode: b[3],
-            wqe_index: u16::from_be_bytes([b[1], b[2]]),
-            ds: b[7],
-            flags: b[11],
+            opcode: (w >> 96) as u8,
+            wqe_index: (w >> 104) as u16,
+            ds: (w >> 64) as u8,
+            flags: (w >> 32) as u8,
         }
     }
 }
@@ -144,34 +159,37 @@ pub struct Cqe {
 impl Cqe {
     /// Encodes into a 64 B slot, with the ownership bit `owner` in the last byte (written last, as
     /// hardware makes the CQE visible with that byte).
-    #[inline]
+    #[inline(always)]
     pub fn write(&self, out: &mut [u8; CQE_SIZE], owner: bool) {
-        out[0..4].copy_from_slice(&self.rss_hash.to_be_bytes());
-        out[4..8].copy_from_slice(&self.byte_cnt.to_be_bytes());
-        out[8..10].copy_from_slice(&self.hdr_len.to_be_bytes());
-        out[10] = self.ring;
-        out[11] = self.syndrome;
-        out[12..14].copy_from_slice(&self.payload_counter.to_be_bytes());
-        out[60..62].copy_from_slice(&self.wqe_counter.to_be_bytes());
-        out[63] = (self.opcode << 4) | owner as u8;
+        let head = (u128::from(self.rss_hash) << 96)
+            | (u128::from(self.byte_cnt) << 64)
+            | (u128::from(self.hdr_len) << 48)
+            | (u128::from(self.ring) << 40)
+            | (u128::from(self.syndrome) << 32)
+            | (u128::from(self.payload_counter) << 16);
+        out[0..16].copy_from_slice(&head.to_be_bytes());
+        let tail = (u32::from(self.wqe_counter) << 16) | u32::from((self.opcode << 4) | owner as u8);
+        out[60..64].copy_from_slice(&tail.to_be_bytes());
     }
 
     /// Decodes a slot if its ownership bit equals `owner` (i.e. the NIC has written it in the
     /// current pass over the ring).
-    #[inline]
+    #[inline(always)]
     pub fn read(b: &[u8; CQE_SIZE], owner: bool) -> Option<Self> {
         if (b[63] & 1 == 1) != owner {
             return None;
         }
+        let head = u128::from_be_bytes(b[0..16].try_into().expect("16 bytes"));
+        let tail = u32::from_be_bytes(b[60..64].try_into().expect("4 bytes"));
         Some(Self {
-            rss_hash: u32::from_be_bytes([b[0], b[1], b[2], b[3]]),
-            byte_cnt: u32::from_be_bytes([b[4], b[5], b[6], b[7]]),
-            hdr_len: u16::from_be_bytes([b[8], b[9]]),
-            ring: b[10],
-            syndrome: b[11],
-            payload_counter: u16::from_be_bytes([b[12], b[13]]),
-            wqe_counter: u16::from_be_bytes([b[60], b[61]]),
-            opcode: b[63] >> 4,
+            rss_hash: (head >> 96) as u32,
+            byte_cnt: (head >> 64) as u32,
+            hdr_len: (head >> 48) as u16,
+            ring: (head >> 40) as u8,
+            syndrome: (head >> 32) as u8,
+            payload_counter: (head >> 16) as u16,
+            wqe_counter: (tail >> 16) as u16,
+            opcode: (tail as u8) >> 4,
         })
     }
 

@@ -40,6 +40,7 @@ use std::thread::JoinHandle;
 
 use nicmem::{BufPool, Host, Nic, NicMem, ProtectionDomain, Region, RegionTable};
 
+use crate::arena::{PacketArena, header_buffer_size};
 use crate::mode::DatapathMode;
 use crate::model::HardwareProfile;
 use crate::port::{Capabilities, Port, Queue};
@@ -47,8 +48,7 @@ use crate::rss::{DEFAULT_RSS_KEY, Rss};
 use crate::steer::{SteerRule, steer};
 use crate::wire::{FrameRing, Link, MAX_WIRE_FRAME};
 use model::{ModelParams, NicModel};
-use queue::{Egress, Ingress, QueueModel, QueueParams};
-use rx::RxRing;
+use queue::{Egress, Ingress, QueueModel, QueueParams, QueueParts};
 use tx::TxRing;
 
 /// Parameters of a virtual NIC port.
@@ -220,8 +220,10 @@ impl VnicPort {
                 model,
                 sink: Some(sink.clone()),
             };
-            let (qp, pool) =
-                Self::build_queue(&cfg, &nicmem, port_id, i as u16, ing, eg, &rss, &alive, qm)?;
+            let queue_rss = (q > 1).then(|| rss.clone());
+            let (qp, pool) = Self::build_queue(
+                &cfg, &nicmem, port_id, i as u16, ing, eg, queue_rss, &alive, qm,
+            )?;
             queues.push(qp);
             pools.push(pool);
         }
@@ -275,10 +277,14 @@ impl VnicPort {
                 cfg.burst
             ));
         }
-        if cfg.tx_inline > 930 {
+        let max_inline = tx::max_inline(2);
+        if cfg.tx_inline > max_inline {
             return bad(format!(
-                "tx_inline {} out of range; allowed 0..=930 (mlx5's cap)",
-                cfg.tx_inline
+                "tx_inline {} out of range; allowed 0..={max_inline} (a Tx WQE holds at most {} \
+                 16 B segments: control, Ethernet, the inline continuation and up to two data \
+                 pointers)",
+                cfg.tx_inline,
+                tx::MAX_DS
             ));
         }
         Ok(())
@@ -292,7 +298,7 @@ impl VnicPort {
         qid: u16,
         ingress: Ingress,
         egress: Egress,
-        rss: &Rss,
+        rss: Option<Rss>,
         alive: &Arc<()>,
         qm: QueueModel,
     ) -> Result<(VnicQueue, QueuePools), VnicError> {
@@ -305,11 +311,11 @@ impl VnicPort {
         let default_count = rx_ring + tx_ring + 4 * cfg.burst + 2 * cache;
         let count = cfg.host_buffers.unwrap_or(default_count).max(1);
         let splits = cfg.mode.splits();
-        let hdr_size = if splits {
-            round64(cfg.split_offset)
+        let hdr_size = header_buffer_size(if splits {
+            cfg.split_offset
         } else {
-            round64(cfg.max_frame)
-        };
+            cfg.max_frame
+        });
         let pay_size = round64(cfg.max_frame.saturating_sub(cfg.split_offset).max(1));
         let hregion = Region::host(hdr_size * count, pd);
         table.register(&hregion);
@@ -363,25 +369,13 @@ impl VnicPort {
         } else {
             None
         };
-        let cache_for = |n: usize| cache.min(n.div_ceil(2)).max(2);
-        let hdr_ring = RxRing::new(
-            rx_ring,
-            header.cache(cache_for(count)).map_err(|e| mem(&e))?,
-        );
-        let primary = match &nic_payload {
-            Some(p) => Some(RxRing::new(
-                rx_ring,
-                p.cache(cache_for(p.count())).map_err(|e| mem(&e))?,
-            )),
-            None => None,
+        let pools = QueuePools {
+            header: header.clone(),
+            host_payload: host_payload.clone(),
+            nic_payload: nic_payload.clone(),
         };
-        let secondary = match &host_payload {
-            Some(p) => Some(RxRing::new(
-                rx_ring,
-                p.cache(cache_for(count)).map_err(|e| mem(&e))?,
-            )),
-            None => None,
-        };
+        let arena = PacketArena::new(header, host_payload, nic_payload).map_err(|e| mem(&e))?;
+        let caches = arena.cache(cache).map_err(|e| mem(&e))?;
         let inline = if cfg.mode.inlines_tx_header() {
             cfg.tx_inline
         } else {
@@ -401,29 +395,20 @@ impl VnicPort {
             port_id,
             queue_id: qid,
         };
-        let q = VnicQueue::new(
+        let q = VnicQueue::new(QueueParts {
             params,
             pd,
             table,
-            hdr_ring,
-            primary,
-            secondary,
+            arena,
+            cache: caches,
             tx,
             ingress,
             egress,
-            cfg.burst,
-            rss.clone(),
-            alive.clone(),
+            rss,
+            alive: alive.clone(),
             qm,
-        );
-        Ok((
-            q,
-            QueuePools {
-                header,
-                host_payload,
-                nic_payload,
-            },
-        ))
+        });
+        Ok((q, pools))
     }
 
     /// The port's configuration.

@@ -786,12 +786,39 @@ fn share(p: &HardwareProfile, q: u32) -> Result<HardwareProfile, String> {
     Ok(s)
 }
 
+/// A run of identical receives an untimed queue has not charged yet: header bytes, host
+/// payload bytes and nicmem payload bytes of each, and how many.
+#[derive(Clone, Copy, Default, PartialEq, Eq)]
+struct RxRun {
+    hl: u32,
+    hp: u32,
+    np: u32,
+    n: u64,
+}
+
+/// A run of identical transmits an untimed queue has not charged yet: the host data segments'
+/// lengths, the nicmem bytes read and the frame length of each, and how many.
+#[derive(Clone, Copy, Default, PartialEq, Eq)]
+struct TxRun {
+    host: [u32; 2],
+    nic: u32,
+    len: u32,
+    n: u64,
+}
+
 /// Accounting (and optional timing) of one queue.
+///
+/// Untimed queues charge runs of identical operations together (a burst of equal frames costs
+/// one multiplication per charge instead of one table look-up per packet); the totals are the
+/// same integers as charging each packet. Runs are flushed at the end of every receive pass and
+/// doorbell, so nothing is pending when counters are read.
 pub(crate) struct NicModel {
     pub(crate) c: NicCounters,
     k: Costs,
     rx_wqe_left: u32,
     rx_mini: u32,
+    rx_run: RxRun,
+    tx_run: TxRun,
     pub(crate) t: Option<Box<Timing>>,
     live_every: u32,
     bursts: u32,
@@ -888,6 +915,8 @@ impl NicModel {
             k,
             rx_wqe_left: 0,
             rx_mini: 0,
+            rx_run: RxRun::default(),
+            tx_run: TxRun::default(),
             t,
             live_every: 64,
             bursts: 0,
@@ -903,6 +932,13 @@ impl NicModel {
     #[inline]
     fn charge(&mut self, i: Item, t: Traffic) {
         self.c.items[i as usize] += t;
+    }
+
+    /// `frames` frames of `line_bytes` line bytes in all arrived on the wire.
+    #[inline]
+    pub(crate) fn wire_rx_frames(&mut self, frames: u64, line_bytes: u64) {
+        self.c.wire_rx_frames += frames;
+        self.c.wire_rx_bytes += line_bytes;
     }
 
     /// A frame of `len` bytes arrived on the wire.
@@ -949,6 +985,22 @@ impl NicModel {
         self.rx_wqe_left -= 1;
     }
 
+    /// Untimed: the NIC consumed `k` header-ring WQEs, the first when `posted` were posted (the
+    /// same charges as `k` calls of [`NicModel::rx_wqe_consumed`] with `posted` counting down).
+    #[inline]
+    pub(crate) fn rx_wqes_untimed(&mut self, mut k: u32, mut posted: u32) {
+        while k > 0 {
+            if self.rx_wqe_left == 0 {
+                self.rx_wqe_consumed(posted, 0);
+                self.rx_wqe_left += 1;
+            }
+            let take = self.rx_wqe_left.min(k);
+            self.rx_wqe_left -= take;
+            k -= take;
+            posted = posted.saturating_sub(take);
+        }
+    }
+
     /// A received frame was placed at `at`: `hl` header bytes and `host_payload` payload bytes
     /// written to host memory, `nic_payload` payload bytes written to nicmem.
     #[inline]
@@ -993,6 +1045,68 @@ impl NicModel {
                     t.tl.get_mut(ResourceKind::Hostmem).reserve(at, b);
                 }
             }
+        }
+    }
+
+    /// Untimed: a received frame placed `hl` header bytes and `host_payload` payload bytes in
+    /// host memory and `nic_payload` payload bytes in nicmem, and wrote its completion (the same
+    /// charges as [`NicModel::rx_placed`] plus [`NicModel::rx_cqe`], deferred to
+    /// [`NicModel::rx_flush`]).
+    #[inline]
+    pub(crate) fn rx_untimed(&mut self, hl: u32, host_payload: u32, nic_payload: u32) {
+        let r = &mut self.rx_run;
+        if r.hl == hl && r.hp == host_payload && r.np == nic_payload {
+            r.n += 1;
+            return;
+        }
+        self.rx_flush();
+        self.rx_run = RxRun {
+            hl,
+            hp: host_payload,
+            np: nic_payload,
+            n: 1,
+        };
+    }
+
+    /// Charges the pending run of untimed receives.
+    #[inline]
+    pub(crate) fn rx_flush(&mut self) {
+        let r = std::mem::take(&mut self.rx_run);
+        if r.n == 0 {
+            return;
+        }
+        let op = &self.k.op;
+        let mut tr = self.k.writes.get(r.hl, |n| op.rx_data_write(n));
+        if r.hp > 0 {
+            tr += self.k.writes.get(r.hp, |n| op.rx_data_write(n));
+        }
+        self.charge(Item::RxData, tr.times(r.n));
+        let host = (u64::from(r.hl) + u64::from(r.hp)) * r.n;
+        self.c.host_bytes_written += host;
+        self.c.host_data_written += host;
+        if r.np > 0 {
+            let b = u64::from(r.np) * r.n;
+            self.c.nicmem_bytes_written += b;
+            self.c.nicmem_live_bytes += b;
+            self.c.nicmem_peak_bytes = self.c.nicmem_peak_bytes.max(self.c.nicmem_live_bytes);
+        }
+        self.rx_cqes(r.n);
+    }
+
+    /// `n` Rx completions written (untimed), with CQE compression as in [`NicModel::rx_cqe`].
+    pub(crate) fn rx_cqes(&mut self, n: u64) {
+        self.c.rx_cqes += n;
+        let slots = match self.k.mini_per_slot {
+            None => n,
+            Some(per) => {
+                let total = u64::from(self.rx_mini) + n;
+                self.rx_mini = (total % u64::from(per)) as u32;
+                total / u64::from(per)
+            }
+        };
+        if slots > 0 {
+            self.charge(Item::RxCqe, self.k.cqe.times(slots));
+            self.c.host_bytes_written += self.k.cqe_size * slots;
         }
     }
 
@@ -1112,6 +1226,57 @@ impl NicModel {
         }
     }
 
+    /// Untimed: a frame of `len` bytes left after the NIC read the host data segments `host`
+    /// (0 = none) and `nic` bytes of nicmem (the charges of [`NicModel::tx_host_read`],
+    /// [`NicModel::tx_nic_read`] and [`NicModel::tx_wire`], deferred to [`NicModel::tx_flush`]).
+    #[inline]
+    pub(crate) fn tx_untimed(&mut self, host: [u32; 2], nic: u32, len: usize) {
+        let r = &mut self.tx_run;
+        if r.host == host && r.nic == nic && r.len == len as u32 {
+            r.n += 1;
+            return;
+        }
+        self.tx_flush();
+        self.tx_run = TxRun {
+            host,
+            nic,
+            len: len as u32,
+            n: 1,
+        };
+    }
+
+    /// Untimed: the reads of a WQE that failed after them (no frame left).
+    pub(crate) fn tx_reads_untimed(&mut self, host: [u32; 2], nic: u32) {
+        for h in host.into_iter().filter(|&h| h > 0) {
+            self.tx_host_read(0, h);
+        }
+        if nic > 0 {
+            self.tx_nic_read(0, nic);
+        }
+    }
+
+    /// Charges the pending run of untimed transmits.
+    #[inline]
+    pub(crate) fn tx_flush(&mut self) {
+        let r = std::mem::take(&mut self.tx_run);
+        if r.n == 0 {
+            return;
+        }
+        let op = &self.k.op;
+        let mut tr = Traffic::ZERO;
+        let mut host = 0u64;
+        for h in r.host.into_iter().filter(|&h| h > 0) {
+            tr += self.k.reads.get(h, |n| op.tx_data_read(n));
+            host += u64::from(h);
+        }
+        self.charge(Item::TxData, tr.times(r.n));
+        self.c.host_bytes_read += host * r.n;
+        self.c.host_data_read += host * r.n;
+        self.c.nicmem_bytes_read += u64::from(r.nic) * r.n;
+        self.c.wire_tx_frames += r.n;
+        self.c.wire_tx_bytes += (u64::from(r.len) + self.k.wire_overhead) * r.n;
+    }
+
     /// A WQE of `nbb` WQEBBs finished at `done` (its frame left, or it failed).
     #[inline]
     pub(crate) fn tx_done(&mut self, done: Ps, nbb: u32) {
@@ -1177,6 +1342,8 @@ impl NicModel {
 
     /// The final report (charges a partly filled compressed CQE slot).
     pub(crate) fn report(&mut self) -> QueueModelReport {
+        self.rx_flush();
+        self.tx_flush();
         if self.rx_mini > 0 {
             self.rx_mini = 0;
             let tr = self.k.cqe;

@@ -3,8 +3,16 @@
 //!
 //! The NIC's engines run inside the driver calls (functional layer): `rx_burst` first lets the NIC
 //! receive frames from the wire into posted buffers (writing completions), then polls completions
-//! into packets, then refills the rings; `tx_burst` reclaims completed sends, posts WQEs, rings the
-//! doorbell, and the NIC processes the WQEs onto the wire.
+//! into the burst, then refills the rings; `tx_burst` reclaims completed sends, posts WQEs, rings
+//! the doorbell once, and the NIC processes the WQEs onto the wire.
+//!
+//! Everything per burst is done in bulk: buffer indices come from the queue's per-core caches
+//! in one allocation per ring, WQEs are written in one pass with one producer-index update, the
+//! send queue rings one doorbell, completed sends are freed in bulk, and an untimed queue charges
+//! runs of identical DMAs with one multiplication (the totals are the per-packet integers). A
+//! packet is its header buffer's index; what the driver needs beyond the burst's arrays (which
+//! payload buffer, from which ring, when it arrived) is written once into the header buffer's
+//! metadata area at Rx ([`crate::arena`]).
 //!
 //! Flow control: by default the NIC only takes a frame from the wire when it has descriptors to
 //! place it in (as with Ethernet PAUSE), so a functional run loses nothing; with flow control off a
@@ -16,24 +24,28 @@
 //! full is `pcie_overrun`), and the driver sees a completion only once it is visible; unpaced,
 //! the NIC pulls frames as above and each burst is handed over whole when its last completion is
 //! visible (a virtual CPU waits for it).
+//!
+//! RSS: a single-queue port computes no hash (like an mlx5 port configured without RSS, its
+//! completions carry 0); a multi-queue port hashes every frame (Toeplitz) and reports it.
 
 use std::sync::Arc;
 use std::time::Instant;
 
-use nicmem::{Buf, Host, Nic, PoolCache, ProtectionDomain, RegionTable};
+use nicmem::{ProtectionDomain, RegionTable};
 
-use super::desc::{SEG, cqe_ring};
+use super::desc::{Cqe, SEG, cqe_op, cqe_ring, syndrome};
 use super::model::{LiveModel, ModelSinkRef, NicModel};
-use super::rx::{CompletionQueue, RxRing, ring_of, rx_cqe};
-use super::tx::TxRing;
-use crate::burst::Burst;
+use super::rx::{CompletionQueue, RxRing};
+use super::tx::{PostError, TxRing};
+use crate::arena::{ArenaCache, ArenaLayout, HEADROOM, PacketArena, PacketMeta};
+use crate::burst::{Burst, MAX_BURST, RxPacket};
 use crate::mode::DatapathMode;
 use crate::model::timeline::{PS_PER_NS, Ps};
-use crate::packet::{Packet, PacketMeta, Payload, RxRing as RingKind};
+use crate::packet::{PacketOwner, PayloadRing};
 use crate::port::{Queue, QueueStats};
 use crate::rss::Rss;
-use crate::verdict::Verdict;
-use crate::wire::{FrameRing, FrameSink, FrameSource, MAX_WIRE_FRAME};
+use crate::verdict::{DropCounts, DropReason, Verdict};
+use crate::wire::{FrameRing, FrameSink, FrameSource, MAX_WIRE_FRAME, batch_step};
 
 /// Where a queue's received frames come from.
 pub(crate) enum Ingress {
@@ -69,7 +81,31 @@ impl Ingress {
             Ingress::Ring(r) => r.finished(),
         }
     }
+
+    /// Up to `lens.len()` frames at once (see [`FrameSource::next_batch`]), without waiting.
+    #[inline]
+    fn next_batch(&mut self, buf: &mut [u8], lens: &mut [u32]) -> usize {
+        match self {
+            Ingress::Source(s) => s.next_batch(buf, lens),
+            Ingress::Ring(r) => {
+                let (mut off, mut n) = (0, 0);
+                while n < lens.len() && buf.len().saturating_sub(off) >= MAX_WIRE_FRAME {
+                    let Some(len) = r.pop(&mut buf[off..]) else {
+                        break;
+                    };
+                    lens[n] = len as u32;
+                    n += 1;
+                    off += batch_step(len);
+                }
+                n
+            }
+        }
+    }
 }
+
+/// Bytes of the staging area a queue takes a burst of frames into (and gathers a doorbell's
+/// frames in): 32 full-size frames, plus room for one frame of the largest size any link carries.
+const BATCH_BYTES: usize = 48 * 1024 + MAX_WIRE_FRAME;
 
 /// Where a queue's transmitted frames go.
 pub(crate) enum Egress {
@@ -108,17 +144,35 @@ pub(crate) struct QueueModel {
     pub sink: Option<ModelSinkRef>,
 }
 
+/// What a queue is built from (see `VnicPort::new`).
+pub(crate) struct QueueParts {
+    pub params: QueueParams,
+    pub pd: ProtectionDomain,
+    pub table: RegionTable,
+    pub arena: PacketArena,
+    pub cache: ArenaCache,
+    pub tx: TxRing,
+    pub ingress: Ingress,
+    pub egress: Egress,
+    pub rss: Option<Rss>,
+    pub alive: Arc<()>,
+    pub qm: QueueModel,
+}
+
 /// A virtual NIC queue pair (see the module docs).
 pub struct VnicQueue {
     p: QueueParams,
     pd: ProtectionDomain,
     table: RegionTable,
-    hdr: RxRing<Host>,
-    primary: Option<RxRing<Nic>>,
-    secondary: Option<RxRing<Host>>,
+    arena: PacketArena,
+    layout: ArenaLayout,
+    owner: Arc<dyn PacketOwner>,
+    cache: ArenaCache,
+    hdr: RxRing,
+    primary: Option<RxRing>,
+    secondary: Option<RxRing>,
     rx_cq: CompletionQueue,
     tx: TxRing,
-    unsent: Vec<Packet>,
     ingress: Ingress,
     egress: Egress,
     stage: Box<[u8]>,
@@ -128,79 +182,99 @@ pub struct VnicQueue {
     rx_pending: Option<usize>,
     /// Per header-ring slot: when the driver posted it (model time, timed queues).
     hdr_posted_at: Box<[Ps]>,
-    rss: Rss,
+    rss: Option<Rss>,
     stats: QueueStats,
     epoch: Instant,
     model: NicModel,
     sink: Option<ModelSinkRef>,
+    scratch: Box<[u32]>,
+    /// A burst of frames taken from the wire at once (untimed queues), and their lengths.
+    rx_batch: Box<[u8]>,
+    rx_lens: Box<[u32]>,
+    /// Lengths of the frames a doorbell gathered into `stage`.
+    tx_lens: Box<[u32]>,
+    /// Handles of packets a `tx_post` could not post (freed together).
+    unsent: Box<[usize]>,
     _alive: Arc<()>,
 }
 
-/// Returns a packet's buffers to the caches they came from (foreign buffers go back to their own
-/// pools on drop).
+/// The NIC's DMA write of `src[..len]` to `dst`, which has `room` bytes (see
+/// [`nicmem::copy_prefix`]: the copy may round up into the room).
+///
+/// # Safety
+/// `dst` must be valid for writes of `room >= len` bytes that nothing else reads or writes
+/// meanwhile, and must not overlap `src`.
 #[inline]
-fn free_into(
-    p: Packet,
-    hdr: &mut PoolCache<Host>,
-    primary: Option<&mut PoolCache<Nic>>,
-    secondary: Option<&mut PoolCache<Host>>,
-    model: &mut NicModel,
-) {
-    let plen = p.payload_len() as u64;
-    let (h, _, payload, _) = p.into_parts();
-    hdr.free(h);
-    match payload {
-        Payload::None => {}
-        Payload::Host(b) => match secondary {
-            Some(c) => c.free(b),
-            None => drop(b),
-        },
-        Payload::Nic(b) => {
-            model.nicmem_freed(plen);
-            match primary {
-                Some(c) => c.free(b),
-                None => drop(b),
+unsafe fn dma_write(dst: *mut u8, room: usize, src: &[u8], len: usize) {
+    // SAFETY: the caller's contract: `room` writable bytes owned by this write.
+    let d = unsafe { std::slice::from_raw_parts_mut(dst, room) };
+    nicmem::copy_prefix(d, src, len);
+}
+
+/// Returns the buffers a completion names to their caches: an error completion, or a completion
+/// nobody will turn into a packet.
+#[cold]
+fn give_back(cache: &mut ArenaCache, hdr: u32, ring: u8, payload: u32) {
+    // SAFETY: buffers just harvested from the queue's rings, owned by the driver and given up
+    // here, each to its own pool's cache.
+    unsafe {
+        cache.hdr.free_indices(&[hdr]);
+        match ring {
+            cqe_ring::PRIMARY => {
+                if let Some(c) = &mut cache.nic {
+                    c.free_indices(&[payload]);
+                }
             }
+            cqe_ring::SECONDARY => {
+                if let Some(c) = &mut cache.pay {
+                    c.free_indices(&[payload]);
+                }
+            }
+            _ => {}
         }
     }
 }
 
 impl VnicQueue {
-    #[allow(clippy::too_many_arguments)]
-    pub(crate) fn new(
-        p: QueueParams,
-        pd: ProtectionDomain,
-        table: RegionTable,
-        hdr: RxRing<Host>,
-        primary: Option<RxRing<Nic>>,
-        secondary: Option<RxRing<Host>>,
-        tx: TxRing,
-        ingress: Ingress,
-        egress: Egress,
-        burst: usize,
-        rss: Rss,
-        alive: Arc<()>,
-        qm: QueueModel,
-    ) -> Self {
+    pub(crate) fn new(parts: QueueParts) -> Self {
+        let QueueParts {
+            params: p,
+            pd,
+            table,
+            arena,
+            cache,
+            tx,
+            ingress,
+            egress,
+            rss,
+            alive,
+            qm,
+        } = parts;
+        let layout = arena.layout();
         let timed = qm.model.t.is_some();
         let posted_slots = if timed {
             p.rx_ring.next_power_of_two()
         } else {
             0
         };
+        let hdr = RxRing::new(p.rx_ring, layout.hdr, crate::arena::DATA_OFF);
+        let primary = layout.nic.map(|l| RxRing::new(p.rx_ring, l, 0));
+        let secondary = layout.pay.map(|l| RxRing::new(p.rx_ring, l, 0));
         let mut q = Self {
             rx_cq: CompletionQueue::new(p.rx_ring),
-            p,
-            pd,
-            table,
+            owner: arena.owner(),
+            layout,
+            arena,
+            cache,
             hdr,
             primary,
             secondary,
+            pd,
+            table,
             tx,
-            unsent: Vec::with_capacity(burst.max(1) * 2),
             ingress,
             egress,
-            stage: vec![0u8; MAX_WIRE_FRAME].into_boxed_slice(),
+            stage: vec![0u8; BATCH_BYTES].into_boxed_slice(),
             rx_stage: vec![0u8; MAX_WIRE_FRAME].into_boxed_slice(),
             rx_pending: None,
             hdr_posted_at: vec![0; posted_slots].into_boxed_slice(),
@@ -209,58 +283,99 @@ impl VnicQueue {
             epoch: Instant::now(),
             model: qm.model,
             sink: qm.sink,
+            scratch: vec![0u32; p.rx_ring.next_power_of_two()].into_boxed_slice(),
+            unsent: vec![0usize; MAX_BURST].into_boxed_slice(),
+            rx_batch: vec![0u8; BATCH_BYTES].into_boxed_slice(),
+            rx_lens: vec![0u32; MAX_BURST].into_boxed_slice(),
+            tx_lens: vec![0u32; MAX_BURST].into_boxed_slice(),
+            p,
             _alive: alive,
         };
         q.refill();
         q
     }
 
+    /// Posts buffers until every ring is full or its pool is empty (one bulk allocation and one
+    /// producer update per ring). A header or secondary pool that runs dry counts one
+    /// `rx_nombuf`; an empty nicmem pool is the normal spill condition, not an error.
     fn refill(&mut self) {
-        let limit = self.p.rx_ring as u32;
-        let before = self.hdr.producer();
-        self.stats.rx_nombuf += self.hdr.refill(limit);
-        if let Some(t) = self.model.t.as_deref() {
-            let now = t.now();
-            let mask = self.hdr_posted_at.len() as u32 - 1;
-            let mut i = before;
-            while i != self.hdr.producer() {
-                self.hdr_posted_at[(i & mask) as usize] = now;
-                i = i.wrapping_add(1);
+        let k = self.hdr.free_slots() as usize;
+        if k > 0 {
+            let before = self.hdr.producer();
+            let n = self.cache.hdr.alloc_indices(&mut self.scratch[..k]);
+            self.hdr.post(&self.scratch[..n]);
+            self.stats.rx_nombuf += (n < k) as u64;
+            if let Some(t) = self.model.t.as_deref() {
+                let now = t.now();
+                let mask = self.hdr_posted_at.len() as u32 - 1;
+                let mut i = before;
+                while i != self.hdr.producer() {
+                    self.hdr_posted_at[(i & mask) as usize] = now;
+                    i = i.wrapping_add(1);
+                }
             }
         }
-        if let Some(r) = &mut self.primary {
-            // The primary ring is filled only while nicmem has buffers; an empty nicmem pool is the
-            // normal spill condition, not a `rx_nombuf` event.
-            r.refill(limit);
+        if let (Some(r), Some(c)) = (&mut self.primary, &mut self.cache.nic) {
+            let k = r.free_slots() as usize;
+            if k > 0 {
+                let n = c.alloc_indices(&mut self.scratch[..k]);
+                r.post(&self.scratch[..n]);
+            }
         }
-        if let Some(r) = &mut self.secondary {
-            self.stats.rx_nombuf += r.refill(limit);
+        if let (Some(r), Some(c)) = (&mut self.secondary, &mut self.cache.pay) {
+            let k = r.free_slots() as usize;
+            if k > 0 {
+                let n = c.alloc_indices(&mut self.scratch[..k]);
+                r.post(&self.scratch[..n]);
+                self.stats.rx_nombuf += (n < k) as u64;
+            }
         }
+    }
+
+    /// True when a frame of `len` bytes finds every descriptor it needs posted.
+    #[inline]
+    fn has_descriptors(&self, len: usize) -> bool {
+        if self.hdr.posted() == 0 {
+            return false;
+        }
+        !(self.p.mode.splits() && len > self.p.split_offset)
+            || self.primary.as_ref().is_some_and(|r| r.posted() > 0)
+            || self.secondary.as_ref().is_some_and(|r| r.posted() > 0)
     }
 
     /// The NIC's receive engine, unpaced: moves up to `budget` frames from the wire into posted
     /// buffers. A timed queue books each frame on the wire no earlier than its descriptor was
     /// posted (flow control: the sender waits).
     fn nic_rx(&mut self, budget: usize) {
-        let splits = self.p.mode.splits();
-        let h = self.p.split_offset;
         let ovh = self.model.wire_overhead();
         let wait = self.model.t.as_deref().is_some_and(|t| t.is_virtual());
-        for _ in 0..budget {
-            if self.rx_cq.room() == 0 {
-                break;
+        // Every frame takes one completion and one header descriptor, and at most one payload
+        // descriptor. With flow control the NIC takes no more frames than it can place whatever
+        // their length (it cannot know a length before it takes the frame); without, it takes
+        // what the wire offers and drops what finds no descriptor.
+        let mut limit = budget.min(self.rx_cq.room() as usize);
+        if self.p.flow_control {
+            limit = limit.min(self.hdr.posted() as usize);
+            if self.p.mode.splits() {
+                let pay = self.primary.as_ref().map_or(0, |r| r.posted())
+                    + self.secondary.as_ref().map_or(0, |r| r.posted());
+                limit = limit.min(pay as usize);
             }
-            let have_hdr = self.hdr.posted() > 0;
-            let prim = self.primary.as_ref().is_some_and(|r| r.posted() > 0);
-            let sec = self.secondary.as_ref().is_some_and(|r| r.posted() > 0);
-            let have_pay = !splits || prim || sec;
-            if self.p.flow_control && !(have_hdr && have_pay) {
-                break;
-            }
+        }
+        if self.model.t.is_none() {
+            return if self.p.mode.splits() {
+                self.nic_rx_untimed::<true>(limit)
+            } else {
+                self.nic_rx_untimed::<false>(limit)
+            };
+        }
+        let (mut frames, mut bytes) = (0u64, 0u64);
+        for _ in 0..limit {
             let Some(len) = self.ingress.next_wait(&mut self.rx_stage, wait) else {
                 break;
             };
-            self.model.wire_rx(len);
+            frames += 1;
+            bytes += len as u64 + ovh;
             if len == 0 {
                 continue;
             }
@@ -268,7 +383,7 @@ impl VnicQueue {
                 self.stats.rx_oversize += 1;
                 continue;
             }
-            if !have_hdr || (splits && len > h && !have_pay) {
+            if !self.p.flow_control && !self.has_descriptors(len) {
                 self.stats.rx_missed += 1;
                 continue;
             }
@@ -282,6 +397,137 @@ impl VnicQueue {
             };
             self.receive(len, at);
         }
+        self.model.wire_rx_frames(frames, bytes);
+        self.model.rx_flush();
+    }
+
+    /// [`VnicQueue::nic_rx`] of an untimed queue: the same placement, validation and completions
+    /// as [`VnicQueue::receive`], with the ring positions held in registers for the pass and the
+    /// accounting charged per run of identical frames. `SPLIT` is the mode's
+    /// [`DatapathMode::splits`] (a constant, so each shape of the loop is compiled on its own).
+    fn nic_rx_untimed<const SPLIT: bool>(&mut self, limit: usize) {
+        let Self {
+            p,
+            hdr,
+            primary,
+            secondary,
+            rx_cq,
+            ingress,
+            rx_batch,
+            rx_lens,
+            rss,
+            stats,
+            model,
+            ..
+        } = self;
+        let (h, max, fc) = (p.split_offset, p.max_frame, p.flow_control);
+        let ovh = model.wire_overhead();
+        let posted0 = hdr.posted();
+        let mut hc = hdr.nic_cursor();
+        let mut pc = primary.as_ref().map(|r| r.nic_cursor());
+        let mut sc = secondary.as_ref().map(|r| r.nic_cursor());
+        let mut cq = rx_cq.cursor();
+        let lens = &mut rx_lens[..limit.min(MAX_BURST)];
+        let got = ingress.next_batch(rx_batch, lens);
+        let (mut bytes, mut taken) = (0u64, 0u32);
+        let (mut oversize, mut missed) = (0u64, 0u64);
+        let frames = got as u64;
+        let mut off = 0;
+        for &len in &lens[..got] {
+            let len = len as usize;
+            let stage = &rx_batch[off..];
+            off += batch_step(len);
+            bytes += len as u64 + ovh;
+            if len == 0 {
+                continue;
+            }
+            if len > max {
+                oversize += 1;
+                continue;
+            }
+            let hl = if SPLIT { len.min(h) } else { len };
+            let pay_ring = if SPLIT && len > hl {
+                match (&mut pc, &mut sc) {
+                    (Some(c), _) if c.posted() > 0 => Some((cqe_ring::PRIMARY, c)),
+                    (_, Some(c)) if c.posted() > 0 => Some((cqe_ring::SECONDARY, c)),
+                    _ => None,
+                }
+            } else {
+                None
+            };
+            if !fc && (hc.posted() == 0 || (len > hl && pay_ring.is_none())) {
+                missed += 1;
+                continue;
+            }
+            taken += 1;
+            let hash = match rss {
+                Some(r) => r.hash_frame(&stage[..len]),
+                None => 0,
+            };
+            let (c, r1) = hc.take(hl);
+            if let Ok(dst) = r1 {
+                // SAFETY: `take` returned the posted buffer's header area, which has room for
+                // `room() >= hl` bytes; the driver does not touch a posted buffer until its
+                // completion is polled, and the stage is a different allocation.
+                unsafe { dma_write(dst, hc.room(), stage, hl) };
+            }
+            let (ring, pcount, err) = match pay_ring {
+                None if SPLIT && len > hl => (cqe_ring::NONE, 0, Some(syndrome::LOCAL_LENGTH)),
+                None => (cqe_ring::NONE, 0, r1.err()),
+                Some((ring, cur)) => {
+                    let plen = len - hl;
+                    let (pcount, res) = cur.take(plen);
+                    if let (Ok(_), Ok(dst)) = (r1, res)
+                        && cur.keeps_bytes()
+                    {
+                        // SAFETY: as for the header: `room() >= plen` bytes of the posted
+                        // payload buffer, untouched by the driver until the completion is polled.
+                        unsafe { dma_write(dst, cur.room(), &stage[hl..], plen) };
+                    }
+                    (ring, pcount, r1.err().or(res.err()))
+                }
+            };
+            match err {
+                None if SPLIT => {
+                    let plen = (len - hl) as u32;
+                    let (hp, np) = match ring {
+                        cqe_ring::PRIMARY => (0, plen),
+                        cqe_ring::SECONDARY => (plen, 0),
+                        _ => (0, 0),
+                    };
+                    model.rx_untimed(hl as u32, hp, np);
+                }
+                None => model.rx_untimed(hl as u32, 0, 0),
+                Some(_) => model.rx_cqes(1),
+            }
+            cq.push(&Cqe {
+                rss_hash: hash,
+                byte_cnt: len as u32,
+                hdr_len: hl as u16,
+                ring,
+                syndrome: err.unwrap_or(0),
+                wqe_counter: c,
+                payload_counter: pcount,
+                opcode: if err.is_some() {
+                    cqe_op::RESP_ERR
+                } else {
+                    cqe_op::RESP_SEND
+                },
+            });
+        }
+        hdr.nic_commit(hc);
+        if let (Some(r), Some(c)) = (primary.as_mut(), pc) {
+            r.nic_commit(c);
+        }
+        if let (Some(r), Some(c)) = (secondary.as_mut(), sc) {
+            r.nic_commit(c);
+        }
+        rx_cq.commit(cq);
+        stats.rx_oversize += oversize;
+        stats.rx_missed += missed;
+        model.rx_wqes_untimed(taken, posted0);
+        model.wire_rx_frames(frames, bytes);
+        model.rx_flush();
     }
 
     /// The NIC's receive engine, paced: processes every frame whose arrival on the wire ends by
@@ -322,13 +568,11 @@ impl VnicQueue {
                 self.stats.rx_oversize += 1;
                 continue;
             }
-            let have_hdr = self.hdr.posted() > 0;
-            let prim = self.primary.as_ref().is_some_and(|r| r.posted() > 0);
-            let sec = self.secondary.as_ref().is_some_and(|r| r.posted() > 0);
-            if !have_hdr || (splits && len > h && !prim && !sec) {
+            if !self.has_descriptors(len) {
                 self.stats.rx_missed += 1;
                 continue;
             }
+            let prim = self.primary.as_ref().is_some_and(|r| r.posted() > 0);
             let hl = if splits { len.min(h) } else { len };
             let host_pay = if splits && len > h && !prim {
                 len - h
@@ -357,100 +601,87 @@ impl VnicQueue {
 
     /// Places the frame in `rx_stage[..len]`, arrived at `at`, into the posted buffers (one
     /// decode and validation per descriptor) and writes its completion.
-    #[inline]
+    #[inline(always)]
     fn receive(&mut self, len: usize, at: Ps) {
         let splits = self.p.mode.splits();
         let h = self.p.split_offset;
         let stage = &self.rx_stage[..];
-        let frame = &stage[..len];
-        let hash = self.rss.hash_frame(frame);
+        let hash = match &self.rss {
+            Some(r) => r.hash_frame(&stage[..len]),
+            None => 0,
+        };
+        let timed = self.model.t.is_some();
         let posted = self.hdr.posted();
         self.model.rx_wqe_consumed(posted, at);
         let slot = self.rx_cq.producer();
-        let (cqe, ready) = if !splits {
-            let (c, r) = self.hdr.nic_place(&self.table, self.pd, stage, len, true);
-            if r.is_ok() {
-                self.model.rx_placed(at, len as u32, 0, 0);
+        let hl = if splits { len.min(h) } else { len };
+        let (c, r1) = self.hdr.nic_take(hl);
+        if let Ok(dst) = r1 {
+            // SAFETY: `nic_take` returned the posted buffer's header area, which has room for
+            // `room() >= hl` bytes; the driver does not touch a posted buffer until its
+            // completion is polled, and the stage is a different allocation.
+            unsafe { dma_write(dst, self.hdr.room(), stage, hl) };
+        }
+        let payload_ring = match self.primary.as_mut().filter(|r| r.posted() > 0) {
+            Some(r) => Some((cqe_ring::PRIMARY, r)),
+            None => self.secondary.as_mut().map(|r| (cqe_ring::SECONDARY, r)),
+        };
+        let (ring, pc, r2, host_pay, nic_pay) = if len <= hl {
+            (cqe_ring::NONE, 0, Ok(()), 0, 0)
+        } else if let Some((ring, r)) = payload_ring {
+            let (pay, plen) = (&stage[hl..], len - hl);
+            let (pc, res) = r.nic_take(plen);
+            if let (Ok(_), Ok(dst)) = (r1, res)
+                && r.keeps_bytes()
+            {
+                // SAFETY: as for the header: `room() >= plen` bytes of the posted payload
+                // buffer, untouched by the driver until the completion is polled.
+                unsafe { dma_write(dst, r.room(), pay, plen) };
             }
-            let ready = self.model.rx_cqe(at);
-            (rx_cqe(hash, len, len, c, cqe_ring::NONE, 0, r.err()), ready)
-        } else {
-            let hl = len.min(h);
-            let (c, r1) = self.hdr.nic_place(&self.table, self.pd, stage, hl, true);
-            let (ring, pc, r2, host_pay, nic_pay) = if len > h {
-                let (pay, plen) = (&stage[h..], len - h);
-                match self.primary.as_mut().filter(|r| r.posted() > 0) {
-                    Some(r) => {
-                        let (pc, res) = r.nic_place(&self.table, self.pd, pay, plen, r1.is_ok());
-                        (cqe_ring::PRIMARY, pc, res, 0, plen)
-                    }
-                    None => match self.secondary.as_mut() {
-                        Some(r) => {
-                            let (pc, res) =
-                                r.nic_place(&self.table, self.pd, pay, plen, r1.is_ok());
-                            (cqe_ring::SECONDARY, pc, res, plen, 0)
-                        }
-                        None => (
-                            cqe_ring::NONE,
-                            0,
-                            Err(super::desc::syndrome::LOCAL_LENGTH),
-                            0,
-                            0,
-                        ),
-                    },
-                }
+            let (hp, np) = if ring == cqe_ring::PRIMARY {
+                (0, plen)
             } else {
-                (cqe_ring::NONE, 0, Ok(()), 0, 0)
+                (plen, 0)
             };
-            let err = r1.err().or(r2.err());
+            (ring, pc, res.map(|_| ()), hp, np)
+        } else {
+            // A payload with no payload ring (cannot happen in a split mode, which always has a
+            // secondary ring): the frame does not fit the header buffer.
+            (cqe_ring::NONE, 0, Err(syndrome::LOCAL_LENGTH), 0, 0)
+        };
+        let err = r1.err().or(r2.err());
+        let ready = if timed {
             if err.is_none() {
                 self.model
                     .rx_placed(at, hl as u32, host_pay as u32, nic_pay as u32);
             }
-            let ready = self.model.rx_cqe(at);
-            (rx_cqe(hash, len, hl, c, ring, pc, err), ready)
+            self.model.rx_cqe(at)
+        } else {
+            if err.is_none() {
+                self.model
+                    .rx_untimed(hl as u32, host_pay as u32, nic_pay as u32);
+            } else {
+                self.model.rx_cqes(1);
+            }
+            0
         };
-        self.rx_cq.push(&cqe);
+        self.rx_cq.push(&Cqe {
+            rss_hash: hash,
+            byte_cnt: len as u32,
+            hdr_len: hl as u16,
+            ring,
+            syndrome: err.unwrap_or(0),
+            wqe_counter: c,
+            payload_counter: pc,
+            opcode: if err.is_some() {
+                cqe_op::RESP_ERR
+            } else {
+                cqe_op::RESP_SEND
+            },
+        });
         if let Some(t) = self.model.t.as_deref_mut() {
             t.cq_set(slot, ready, at);
         }
-    }
-
-    /// Driver side: posts packets to the send queue without ringing the doorbell. Packets that do
-    /// not fit stay in `pkts`. Returns the number posted.
-    pub fn tx_post(&mut self, pkts: &mut Vec<Packet>) -> usize {
-        self.reclaim();
-        // A paced queue also needs room in model time: WQEs whose frames have not left yet
-        // still occupy the ring (unpaced, flow control holds the sender instead).
-        let mut limit = match self.model.t.as_deref_mut() {
-            Some(t) if t.paced() => t.tx_room(self.tx.size()),
-            _ => u32::MAX,
-        };
-        let mut sent = 0;
-        let mut full = false;
-        for p in pkts.drain(..) {
-            if full {
-                self.unsent.push(p);
-                continue;
-            }
-            let len = p.frame_len() as u64;
-            let before = self.tx.unprocessed();
-            match self.tx.post(p, limit) {
-                Ok(()) => {
-                    sent += 1;
-                    self.stats.tx_packets += 1;
-                    self.stats.tx_bytes += len;
-                    limit = limit.saturating_sub(self.tx.unprocessed().wrapping_sub(before));
-                }
-                Err(p) => {
-                    full = true;
-                    self.unsent.push(p);
-                }
-            }
-        }
-        self.stats.tx_full += self.unsent.len() as u64;
-        pkts.append(&mut self.unsent);
-        sent
     }
 
     /// Rings the doorbell: the NIC fetches every posted WQE and processes it onto the wire.
@@ -461,20 +692,27 @@ impl VnicQueue {
         }
         let ready = self.model.tx_doorbell(nbb);
         let egress = &mut self.egress;
-        let mut wire = |f: &[u8]| match egress {
-            Egress::Sink(s) => s.deliver(f),
+        let mut wire = |buf: &[u8], lens: &[u32]| match egress {
+            Egress::Sink(s) => s.deliver_batch(buf, lens),
             Egress::Ring(r) => {
-                // The front end drains the ring concurrently; wait for room rather than lose a
-                // frame the NIC has already taken.
-                while !r.push(f) {
-                    std::thread::yield_now();
+                let mut off = 0;
+                for &len in lens {
+                    let f = &buf[off..off + len as usize];
+                    off += batch_step(len as usize);
+                    // The front end drains the ring concurrently; wait for room rather than
+                    // lose a frame the NIC has already taken.
+                    while !r.push(f) {
+                        std::thread::yield_now();
+                    }
                 }
             }
         };
         let out = self.tx.nic_process(
             &self.table,
             self.pd,
+            &self.layout,
             &mut self.stage,
+            &mut self.tx_lens,
             &mut wire,
             &mut self.model,
             ready,
@@ -483,20 +721,65 @@ impl VnicQueue {
         self.stats.desc_errors += out.errors;
     }
 
+    /// Frees completed sends, in bulk.
     fn reclaim(&mut self) {
-        let hdr = &mut self.hdr.cache;
-        let mut primary = self.primary.as_mut().map(|r| &mut r.cache);
-        let mut secondary = self.secondary.as_mut().map(|r| &mut r.cache);
+        let layout = &self.layout;
+        let cache = &mut self.cache;
         let model = &mut self.model;
-        self.tx.complete(&mut |p| {
-            free_into(
-                p,
-                hdr,
-                primary.as_deref_mut(),
-                secondary.as_deref_mut(),
-                model,
-            )
+        self.tx.complete(&mut |handles, nic_bytes| {
+            // SAFETY: the send queue held these packets (of this queue's arena) until their
+            // completion; it gives them up here.
+            unsafe { cache.free_packets(layout, handles) };
+            model.nicmem_freed(nic_bytes);
         });
+    }
+
+    /// Driver side: posts the packets of `pkts` to the send queue without ringing the doorbell;
+    /// what does not fit is freed and counted in `drops`. Returns the number posted.
+    pub fn tx_post(&mut self, pkts: &mut Burst, drops: &mut DropCounts) -> usize {
+        if !pkts.owned_by(&self.owner) {
+            self.stats.tx_foreign += pkts.len() as u64;
+            drops.add(DropReason::TX_INVALID, pkts.len() as u64);
+            pkts.clear();
+            return 0;
+        }
+        self.reclaim();
+        // A paced queue also needs room in model time: WQEs whose frames have not left yet
+        // still occupy the ring (unpaced, flow control holds the sender instead).
+        let limit = match self.model.t.as_deref_mut() {
+            Some(t) if t.paced() => t.tx_room(self.tx.size()),
+            _ => u32::MAX,
+        };
+        let v = pkts.tx_view();
+        let mut unsent = 0usize;
+        let (stats, model, spare) = (&mut self.stats, &mut self.model, &mut self.unsent);
+        let (sent, bytes) = self.tx.post_burst(v, &self.layout, limit, &mut |i, e| {
+            let r = match e {
+                PostError::Full => {
+                    stats.tx_full += 1;
+                    DropReason::TX_FULL
+                }
+                PostError::TooBig => DropReason::TX_INVALID,
+            };
+            drops.add(r, 1);
+            spare[unsent] = v.handle[i];
+            unsent += 1;
+            if v.ring[i] == PayloadRing::Primary {
+                model.nicmem_freed(u64::from(v.frame_len[i] - u32::from(v.hdr_len[i])));
+            }
+        });
+        if unsent > 0 {
+            // SAFETY: these packets of this queue's arena were not posted; the burst gives them
+            // up below.
+            unsafe {
+                self.cache
+                    .free_packets(&self.layout, &self.unsent[..unsent])
+            };
+        }
+        pkts.disown();
+        self.stats.tx_packets += sent as u64;
+        self.stats.tx_bytes += bytes;
+        sent
     }
 
     /// Accounting counters so far (tests and benchmarks).
@@ -523,117 +806,220 @@ impl VnicQueue {
         self.pd
     }
 
+    /// The queue's packet arena (its buffers' pools).
+    pub fn arena(&self) -> &PacketArena {
+        &self.arena
+    }
+
+    /// Returns the buffers a completion names to their caches (see [`give_back`]).
+    fn give_back(&mut self, hdr: u32, ring: u8, payload: u32) {
+        give_back(&mut self.cache, hdr, ring, payload);
+    }
+
+    /// Polls one completion and turns it into a packet's buffers and fields, or gives the
+    /// buffers back (an error completion, or one whose lengths do not fit its buffers).
     #[inline]
-    fn make_packet(&mut self, cqe: &super::desc::Cqe, now_ns: u64) -> Option<Packet> {
-        let hdr = self.hdr.harvest(cqe.wqe_counter);
-        let ring = ring_of(cqe);
-        let payload = match ring {
-            cqe_ring::PRIMARY => self
-                .primary
-                .as_mut()
-                .and_then(|r| r.harvest(cqe.payload_counter))
-                .map(Payload::Nic),
-            cqe_ring::SECONDARY => self
-                .secondary
-                .as_mut()
-                .and_then(|r| r.harvest(cqe.payload_counter))
-                .map(Payload::Host),
-            _ => Some(Payload::None),
+    fn poll_packet(&mut self, cqe: &Cqe, arrival: Ps) -> Option<RxPacket> {
+        let h = self.hdr.harvest(cqe.wqe_counter);
+        let ring = if cqe.ring > cqe_ring::SECONDARY {
+            cqe_ring::NONE
+        } else {
+            cqe.ring
         };
-        let bad = cqe.is_error() || hdr.is_none() || payload.is_none();
-        if bad {
+        let (pidx, kind, room) = match ring {
+            cqe_ring::PRIMARY => match self.primary.as_mut() {
+                Some(r) => (r.harvest(cqe.payload_counter), PayloadRing::Primary, r.room()),
+                None => (0, PayloadRing::None, 0),
+            },
+            cqe_ring::SECONDARY => match self.secondary.as_mut() {
+                Some(r) => (
+                    r.harvest(cqe.payload_counter),
+                    PayloadRing::Secondary,
+                    r.room(),
+                ),
+                None => (0, PayloadRing::None, 0),
+            },
+            _ => (0, PayloadRing::None, 0),
+        };
+        let hl = cqe.hdr_len as usize;
+        let len = cqe.byte_cnt as usize;
+        let fits = hl <= self.hdr.room()
+            && hl <= len
+            && len - hl <= room
+            && (len > hl) == (kind != PayloadRing::None);
+        if cqe.is_error() || !fits {
             self.stats.desc_errors += 1;
-            self.give_back(hdr, payload);
+            self.give_back(h, ring, pidx);
             return None;
         }
-        let hdr = hdr?;
-        let payload = payload?;
-        let meta = PacketMeta {
+        // SAFETY: header buffer `h` was just harvested: the driver owns it and nothing else
+        // refers to its metadata.
+        unsafe {
+            *self.layout.meta(h) = PacketMeta {
+                payload: pidx,
+                ring: kind,
+                arrival,
+            };
+        }
+        Some(RxPacket {
+            handle: h as usize,
+            hdr: self.layout.header_ptr(h),
+            hdr_len: hl as u16,
+            headroom: HEADROOM as u16,
+            frame_len: len as u32,
+            ring: kind,
             rss_hash: cqe.rss_hash,
-            port: self.p.port_id,
-            queue: self.p.queue_id,
-            ring: match ring {
-                cqe_ring::PRIMARY => RingKind::Primary,
-                cqe_ring::SECONDARY => RingKind::Secondary,
-                _ => RingKind::None,
-            },
-            rx_time_ns: now_ns,
-        };
-        match Packet::new(
-            hdr,
-            cqe.hdr_len as usize,
-            payload,
-            cqe.byte_cnt as usize,
-            meta,
-        ) {
-            Ok(p) => Some(p),
-            Err(_) => {
-                // A completion whose lengths do not fit its buffers: the buffers were moved into
-                // the failed constructor and returned to their pools when it dropped them.
-                self.stats.desc_errors += 1;
-                None
-            }
-        }
+        })
     }
 
-    fn give_back(&mut self, hdr: Option<Buf<Host>>, payload: Option<Payload>) {
-        if let Some(h) = hdr {
-            self.hdr.cache.free(h);
-        }
-        match payload {
-            Some(Payload::Host(b)) => match &mut self.secondary {
-                Some(r) => r.cache.free(b),
-                None => drop(b),
-            },
-            Some(Payload::Nic(b)) => match &mut self.primary {
-                Some(r) => r.cache.free(b),
-                None => drop(b),
-            },
-            _ => {}
-        }
-    }
-}
-
-impl VnicQueue {
-    /// Harvests up to `room` completions into `burst`; a gated (timed) harvest takes only
-    /// completions visible by `until`. Returns (packets, latest visibility time harvested).
+    /// Harvests up to the burst's room of completions into `burst`; a gated (timed) harvest
+    /// takes only completions visible by `until`. Returns (packets, latest visibility time
+    /// harvested).
     #[inline]
-    fn harvest(&mut self, burst: &mut Burst, until: Option<Ps>, wall_ns: u64) -> (usize, Ps) {
-        let mut got = 0;
+    fn harvest(&mut self, burst: &mut Burst, until: Option<Ps>, wall: Ps) -> (usize, Ps) {
+        let from = burst.len();
         let mut latest = 0;
-        let port = self.p.port_id;
+        let (mut bytes, mut prim, mut sec) = (0u64, 0u64, 0u64);
         while burst.room() > 0 && self.rx_cq.pending() > 0 {
             let slot = self.rx_cq.consumer();
-            let rx_ns = match self.model.t.as_deref() {
+            let arrival = match self.model.t.as_deref() {
                 Some(t) => {
                     let ready = t.cq_ready(slot);
                     if until.is_some_and(|u| ready > u) {
                         break;
                     }
                     latest = latest.max(ready);
-                    t.cq_arrival(slot) / PS_PER_NS
+                    t.cq_arrival(slot)
                 }
-                None => wall_ns,
+                None => wall,
             };
             let Some(cqe) = self.rx_cq.poll() else {
                 break;
             };
-            let Some(pkt) = self.make_packet(&cqe, rx_ns) else {
+            let Some(p) = self.poll_packet(&cqe, arrival) else {
                 continue;
             };
-            match pkt.meta.ring {
-                RingKind::Primary => self.stats.rx_primary += 1,
-                RingKind::Secondary => self.stats.rx_secondary += 1,
-                RingKind::None => {}
-            }
-            self.stats.rx_packets += 1;
-            self.stats.rx_bytes += pkt.frame_len() as u64;
-            if let Err(p) = burst.push(pkt, Verdict::Tx(port)) {
-                drop(p);
-            }
-            got += 1;
+            bytes += u64::from(p.frame_len);
+            prim += (p.ring == PayloadRing::Primary) as u64;
+            sec += (p.ring == PayloadRing::Secondary) as u64;
+            // SAFETY: the burst adopted this queue's arena as owner (checked by `rx_burst`);
+            // the header pointer names `hdr_len <= header capacity` bytes of buffer `h`, after
+            // `HEADROOM` bytes of the same buffer, all owned by the packet from now on.
+            let pushed = unsafe { burst.push(&p) };
+            debug_assert!(pushed, "room was checked");
         }
+        let got = burst.len() - from;
+        let port = self.p.port_id;
+        burst.set_rx_defaults(from, port, Verdict::tx(port));
+        self.stats.rx_packets += got as u64;
+        self.stats.rx_bytes += bytes;
+        self.stats.rx_primary += prim;
+        self.stats.rx_secondary += sec;
         (got, latest)
+    }
+
+    /// [`VnicQueue::harvest`] of an untimed queue: every pending completion, up to the burst's
+    /// room, into the burst, with the ring positions held in registers for the pass. `SPLIT`
+    /// is the mode's [`DatapathMode::splits`]. Returns the packets added.
+    fn harvest_untimed<const SPLIT: bool>(&mut self, burst: &mut Burst, arrival: Ps) -> usize {
+        let from = burst.len();
+        let Self {
+            p,
+            hdr,
+            primary,
+            secondary,
+            rx_cq,
+            layout,
+            cache,
+            stats,
+            ..
+        } = self;
+        let mut cq = rx_cq.poll_cursor();
+        let mut hc = hdr.sw_cursor();
+        let mut pc = primary.as_ref().map(|r| r.sw_cursor());
+        let mut sc = secondary.as_ref().map(|r| r.sw_cursor());
+        let mut w = burst.rx_writer();
+        let n = (w.room() as u32).min(rx_cq.pending());
+        let (mut bytes, mut prim, mut sec, mut errors) = (0u64, 0u64, 0u64, 0u64);
+        let hdr_l = layout.hdr;
+        for _ in 0..n {
+            let Some(cqe) = cq.poll() else {
+                break;
+            };
+            let h = hc.harvest(cqe.wqe_counter);
+            let (pidx, kind, room) = if SPLIT {
+                match (cqe.ring, &mut pc, &mut sc) {
+                    (cqe_ring::PRIMARY, Some(c), _) => {
+                        (c.harvest(cqe.payload_counter), PayloadRing::Primary, c.room())
+                    }
+                    (cqe_ring::SECONDARY, _, Some(c)) => {
+                        (c.harvest(cqe.payload_counter), PayloadRing::Secondary, c.room())
+                    }
+                    _ => (0, PayloadRing::None, 0),
+                }
+            } else {
+                (0, PayloadRing::None, 0)
+            };
+            let hl = cqe.hdr_len as usize;
+            let len = cqe.byte_cnt as usize;
+            let fits = hl <= hc.room()
+                && hl <= len
+                && len - hl <= room
+                && (len > hl) == (kind != PayloadRing::None);
+            if cqe.is_error() || !fits {
+                errors += 1;
+                let ring = if SPLIT { cqe.ring } else { cqe_ring::NONE };
+                give_back(cache, h, ring, pidx);
+                continue;
+            }
+            // SAFETY: header buffer `h` was just harvested: the driver owns it and nothing else
+            // refers to its metadata.
+            unsafe {
+                *layout.meta(h) = PacketMeta {
+                    payload: pidx,
+                    ring: kind,
+                    arrival,
+                };
+            }
+            bytes += len as u64;
+            if SPLIT {
+                prim += (kind == PayloadRing::Primary) as u64;
+                sec += (kind == PayloadRing::Secondary) as u64;
+            }
+            // SAFETY: the burst adopted this queue's arena as owner (checked by `rx_burst`);
+            // the header pointer names `hl <= header capacity` bytes of buffer `h`, after
+            // `HEADROOM` bytes of the same buffer, all owned by the packet from now on.
+            let pushed = unsafe {
+                w.push(&RxPacket {
+                    handle: h as usize,
+                    hdr: hdr_l.ptr(h).wrapping_add(crate::arena::DATA_OFF),
+                    hdr_len: hl as u16,
+                    headroom: HEADROOM as u16,
+                    frame_len: len as u32,
+                    ring: kind,
+                    rss_hash: cqe.rss_hash,
+                })
+            };
+            debug_assert!(pushed, "room was checked");
+        }
+        w.finish();
+        rx_cq.poll_commit(cq);
+        hdr.sw_commit(hc);
+        if let (Some(r), Some(c)) = (primary.as_mut(), pc) {
+            r.sw_commit(c);
+        }
+        if let (Some(r), Some(c)) = (secondary.as_mut(), sc) {
+            r.sw_commit(c);
+        }
+        let got = burst.len() - from;
+        let port = p.port_id;
+        burst.set_rx_defaults(from, port, Verdict::tx(port));
+        stats.rx_packets += got as u64;
+        stats.rx_bytes += bytes;
+        stats.rx_primary += prim;
+        stats.rx_secondary += sec;
+        stats.desc_errors += errors;
+        got
     }
 
     /// `rx_burst` of a timed queue (see the module docs).
@@ -721,12 +1107,55 @@ impl VnicQueue {
     fn ingress_done(&self) -> bool {
         self.rx_pending.is_none() && self.ingress.exhausted()
     }
+
+    /// Takes every buffer back from the rings, the completion queue and the send queue (queue
+    /// teardown).
+    fn release_all(&mut self) {
+        let mut handles = Vec::new();
+        let nic = self.tx.drain(&mut handles);
+        // SAFETY: the send queue's packets, given up by the drained ring.
+        unsafe { self.cache.free_packets(&self.layout, &handles) };
+        self.model.nicmem_freed(nic);
+        // Completions the driver never polled: their buffers return too.
+        while let Some(cqe) = self.rx_cq.poll() {
+            let h = self.hdr.harvest(cqe.wqe_counter);
+            let ring = cqe.ring.min(cqe_ring::SECONDARY + 1);
+            let pidx = match ring {
+                cqe_ring::PRIMARY => self
+                    .primary
+                    .as_mut()
+                    .map_or(0, |r| r.harvest(cqe.payload_counter)),
+                cqe_ring::SECONDARY => self
+                    .secondary
+                    .as_mut()
+                    .map_or(0, |r| r.harvest(cqe.payload_counter)),
+                _ => 0,
+            };
+            self.give_back(h, ring, pidx);
+        }
+        let mut idx = Vec::new();
+        self.hdr.drain(&mut idx);
+        // SAFETY: posted, unconsumed header buffers owned by the ring, given up here.
+        unsafe { self.cache.hdr.free_indices(&idx) };
+        if let (Some(r), Some(c)) = (&mut self.primary, &mut self.cache.nic) {
+            idx.clear();
+            r.drain(&mut idx);
+            // SAFETY: as above, for the primary ring's nicmem buffers.
+            unsafe { c.free_indices(&idx) };
+        }
+        if let (Some(r), Some(c)) = (&mut self.secondary, &mut self.cache.pay) {
+            idx.clear();
+            r.drain(&mut idx);
+            // SAFETY: as above, for the secondary ring's host buffers.
+            unsafe { c.free_indices(&idx) };
+        }
+    }
 }
 
 impl Queue for VnicQueue {
     fn rx_burst(&mut self, burst: &mut Burst) -> usize {
         let want = burst.room();
-        if want == 0 {
+        if want == 0 || !burst.adopt(&self.owner) {
             return 0;
         }
         let got = if self.model.t.is_some() {
@@ -738,8 +1167,12 @@ impl Queue for VnicQueue {
         } else {
             self.nic_rx(want);
             // One clock read per burst: every packet of a burst shares its arrival time.
-            let now_ns = self.epoch.elapsed().as_nanos() as u64;
-            self.harvest(burst, None, now_ns).0
+            let now = self.epoch.elapsed().as_nanos() as u64 * PS_PER_NS;
+            if self.p.mode.splits() {
+                self.harvest_untimed::<true>(burst, now)
+            } else {
+                self.harvest_untimed::<false>(burst, now)
+            }
         };
         self.refill();
         if self.model.tick()
@@ -750,7 +1183,7 @@ impl Queue for VnicQueue {
         got
     }
 
-    fn tx_burst(&mut self, pkts: &mut Vec<Packet>) -> usize {
+    fn tx_burst(&mut self, pkts: &mut Burst, drops: &mut DropCounts) -> usize {
         if let Some(t) = self.model.t.as_deref_mut() {
             let now = t.sync();
             if t.paced() {
@@ -759,18 +1192,29 @@ impl Queue for VnicQueue {
                 self.nic_rx_paced(now);
             }
         }
-        let n = self.tx_post(pkts);
+        let n = self.tx_post(pkts, drops);
         if n > 0 {
             self.tx_doorbell();
         }
         n
     }
 
-    fn free(&mut self, pkt: Packet) {
-        let hdr = &mut self.hdr.cache;
-        let primary = self.primary.as_mut().map(|r| &mut r.cache);
-        let secondary = self.secondary.as_mut().map(|r| &mut r.cache);
-        free_into(pkt, hdr, primary, secondary, &mut self.model);
+    fn free_burst(&mut self, pkts: &mut Burst) {
+        if !pkts.owned_by(&self.owner) {
+            pkts.clear();
+            return;
+        }
+        let mut nic = 0u64;
+        for i in 0..pkts.len() {
+            if pkts.ring(i) == PayloadRing::Primary {
+                nic += pkts.payload_len(i) as u64;
+            }
+        }
+        // SAFETY: the burst's packets belong to this queue's arena (checked above); the burst
+        // gives them up right after.
+        unsafe { self.cache.free_packets(&self.layout, pkts.handles()) };
+        pkts.disown();
+        self.model.nicmem_freed(nic);
     }
 
     fn flush(&mut self) {
@@ -824,30 +1268,7 @@ impl Drop for VnicQueue {
                 *slot = Some(report);
             }
         }
-        let hdr = &mut self.hdr.cache;
-        let mut primary = self.primary.as_mut().map(|r| &mut r.cache);
-        let mut secondary = self.secondary.as_mut().map(|r| &mut r.cache);
-        let model = &mut self.model;
-        self.tx.drain(&mut |p| {
-            free_into(
-                p,
-                hdr,
-                primary.as_deref_mut(),
-                secondary.as_deref_mut(),
-                model,
-            )
-        });
-        // Harvest completions the driver never polled so their buffers return too.
-        while let Some(cqe) = self.rx_cq.poll() {
-            let _ = self.make_packet(&cqe, 0);
-        }
-        self.hdr.drain();
-        if let Some(r) = &mut self.primary {
-            r.drain();
-        }
-        if let Some(r) = &mut self.secondary {
-            r.drain();
-        }
+        self.release_all();
         match &mut self.egress {
             Egress::Sink(s) => s.finish(),
             Egress::Ring(_) => {}

@@ -1,10 +1,10 @@
 //! The Rx side of a virtual NIC queue: descriptor rings, the NIC's receive engine (validate the
 //! descriptor, DMA the frame, write a completion) and the driver's completion polling.
 //!
-//! Rings (each a ring of 16 B data-segment WQEs plus the driver's shadow array of posted buffers,
-//! like the mlx5 PMD's `elts`):
+//! Rings (each a ring of 16 B data-segment WQEs plus the driver's shadow array of posted buffer
+//! indices, like the mlx5 PMD's `elts`):
 //! - the **header ring** (host): whole frames in `host` mode, the first `split_offset` bytes in the
-//!   split modes;
+//!   split modes, written after the header buffer's metadata and headroom;
 //! - the **primary payload ring** (nicmem, `nic-payload`/`nic-inline`);
 //! - the **secondary payload ring** (host; the only payload ring in `split`).
 //!
@@ -16,15 +16,18 @@
 //! range must lie inside the region, and (stricter than hardware, so that a corrupt descriptor can
 //! never make the model touch memory it does not own) inside the buffer posted in that slot. A
 //! failure produces an error completion with an mlx5 syndrome and a counter; the frame is dropped.
+//!
+//! The driver posts whole bursts: one bulk allocation of buffer indices from the queue's cache,
+//! then one 16 B WQE per slot, and one producer-index update.
 
-use nicmem::{AccessError, Buf, MemClass, MemKey, PoolCache, ProtectionDomain, RegionTable};
+use nicmem::PoolLayout;
 
-use super::desc::{Cqe, DataSeg, SEG, cqe_op, cqe_ring, syndrome};
+use super::desc::{Cqe, DataSeg, SEG, syndrome};
 
-/// A ring of Rx WQEs with the driver's shadow array of posted buffers.
-pub(crate) struct RxRing<K: MemClass> {
+/// A ring of Rx WQEs with the driver's shadow array of posted buffer indices.
+pub(crate) struct RxRing {
     wqes: Box<[[u8; SEG]]>,
-    bufs: Box<[Option<Buf<K>>]>,
+    bufs: Box<[u32]>,
     mask: u32,
     /// Driver producer count (WQEs posted).
     pi: u32,
@@ -32,20 +35,29 @@ pub(crate) struct RxRing<K: MemClass> {
     nic_ci: u32,
     /// Driver consumer count (buffers harvested from completions).
     sw_ci: u32,
-    pub(crate) cache: PoolCache<K>,
+    /// The pool the ring's buffers come from.
+    layout: PoolLayout,
+    /// Where the NIC writes in each buffer (after the metadata and headroom of header buffers).
+    data_off: u32,
+    /// Bytes each posted WQE offers (the buffer's room after `data_off`).
+    room: u32,
 }
 
-impl<K: MemClass> RxRing<K> {
-    pub(crate) fn new(size: usize, cache: PoolCache<K>) -> Self {
+impl RxRing {
+    /// A ring of `size` (rounded up to a power of two) WQEs over buffers of `layout`, written
+    /// from `data_off` on.
+    pub(crate) fn new(size: usize, layout: PoolLayout, data_off: usize) -> Self {
         let size = size.next_power_of_two();
         Self {
             wqes: vec![[0u8; SEG]; size].into_boxed_slice(),
-            bufs: (0..size).map(|_| None).collect(),
+            bufs: vec![0u32; size].into_boxed_slice(),
             mask: size as u32 - 1,
             pi: 0,
             nic_ci: 0,
             sw_ci: 0,
-            cache,
+            layout,
+            data_off: data_off as u32,
+            room: (layout.buf_size - data_off) as u32,
         }
     }
 
@@ -53,6 +65,12 @@ impl<K: MemClass> RxRing<K> {
     #[inline]
     pub(crate) fn posted(&self) -> u32 {
         self.pi.wrapping_sub(self.nic_ci)
+    }
+
+    /// Slots the driver may post now (consumed by the NIC and harvested).
+    #[inline]
+    pub(crate) fn free_slots(&self) -> u32 {
+        (self.mask + 1) - self.pi.wrapping_sub(self.sw_ci)
     }
 
     /// The driver's producer count (WQEs ever posted).
@@ -67,82 +85,91 @@ impl<K: MemClass> RxRing<K> {
         self.nic_ci
     }
 
-    /// Posts buffers until the ring is full or the pool is empty; returns the number of failed
-    /// allocations (0 or 1: the driver stops at the first failure, like DPDK's `rx_nombuf`).
-    pub(crate) fn refill(&mut self, limit: u32) -> u64 {
-        let size = self.mask + 1;
-        let target = size.min(limit);
-        while self.pi.wrapping_sub(self.sw_ci) < target {
-            let Some(buf) = self.cache.alloc() else {
-                return 1;
-            };
-            let slot = (self.pi & self.mask) as usize;
-            DataSeg {
-                byte_count: buf.capacity() as u32,
-                key: buf.key().0,
-                addr: buf.iova(),
-            }
-            .write(&mut self.wqes[slot]);
-            self.bufs[slot] = Some(buf);
-            self.pi = self.pi.wrapping_add(1);
-        }
-        0
+    /// Bytes the NIC may write per buffer.
+    #[inline]
+    pub(crate) fn room(&self) -> usize {
+        self.room as usize
     }
 
-    /// NIC side: consumes the next posted WQE, validates it for a write of `len` bytes and, if
-    /// `write` and valid, DMAs `src[..len]` into its buffer (`src` may be longer: the copy may
-    /// round up to 16 bytes); returns the WQE counter and the validation result. One decode of
-    /// the WQE serves both. On a validation failure the WQE is still consumed (its buffer goes
-    /// back to the driver through the error completion).
+    /// Driver side: posts one WQE per buffer index and publishes them with one producer-index
+    /// update. The caller must not post more than [`RxRing::free_slots`].
     #[inline]
-    pub(crate) fn nic_place(
-        &mut self,
-        table: &RegionTable,
-        pd: ProtectionDomain,
-        src: &[u8],
-        len: usize,
-        write: bool,
-    ) -> (u16, Result<(), u8>) {
+    pub(crate) fn post(&mut self, idx: &[u32]) {
+        debug_assert!(idx.len() as u32 <= self.free_slots());
+        let key = self.layout.key.0;
+        let mut pi = self.pi;
+        for &b in idx {
+            let slot = (pi & self.mask) as usize;
+            DataSeg {
+                byte_count: self.room,
+                key,
+                addr: self.layout.iova_of(b) + u64::from(self.data_off),
+            }
+            .write(&mut self.wqes[slot]);
+            self.bufs[slot] = b;
+            pi = pi.wrapping_add(1);
+        }
+        self.pi = pi;
+    }
+
+    /// NIC side: consumes the next posted WQE and validates it for a write of `len` bytes.
+    /// Returns the WQE counter and either where to write (a pointer to `len` bytes of the posted
+    /// buffer) or an mlx5 syndrome. On a validation failure the WQE is still consumed (its buffer
+    /// goes back to the driver through the error completion).
+    #[inline(always)]
+    pub(crate) fn nic_take(&mut self, len: usize) -> (u16, Result<*mut u8, u8>) {
         let slot = (self.nic_ci & self.mask) as usize;
         let counter = self.nic_ci as u16;
         self.nic_ci = self.nic_ci.wrapping_add(1);
-        let seg = DataSeg::read(&self.wqes[slot]);
-        if seg.byte_count == 0 || len > seg.byte_count as usize {
-            return (counter, Err(syndrome::LOCAL_LENGTH));
+        let b = self.bufs[slot];
+        let start = self.layout.iova_of(b) + u64::from(self.data_off);
+        // The driver reads received bytes from the posted place, so the NIC must be told to
+        // write there: the descriptor must be exactly what the driver posts for this buffer
+        // (compared as encoded bytes, one decode avoided on the fast path).
+        let want = DataSeg {
+            byte_count: self.room,
+            key: self.layout.key.0,
+            addr: start,
         }
-        let Some(b) = &mut self.bufs[slot] else {
-            return (counter, Err(syndrome::LOCAL_PROTECTION));
-        };
-        // The driver reads received bytes from the start of the buffer, so the NIC must be told
-        // to write there: any other address is not the posted buffer. A descriptor naming its
-        // own buffer's key and start lies inside a region registered to this queue's domain by
-        // construction; anything else goes through the full region check, as hardware does.
-        if seg.key != b.key().0 || seg.addr != b.iova() {
-            let check = table
-                .resolve(pd, MemKey(seg.key), seg.addr, len as u32)
-                .map_err(|_| syndrome::LOCAL_PROTECTION)
-                .and_then(|_| match b.locate(MemKey(seg.key), seg.addr, len as u32) {
-                    Ok(_) | Err(AccessError::NotPosted { .. }) => Err(syndrome::LOCAL_PROTECTION),
-                    Err(_) => Err(syndrome::LOCAL_LENGTH),
-                });
-            return (counter, check);
+        .encode();
+        if self.wqes[slot] == want && len <= self.room as usize {
+            return (
+                counter,
+                Ok(self.layout.ptr(b).wrapping_add(self.data_off as usize)),
+            );
         }
-        if len > b.capacity() {
-            return (counter, Err(syndrome::LOCAL_LENGTH));
-        }
-        if write {
-            // Cannot fail: the range was checked against the buffer above.
-            let _ = b.device_write_prefix(0, src, len);
-        }
-        (counter, Ok(()))
+        (counter, Err(self.refusal(slot, len)))
     }
 
-    /// Driver side: takes the buffer of the slot a completion names (they complete in order).
+    /// Why the descriptor in `slot` cannot take `len` bytes: a length error when it offers too
+    /// few bytes, else a protection error. A descriptor naming its own buffer's key and start
+    /// lies inside a region registered to this queue's domain by construction; hardware would
+    /// also write to any other registered range, the model refuses every other address (a
+    /// foreign key, a range outside the region, another buffer), so a corrupt descriptor can
+    /// never make it write memory the slot does not own.
+    #[cold]
+    fn refusal(&self, slot: usize, len: usize) -> u8 {
+        let seg = DataSeg::read(&self.wqes[slot]);
+        if seg.byte_count == 0 || len > seg.byte_count as usize || len > self.room as usize {
+            syndrome::LOCAL_LENGTH
+        } else {
+            syndrome::LOCAL_PROTECTION
+        }
+    }
+
+    /// Whether writes into this ring's buffers keep their bytes (false for aliased nicmem).
     #[inline]
-    pub(crate) fn harvest(&mut self, counter: u16) -> Option<Buf<K>> {
+    pub(crate) fn keeps_bytes(&self) -> bool {
+        !self.layout.aliased
+    }
+
+    /// Driver side: takes the buffer index of the slot a completion names (they complete in
+    /// order).
+    #[inline]
+    pub(crate) fn harvest(&mut self, counter: u16) -> u32 {
         let slot = (counter as u32 & self.mask) as usize;
         self.sw_ci = self.sw_ci.wrapping_add(1);
-        self.bufs[slot].take()
+        self.bufs[slot]
     }
 
     /// Overwrites the next WQE the NIC will consume (tests and fuzzing of descriptor handling).
@@ -155,16 +182,172 @@ impl<K: MemClass> RxRing<K> {
         true
     }
 
-    /// Returns every posted buffer to the pool (queue teardown).
-    pub(crate) fn drain(&mut self) {
-        for b in self.bufs.iter_mut() {
-            if let Some(b) = b.take() {
-                self.cache.free(b);
-            }
+    /// Takes every posted, unconsumed buffer index out of the ring (queue teardown); the caller
+    /// frees them.
+    pub(crate) fn drain(&mut self, out: &mut Vec<u32>) {
+        let mut i = self.nic_ci;
+        while i != self.pi {
+            out.push(self.bufs[(i & self.mask) as usize]);
+            i = i.wrapping_add(1);
         }
         self.pi = 0;
         self.nic_ci = 0;
         self.sw_ci = 0;
+    }
+}
+
+impl RxRing {
+    /// The NIC's side of the ring as a cursor held in registers for one receive pass (writes
+    /// into posted buffers go through raw pointers, which would otherwise make the compiler
+    /// reload every ring field after each copy). Hand it back with [`RxRing::nic_commit`].
+    #[inline(always)]
+    pub(crate) fn nic_cursor(&self) -> NicCursor {
+        NicCursor {
+            wqes: self.wqes.as_ptr(),
+            bufs: self.bufs.as_ptr(),
+            mask: self.mask,
+            ci: self.nic_ci,
+            end: self.pi,
+            key: self.layout.key.0,
+            room: self.room,
+            base: self.layout.base.wrapping_add(self.data_off as usize),
+            iova: self.layout.iova + u64::from(self.data_off),
+            stride: self.layout.buf_size as u64,
+            alias_slots: if self.layout.aliased {
+                self.layout.slots
+            } else {
+                0
+            },
+        }
+    }
+
+    /// Takes back a cursor from [`RxRing::nic_cursor`], with the WQEs it consumed.
+    #[inline(always)]
+    pub(crate) fn nic_commit(&mut self, c: NicCursor) {
+        self.nic_ci = c.ci;
+    }
+}
+
+impl RxRing {
+    /// The driver's side of the ring as a cursor for one harvest pass; hand it back with
+    /// [`RxRing::sw_commit`].
+    #[inline(always)]
+    pub(crate) fn sw_cursor(&self) -> SwCursor {
+        SwCursor {
+            bufs: self.bufs.as_ptr(),
+            mask: self.mask,
+            ci: self.sw_ci,
+            room: self.room,
+        }
+    }
+
+    /// Takes back a cursor from [`RxRing::sw_cursor`].
+    #[inline(always)]
+    pub(crate) fn sw_commit(&mut self, c: SwCursor) {
+        self.sw_ci = c.ci;
+    }
+}
+
+/// The driver's harvest position on an Rx ring (see [`RxRing::sw_cursor`]).
+#[derive(Clone, Copy)]
+pub(crate) struct SwCursor {
+    bufs: *const u32,
+    mask: u32,
+    ci: u32,
+    room: u32,
+}
+
+impl SwCursor {
+    /// [`RxRing::harvest`] on the cursor.
+    #[inline(always)]
+    pub(crate) fn harvest(&mut self, counter: u16) -> u32 {
+        let slot = (u32::from(counter) & self.mask) as usize;
+        self.ci = self.ci.wrapping_add(1);
+        // SAFETY: `slot <= mask` indexes the ring's `mask + 1` entries; the ring outlives the
+        // cursor and nobody writes it during the pass.
+        unsafe { *self.bufs.add(slot) }
+    }
+
+    /// Bytes the NIC may write per buffer.
+    #[inline(always)]
+    pub(crate) fn room(&self) -> usize {
+        self.room as usize
+    }
+}
+
+/// The NIC's consumer position on an Rx ring during one receive pass (see
+/// [`RxRing::nic_cursor`]).
+#[derive(Clone, Copy)]
+pub(crate) struct NicCursor {
+    wqes: *const [u8; SEG],
+    bufs: *const u32,
+    mask: u32,
+    ci: u32,
+    /// The producer index when the cursor was made: WQEs past it are not posted.
+    end: u32,
+    key: u32,
+    room: u32,
+    /// Where the NIC writes in buffer 0, and its bus address.
+    base: *mut u8,
+    iova: u64,
+    stride: u64,
+    /// Slots of an aliased pool (buffer `i` lives in slot `i % alias_slots`), 0 when not aliased.
+    alias_slots: u32,
+}
+
+impl NicCursor {
+    /// WQEs posted and not yet consumed.
+    #[inline(always)]
+    pub(crate) fn posted(&self) -> u32 {
+        self.end.wrapping_sub(self.ci)
+    }
+
+    /// Bytes the NIC may write per buffer.
+    #[inline(always)]
+    pub(crate) fn room(&self) -> usize {
+        self.room as usize
+    }
+
+    /// Whether writes into this ring's buffers keep their bytes (false for aliased nicmem).
+    #[inline(always)]
+    pub(crate) fn keeps_bytes(&self) -> bool {
+        self.alias_slots == 0
+    }
+
+    /// [`RxRing::nic_take`] on the cursor: consumes the next posted WQE (the caller checked
+    /// [`NicCursor::posted`]) and validates it for `len` bytes.
+    #[inline(always)]
+    pub(crate) fn take(&mut self, len: usize) -> (u16, Result<*mut u8, u8>) {
+        debug_assert!(self.posted() > 0);
+        let slot = (self.ci & self.mask) as usize;
+        let counter = self.ci as u16;
+        self.ci = self.ci.wrapping_add(1);
+        // SAFETY: `slot <= mask`, and both arrays have `mask + 1` entries; the ring (borrowed by
+        // the queue for the whole pass) outlives the cursor and nobody else writes it meanwhile.
+        let (wqe, b) = unsafe { (*self.wqes.add(slot), *self.bufs.add(slot)) };
+        let b = if self.alias_slots == 0 {
+            b
+        } else {
+            b % self.alias_slots
+        };
+        let off = u64::from(b) * self.stride;
+        let want = DataSeg {
+            byte_count: self.room,
+            key: self.key,
+            addr: self.iova + off,
+        }
+        .encode();
+        if wqe == want && len <= self.room as usize {
+            return (counter, Ok(self.base.wrapping_add(off as usize)));
+        }
+        let seg = DataSeg::read(&wqe);
+        let why = if seg.byte_count == 0 || len > seg.byte_count as usize || len > self.room as usize
+        {
+            syndrome::LOCAL_LENGTH
+        } else {
+            syndrome::LOCAL_PROTECTION
+        };
+        (counter, Err(why))
     }
 }
 
@@ -198,9 +381,45 @@ impl CompletionQueue {
         }
     }
 
-    #[inline]
+    /// The ownership bit of the pass `counter` is in: the ring's size is a power of two, so it is
+    /// the counter's bit just above the slot index.
+    #[inline(always)]
     fn owner(counter: u32, mask: u32) -> bool {
-        (counter / (mask + 1)) & 1 == 1
+        counter & (mask + 1) != 0
+    }
+
+    /// The NIC's producer side as a cursor held in registers for one receive pass; hand it back
+    /// with [`CompletionQueue::commit`].
+    #[inline(always)]
+    pub(crate) fn cursor(&mut self) -> CqCursor {
+        CqCursor {
+            slots: self.slots.as_mut_ptr(),
+            mask: self.mask,
+            pi: self.pi,
+        }
+    }
+
+    /// Takes back a cursor from [`CompletionQueue::cursor`], with the completions it wrote.
+    #[inline(always)]
+    pub(crate) fn commit(&mut self, c: CqCursor) {
+        self.pi = c.pi;
+    }
+
+    /// The driver's consumer side as a cursor for one harvest pass; hand it back with
+    /// [`CompletionQueue::poll_commit`].
+    #[inline(always)]
+    pub(crate) fn poll_cursor(&self) -> CqPoll {
+        CqPoll {
+            slots: self.slots.as_ptr(),
+            mask: self.mask,
+            ci: self.ci,
+        }
+    }
+
+    /// Takes back a cursor from [`CompletionQueue::poll_cursor`].
+    #[inline(always)]
+    pub(crate) fn poll_commit(&mut self, c: CqPoll) {
+        self.ci = c.ci;
     }
 
     /// Room for the NIC to write more completions.
@@ -245,38 +464,47 @@ impl CompletionQueue {
     }
 }
 
-/// Builds an Rx completion.
-#[inline]
-pub(crate) fn rx_cqe(
-    rss_hash: u32,
-    len: usize,
-    hdr_len: usize,
-    hdr_counter: u16,
-    ring: u8,
-    payload_counter: u16,
-    err: Option<u8>,
-) -> Cqe {
-    Cqe {
-        rss_hash,
-        byte_cnt: len as u32,
-        hdr_len: hdr_len as u16,
-        ring,
-        syndrome: err.unwrap_or(0),
-        wqe_counter: hdr_counter,
-        payload_counter,
-        opcode: if err.is_some() {
-            cqe_op::RESP_ERR
-        } else {
-            cqe_op::RESP_SEND
-        },
+/// The NIC's producer position on a completion queue during one pass (see
+/// [`CompletionQueue::cursor`]).
+pub(crate) struct CqCursor {
+    slots: *mut [u8; 64],
+    mask: u32,
+    pi: u32,
+}
+
+impl CqCursor {
+    /// Writes a completion. The caller checked the queue has room.
+    #[inline(always)]
+    pub(crate) fn push(&mut self, cqe: &Cqe) {
+        let slot = (self.pi & self.mask) as usize;
+        let owner = CompletionQueue::owner(self.pi, self.mask);
+        // SAFETY: `slot <= mask` indexes the queue's `mask + 1` slots; the queue (borrowed by the
+        // receive pass) outlives the cursor and the driver does not read it meanwhile.
+        cqe.write(unsafe { &mut *self.slots.add(slot) }, owner);
+        self.pi = self.pi.wrapping_add(1);
     }
 }
 
-/// Which payload ring a completion names.
-pub(crate) fn ring_of(cqe: &Cqe) -> u8 {
-    if cqe.ring > cqe_ring::SECONDARY {
-        cqe_ring::NONE
-    } else {
-        cqe.ring
+/// The driver's consumer position on a completion queue during one pass (see
+/// [`CompletionQueue::poll_cursor`]).
+pub(crate) struct CqPoll {
+    slots: *const [u8; 64],
+    mask: u32,
+    ci: u32,
+}
+
+impl CqPoll {
+    /// [`CompletionQueue::poll`] on the cursor.
+    #[inline(always)]
+    pub(crate) fn poll(&mut self) -> Option<Cqe> {
+        let slot = (self.ci & self.mask) as usize;
+        // SAFETY: `slot <= mask` indexes the queue's `mask + 1` slots; the queue outlives the
+        // cursor and the NIC does not write it during the pass.
+        let cqe = Cqe::read(
+            unsafe { &*self.slots.add(slot) },
+            CompletionQueue::owner(self.ci, self.mask),
+        )?;
+        self.ci = self.ci.wrapping_add(1);
+        Some(cqe)
     }
 }

@@ -3,8 +3,9 @@
 
 use super::*;
 use crate::burst::Burst;
-use crate::packet::{Packet, RxRing as RingKind};
+use crate::packet::PayloadRing;
 use crate::port::Queue;
+use crate::verdict::DropCounts;
 use crate::wire::{CollectSink, VecSource};
 use proptest::prelude::*;
 
@@ -33,12 +34,11 @@ fn port(cfg: VnicConfig, frames: Vec<Vec<u8>>) -> (VnicPort, CollectSink) {
 /// io-fwd until the queue is idle; returns the queue's stats.
 fn forward(q: &mut VnicQueue) -> crate::port::QueueStats {
     let mut burst = Burst::with_capacity(32);
-    let mut out: Vec<Packet> = Vec::with_capacity(32);
+    let mut drops = DropCounts::default();
     for _ in 0..1_000_000 {
         q.rx_burst(&mut burst);
-        out.extend(burst.drain().map(|(p, _)| p));
-        q.tx_burst(&mut out);
-        assert!(out.is_empty(), "tx ring never fills in this test");
+        q.tx_burst(&mut burst, &mut drops);
+        assert_eq!(drops.total(), 0, "tx ring never fills in this test");
         q.flush();
         if q.idle() {
             break;
@@ -131,30 +131,33 @@ fn payloads_spill_to_the_secondary_ring_when_nicmem_runs_out() {
         let (mut p, sink) = port(cfg, frames.clone());
         let mut q = p.take_vnic_queues().pop().unwrap();
         // Hold received packets (as a deep pipeline would) so nicmem buffers stay in flight.
-        let mut held = Vec::new();
-        let mut burst = Burst::with_capacity(32);
-        while held.len() < 200 {
+        let mut held: Vec<Burst> = Vec::new();
+        let mut count = 0;
+        while count < 200 {
+            let mut burst = Burst::with_capacity(32);
             if q.rx_burst(&mut burst) == 0 {
                 break;
             }
-            held.extend(burst.drain().map(|(p, _)| p));
+            count += burst.len();
+            held.push(burst);
         }
-        let primary = held
-            .iter()
-            .filter(|p| p.meta.ring == RingKind::Primary)
-            .count();
-        let secondary = held
-            .iter()
-            .filter(|p| p.meta.ring == RingKind::Secondary)
-            .count();
+        let ring_count = |r: PayloadRing| -> usize {
+            held.iter()
+                .map(|b| (0..b.len()).filter(|&i| b.ring(i) == r).count())
+                .sum()
+        };
+        let primary = ring_count(PayloadRing::Primary);
+        let secondary = ring_count(PayloadRing::Secondary);
         assert_eq!(primary, 16, "{mode}: primary limited to nicmem buffers");
         assert_eq!(primary + secondary, 200, "{mode}: nothing lost");
         let s = q.stats();
         assert_eq!((s.rx_primary, s.rx_secondary), (16, 184));
-        while !held.is_empty() {
-            q.tx_burst(&mut held);
+        let mut drops = DropCounts::default();
+        for mut b in held {
+            q.tx_burst(&mut b, &mut drops);
             q.flush();
         }
+        assert_eq!(drops.total(), 0);
         drop(q);
         assert_eq!(*sink.frames.lock().unwrap(), frames, "{mode}");
     }
@@ -173,16 +176,17 @@ fn pool_exhaustion_counts_rx_nombuf_and_recovers() {
     };
     let (mut p, sink) = port(cfg, frames.clone());
     let mut q = p.take_vnic_queues().pop().unwrap();
-    let mut held = Vec::new();
-    let mut burst = Burst::with_capacity(32);
+    let mut held: Vec<Burst> = Vec::new();
     for _ in 0..10 {
+        let mut burst = Burst::with_capacity(32);
         q.rx_burst(&mut burst);
-        held.extend(burst.drain().map(|(p, _)| p));
+        held.push(burst);
     }
+    let stalled_at: usize = held.iter().map(|b| b.len()).sum();
     // 40 buffers, all received packets held: the ring cannot be refilled and receive stalls.
-    assert!(held.len() <= 40);
+    assert!(stalled_at <= 40);
     assert!(q.stats().rx_nombuf > 0);
-    let stalled_at = held.len();
+    let mut burst = Burst::with_capacity(32);
     q.rx_burst(&mut burst);
     assert_eq!(
         burst.len(),
@@ -190,8 +194,9 @@ fn pool_exhaustion_counts_rx_nombuf_and_recovers() {
         "no buffers, no receive (flow control holds the wire)"
     );
     // Buffers return: the datapath recovers and nothing is lost.
-    while !held.is_empty() {
-        q.tx_burst(&mut held);
+    let mut drops = DropCounts::default();
+    for mut b in held {
+        q.tx_burst(&mut b, &mut drops);
         q.flush();
     }
     let s = forward(&mut q);
@@ -278,9 +283,8 @@ fn bad_tx_descriptors_get_error_completions() {
             let (p, mut q, sink) = one_frame_queue(mode);
             let mut burst = Burst::with_capacity(32);
             q.rx_burst(&mut burst);
-            let mut out: Vec<Packet> = burst.drain().map(|(p, _)| p).collect();
-            assert_eq!(out.len(), 4);
-            q.tx_post(&mut out);
+            assert_eq!(burst.len(), 4);
+            q.tx_post(&mut burst, &mut DropCounts::default());
             assert!(q.corrupt_last_tx_seg(k, f));
             q.tx_doorbell();
             q.flush();
@@ -314,9 +318,8 @@ proptest! {
         q.corrupt_next_rx_wqe(ring, |w| *w = rx_bytes);
         let mut burst = Burst::with_capacity(32);
         q.rx_burst(&mut burst);
-        let mut out: Vec<Packet> = burst.drain().map(|(p, _)| p).collect();
-        let received = out.len() as u64;
-        q.tx_post(&mut out);
+        let received = burst.len() as u64;
+        q.tx_post(&mut burst, &mut DropCounts::default());
         q.corrupt_last_tx_seg(seg, |w| *w = tx_bytes);
         q.tx_doorbell();
         q.flush();
@@ -384,13 +387,12 @@ fn accounting_equals_the_breakdown_item_by_item() {
             let mut p = VnicPort::new("acct", 0, cfg, link).unwrap();
             let mut q = p.take_vnic_queues().pop().unwrap();
             let mut burst = Burst::with_capacity(32);
-            let mut out: Vec<Packet> = Vec::with_capacity(32);
+            let mut drops = DropCounts::default();
             let mut fwd = 0;
             while fwd < n {
                 q.rx_burst(&mut burst);
-                out.extend(burst.drain().map(|(p, _)| p));
-                fwd += q.tx_burst(&mut out) as u64;
-                assert!(out.is_empty());
+                fwd += q.tx_burst(&mut burst, &mut drops) as u64;
+                assert_eq!(drops.total(), 0);
             }
             let c = q.model_counters();
             let b = Breakdown::compute(&profile, &BreakdownInput::new(&profile, mode, f as u32))
@@ -538,14 +540,14 @@ fn steering_rules_override_rss() {
     while got.iter().sum::<u64>() < 128 && start.elapsed().as_secs() < 10 {
         for (i, q) in qs.iter_mut().enumerate() {
             q.rx_burst(&mut burst);
-            for (pkt, _) in burst.drain() {
-                let h = pkt.header();
+            for k in 0..burst.len() {
+                let h = burst.header(k);
                 if h[30..34] == [10, 0, 0, 1] {
                     assert_eq!(i, 1, "a steered frame reached queue {i}");
                 }
                 got[i] += 1;
-                q.free(pkt);
             }
+            q.free_burst(&mut burst);
         }
     }
     assert_eq!(got.iter().sum::<u64>(), 128);
