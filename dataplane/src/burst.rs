@@ -525,6 +525,17 @@ impl Burst {
         }
     }
 
+    /// The handle array, for a driver's transmit call that takes a mutable array (DPDK's
+    /// `rte_eth_tx_burst`). Writing through the pointer is the caller's business.
+    ///
+    /// # Safety
+    /// The caller must not write through the pointer anything but handles of this burst's own
+    /// packets, and must not use it after the burst changes.
+    #[inline]
+    pub unsafe fn handles_mut_ptr(&mut self) -> *mut usize {
+        self.handle.as_mut_ptr()
+    }
+
     /// Where header `i` starts and how many bytes of headroom are before it (drivers rebuild
     /// their descriptors from these when [`Burst::reshaped`] says a header moved).
     #[inline]

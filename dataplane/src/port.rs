@@ -102,6 +102,13 @@ pub trait Queue: Send + std::any::Any {
     /// empty afterwards.
     fn free_burst(&mut self, pkts: &mut Burst);
 
+    /// Appends a packet holding `frame` to `burst`, built by software from this queue's buffers
+    /// (a reply the slow path sends, a test's frame), with verdict `Tx` of this queue's port.
+    /// The layout is this queue's (header segment, payload in a host buffer). `false` when the
+    /// frame is longer than the port's largest frame, no buffer is left, the burst is full or it
+    /// holds packets of another owner.
+    fn push_frame(&mut self, burst: &mut Burst, frame: &[u8]) -> bool;
+
     /// Makes the NIC finish everything posted and reclaims completed Tx buffers.
     fn flush(&mut self);
 

@@ -8,9 +8,8 @@
 
 use std::time::{Duration, Instant};
 
-use dataplane::driver::dpdk::{DpdkPort, DpdkPortConfig, Eal, NicmemSource, PayloadMem};
-use dataplane::testkit::PacketFactory;
-use dataplane::{Burst, DatapathMode, Packet, PayloadRef, Port, Queue, RxRing};
+use dataplane::driver::dpdk::{DpdkPort, DpdkPortConfig, Eal, NicmemSource};
+use dataplane::{Burst, DatapathMode, DropCounts, PayloadRef, PayloadRing, Port, Queue};
 
 fn eal() -> &'static Eal {
     let args: Vec<String> = [
@@ -67,48 +66,64 @@ fn macswapped(f: &[u8]) -> Vec<u8> {
     w
 }
 
-/// Receives exactly `n` packets (or panics after a timeout).
-fn rx_n(q: &mut dyn Queue, n: usize) -> Vec<Packet> {
-    let mut out = Vec::new();
-    let mut b = Burst::with_capacity(32);
+/// Receives exactly `n` packets (or panics after a timeout), in bursts of up to 32.
+fn rx_n(q: &mut dyn Queue, n: usize) -> Vec<Burst> {
+    let mut out: Vec<Burst> = Vec::new();
+    let mut got = 0;
     let t = Instant::now();
-    while out.len() < n {
-        q.rx_burst(&mut b);
-        out.extend(b.drain().map(|(p, _)| p));
-        assert!(
-            t.elapsed() < Duration::from_secs(10),
-            "got {} of {n}",
-            out.len()
-        );
+    while got < n {
+        let mut b = Burst::with_capacity(32.min(n - got));
+        got += q.rx_burst(&mut b);
+        if !b.is_empty() {
+            out.push(b);
+        }
+        assert!(t.elapsed() < Duration::from_secs(10), "got {got} of {n}");
     }
     out
 }
 
-fn check_layout(p: &Packet, mode: DatapathMode, want: &[u8]) {
-    let mut got = Vec::new();
-    p.copy_frame(&mut got);
-    assert_eq!(got, want, "{mode} len {}", want.len());
-    assert_eq!(p.frame_len(), want.len());
+/// Bursts holding `frames`, built from `q`'s own buffers.
+fn bursts_of(q: &mut dyn Queue, frames: &[Vec<u8>]) -> Vec<Burst> {
+    frames
+        .chunks(32)
+        .map(|c| {
+            let mut b = Burst::with_capacity(c.len());
+            for f in c {
+                assert!(q.push_frame(&mut b, f), "a buffer for a {} B frame", f.len());
+            }
+            b
+        })
+        .collect()
+}
+
+/// Sends every burst; returns the packets the Tx ring took.
+fn tx_all(q: &mut dyn Queue, bursts: Vec<Burst>) -> usize {
+    let mut drops = DropCounts::default();
+    let sent = bursts
+        .into_iter()
+        .map(|mut b| q.tx_burst(&mut b, &mut drops))
+        .sum();
+    assert_eq!(drops.total(), 0);
+    sent
+}
+
+fn check_layout(b: &Burst, i: usize, mode: DatapathMode, want: &[u8]) {
+    assert_eq!(b.frame(i), want, "{mode} len {}", want.len());
+    assert_eq!(b.frame_len(i), want.len());
     if !mode.splits() || want.len() <= 64 {
-        assert_eq!(p.segments(), 1, "{mode} len {}", want.len());
-        assert_eq!(p.header_len(), want.len());
+        assert_eq!(b.payload_len(i), 0, "{mode} len {}", want.len());
+        assert_eq!(b.header_len(i), want.len());
         return;
     }
-    assert_eq!(p.segments(), 2, "{mode} len {}", want.len());
-    assert_eq!(p.header_len(), 64);
-    match (mode.uses_nicmem(), p.payload()) {
+    assert_eq!(b.header_len(i), 64);
+    match (mode.uses_nicmem(), b.payload(i)) {
         (true, PayloadRef::Nic(n)) => {
             assert_eq!(n.len(), want.len() - 64);
-            assert_eq!(p.meta.ring, RxRing::Primary);
-            assert_eq!(
-                p.mbuf().unwrap().payload_mem(),
-                PayloadMem::EmulatedNic,
-                "{mode}"
-            );
+            assert_eq!(b.ring(i), PayloadRing::Primary);
         }
-        (false, PayloadRef::Host(b)) => {
-            assert_eq!(b, &want[64..]);
-            assert_eq!(p.meta.ring, RxRing::Secondary);
+        (false, PayloadRef::Host(p)) => {
+            assert_eq!(p, &want[64..]);
+            assert_eq!(b.ring(i), PayloadRing::Secondary);
         }
         (_, other) => panic!("{mode}: unexpected payload {other:?}"),
     }
@@ -128,29 +143,36 @@ fn every_mode_forwards_two_segment_packets_intact_on_net_ring() {
         let start = port.pool_stats();
         assert!(start.iter().all(|p| p.in_use == 0), "{start:?}");
         let mut q = port.take_queues().pop().unwrap();
-        // 1. Packets built from nicmem buffers are copied into mbufs on Tx.
-        let f = PacketFactory::new(DatapathMode::Host, 64, 1514, fr.len());
-        let mut tx: Vec<Packet> = fr.iter().map(|x| f.packet(x).unwrap()).collect();
-        assert_eq!(q.tx_burst(&mut tx), fr.len());
-        assert!(tx.is_empty());
+        // 1. Frames built from the queue's own buffers go out and come back split per mode.
+        let tx = bursts_of(q.as_mut(), &fr);
+        assert_eq!(tx_all(q.as_mut(), tx), fr.len());
         let mut got = rx_n(q.as_mut(), fr.len());
-        for (p, want) in got.iter().zip(&fr) {
-            check_layout(p, mode, want);
+        let mut k = 0;
+        for b in &got {
+            for i in 0..b.len() {
+                check_layout(b, i, mode, &fr[k]);
+                k += 1;
+            }
         }
         // 2. Rewrite headers in place and send the chains themselves.
-        for p in &mut got {
-            let h = p.header_mut();
-            let (d, s) = h[..12].split_at_mut(6);
-            d.swap_with_slice(s);
+        for b in &mut got {
+            for i in 0..b.len() {
+                let h = b.header_mut(i);
+                let (d, s) = h[..12].split_at_mut(6);
+                d.swap_with_slice(s);
+            }
         }
-        assert_eq!(q.tx_burst(&mut got), fr.len());
+        assert_eq!(tx_all(q.as_mut(), got), fr.len());
         let back = rx_n(q.as_mut(), fr.len());
-        for (p, want) in back.iter().zip(&fr) {
-            check_layout(p, mode, &macswapped(want));
+        let mut k = 0;
+        for b in &back {
+            for i in 0..b.len() {
+                check_layout(b, i, mode, &macswapped(&fr[k]));
+                k += 1;
+            }
         }
         let xs = q.xstats();
         let get = |k: &str| xs.iter().find(|(n, _)| n == k).map(|x| x.1).unwrap();
-        assert_eq!(get("tx_copied"), fr.len() as u64, "{mode}");
         let long = fr.iter().filter(|x| x.len() > 64).count() as u64;
         assert_eq!(
             get("sw_split"),
@@ -198,28 +220,27 @@ fn nicmem_exhaustion_spills_to_the_secondary_ring() {
     let mut port = DpdkPort::open(&cfg).unwrap();
     let mut q = port.take_queues().pop().unwrap();
     let frame: Vec<u8> = (0..300u32).map(|i| i as u8).collect();
-    let f = PacketFactory::new(DatapathMode::Host, 64, 1514, 16);
-    let mut tx: Vec<Packet> = (0..16).map(|_| f.packet(&frame).unwrap()).collect();
-    assert_eq!(q.tx_burst(&mut tx), 16);
+    let tx = bursts_of(q.as_mut(), &vec![frame.clone(); 16]);
+    assert_eq!(tx_all(q.as_mut(), tx), 16);
     let got = rx_n(q.as_mut(), 16);
-    let primary = got
-        .iter()
-        .filter(|p| p.meta.ring == RxRing::Primary)
-        .count();
-    let secondary = got
-        .iter()
-        .filter(|p| p.meta.ring == RxRing::Secondary)
-        .count();
-    assert_eq!((primary, secondary), (4, 12));
-    for p in &got {
-        let mut out = Vec::new();
-        p.copy_frame(&mut out);
-        assert_eq!(out, frame);
-        if let PayloadRef::Nic(n) = p.payload() {
-            let mut b = [0u8; 4];
-            n.read_slow(0, &mut b).unwrap();
-            assert_eq!(b, [64, 65, 66, 67]);
-            assert!(n.read_slow(300, &mut b).is_err());
+    let count = |r: PayloadRing| -> usize {
+        got.iter()
+            .map(|b| (0..b.len()).filter(|&i| b.ring(i) == r).count())
+            .sum()
+    };
+    assert_eq!(
+        (count(PayloadRing::Primary), count(PayloadRing::Secondary)),
+        (4, 12)
+    );
+    for b in &got {
+        for i in 0..b.len() {
+            assert_eq!(b.frame(i), frame);
+            if let PayloadRef::Nic(n) = b.payload(i) {
+                let mut x = [0u8; 4];
+                n.read_slow(0, &mut x).unwrap();
+                assert_eq!(x, [64, 65, 66, 67]);
+                assert!(n.read_slow(300, &mut x).is_err());
+            }
         }
     }
     let xs = q.xstats();
@@ -239,9 +260,11 @@ fn net_null_forwards_and_stops_on_request() {
     let stop = port.rx_stop();
     let mut q = port.take_queues().pop().unwrap();
     let got = rx_n(q.as_mut(), 1000);
-    assert!(got.iter().all(|p| p.frame_len() == 64 && p.segments() == 1));
-    let mut list = got;
-    assert_eq!(q.tx_burst(&mut list), 1000);
+    assert!(
+        got.iter()
+            .all(|b| (0..b.len()).all(|i| b.frame_len(i) == 64 && b.payload_len(i) == 0))
+    );
+    assert_eq!(tx_all(q.as_mut(), got), 1000);
     let mut b = Burst::with_capacity(32);
     assert_eq!(q.rx_burst(&mut b), 0, "the limit stops Rx");
     assert!(q.idle());

@@ -1,16 +1,18 @@
-//! [`Mbuf`]: an owned DPDK mbuf chain of one or two segments, the DPDK representation of a
-//! [`crate::Packet`]'s segments.
+//! Mbufs as packets: a packet's handle in a [`crate::Burst`] is its `rte_mbuf*`, the first segment
+//! is the header segment and the second, if any, the payload segment (host memory, or nicmem:
+//! then no byte view exists). [`PacketOwner`] for mbufs lives here, with where a payload segment
+//! lives and the counted nicmem read.
 //!
 //! Fields are read as Rust fields (no FFI call per packet); `dpdk-sys` asserts the `rte_mbuf`
-//! offsets at compile time. The only per-packet FFI call left is the `Drop` of a packet that the
-//! run loop did not hand back to a queue (queues free in bulk).
+//! offsets at compile time.
 
-use std::ptr::NonNull;
-use std::sync::OnceLock;
 use std::sync::atomic::{AtomicU64, Ordering};
+use std::sync::{Arc, OnceLock};
 
 use dpdk_sys::rte_mbuf;
 use nicmem::AccessError;
+
+use crate::packet::{PacketOwner, PayloadLoc};
 
 /// Where the bytes of a packet's second (payload) segment live.
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
@@ -32,119 +34,71 @@ pub(crate) static NICMEM_CPU_READ_BYTES: AtomicU64 = AtomicU64::new(0);
 pub(crate) type DeviceReader = fn(u64, &mut [u8]) -> Result<(), String>;
 pub(crate) static DEVICE_READER: OnceLock<DeviceReader> = OnceLock::new();
 
-/// An owned mbuf chain (one or two segments). Dropping it frees the chain to its mempools.
-#[derive(Debug)]
-pub struct Mbuf {
-    head: NonNull<rte_mbuf>,
-    payload: PayloadMem,
+/// Where segment `s` (a payload segment, or null) lives: host memory, emulated nicmem or device
+/// memory, from the pool it came from (and, for a spill pool, its buffer's address).
+#[inline]
+pub(crate) fn payload_mem(s: *mut rte_mbuf) -> PayloadMem {
+    if s.is_null() {
+        return PayloadMem::Host;
+    }
+    // SAFETY: `s` is a valid mbuf segment; plain field reads.
+    let (pool, addr) = unsafe { ((*s).pool, (*s).buf_addr as u64) };
+    match super::port::nic_pool_kind_at(pool, addr) {
+        Some(true) => PayloadMem::DeviceNic,
+        Some(false) => PayloadMem::EmulatedNic,
+        None => PayloadMem::Host,
+    }
 }
 
-// SAFETY: an `Mbuf` exclusively owns its chain (no other handle refers to it while it lives), and
-// DPDK mempools accept frees from any thread; moving it across threads is sound.
-unsafe impl Send for Mbuf {}
-// SAFETY: `&Mbuf` only reads the chain's own fields and bytes.
-unsafe impl Sync for Mbuf {}
+/// The owner of every packet the DPDK driver hands to the packet core: a packet's handle is its
+/// `rte_mbuf*`. Mbufs are process-wide (any queue of any DPDK port may send or free any of them),
+/// so one owner serves every DPDK queue.
+struct MbufOwner;
 
-impl Mbuf {
-    /// Takes ownership of `m`.
-    ///
-    /// # Safety
-    /// `m` must be a valid mbuf chain of at most two segments that nobody else owns or frees,
-    /// and `payload` must say truthfully where its second segment lives.
-    #[inline]
-    pub(crate) unsafe fn from_raw(m: NonNull<rte_mbuf>, payload: PayloadMem) -> Self {
-        Self { head: m, payload }
-    }
+/// The DPDK driver's packet owner (one per process).
+pub(crate) fn mbuf_owner() -> Arc<dyn PacketOwner> {
+    static OWNER: OnceLock<Arc<dyn PacketOwner>> = OnceLock::new();
+    OWNER.get_or_init(|| Arc::new(MbufOwner)).clone()
+}
 
-    /// Gives up ownership without freeing (the caller now owns the chain).
-    #[inline]
-    pub(crate) fn into_raw(self) -> *mut rte_mbuf {
-        let p = self.head.as_ptr();
-        std::mem::forget(self);
-        p
-    }
-
-    /// The head mbuf (for inspection; ownership stays with `self`).
-    #[inline]
-    pub fn as_ptr(&self) -> *mut rte_mbuf {
-        self.head.as_ptr()
-    }
-
-    /// Where the payload segment lives.
-    #[inline]
-    pub fn payload_mem(&self) -> PayloadMem {
-        self.payload
-    }
-
-    /// True when the payload segment is in (emulated or real) nicmem.
-    #[inline]
-    pub(crate) fn payload_in_nicmem(&self) -> bool {
-        self.payload != PayloadMem::Host
-    }
-
-    /// Number of segments.
-    #[inline]
-    pub fn segments(&self) -> usize {
-        // SAFETY: `head` is a valid mbuf owned by `self`.
-        unsafe { (*self.head.as_ptr()).nb_segs as usize }
-    }
-
-    /// The first `n` bytes of the first segment (clamped to its length).
-    #[inline]
-    pub(crate) fn first_segment(&self, n: usize) -> &[u8] {
-        let m = self.head.as_ptr();
-        // SAFETY: the first segment is always host memory (header pools and Rx pools are host
-        // mempools); `buf_addr + data_off .. + data_len` lies inside the mbuf's buffer, we read
-        // at most `data_len` bytes, and `&self` rules out a concurrent `&mut` view.
+// SAFETY: handles are mbuf chains the DPDK queues received (or built) and handed to a burst,
+// which owns them until it gives them back. `payload` names host bytes only for a second segment
+// in host memory, readable for its `data_len` bytes (the payload length the burst was told) while
+// the chain is held; `free` releases each chain once, from any thread (mempools allow it).
+unsafe impl PacketOwner for MbufOwner {
+    fn free(&self, handles: &[usize]) {
+        if handles.is_empty() {
+            return;
+        }
+        // SAFETY: every handle is an mbuf chain owned by the caller, given up here; `usize` and
+        // `*mut rte_mbuf` have the same layout, and DPDK only reads the array.
         unsafe {
-            let len = n.min((*m).data_len as usize);
-            let p = ((*m).buf_addr as *const u8).add((*m).data_off as usize);
-            std::slice::from_raw_parts(p, len)
+            dpdk_sys::rte_pktmbuf_free_bulk(
+                handles.as_ptr().cast::<*mut rte_mbuf>().cast_mut(),
+                handles.len() as u32,
+            )
         }
     }
 
-    /// The first `n` bytes of the first segment, writable (clamped to its length).
-    #[inline]
-    pub(crate) fn first_segment_mut(&mut self, n: usize) -> &mut [u8] {
-        let m = self.head.as_ptr();
-        // SAFETY: as in `first_segment`; `&mut self` proves exclusive access to the chain, and
-        // the buffer is not shared (driver-built chains never attach one buffer twice).
-        unsafe {
-            let len = n.min((*m).data_len as usize);
-            let p = ((*m).buf_addr as *mut u8).add((*m).data_off as usize);
-            std::slice::from_raw_parts_mut(p, len)
+    fn payload(&self, handle: usize) -> PayloadLoc {
+        let m = handle as *mut rte_mbuf;
+        // SAFETY: `m` is a live chain held by the caller's burst.
+        let s = unsafe { (*m).next };
+        if s.is_null() {
+            return PayloadLoc::None;
+        }
+        match payload_mem(s) {
+            // SAFETY: a host segment: its data is host memory.
+            PayloadMem::Host => PayloadLoc::Host(unsafe { data_ptr(s) }.cast_const()),
+            _ => PayloadLoc::Nic,
         }
     }
 
-    /// The first `n` bytes of the second segment, which must be in host memory (empty if there
-    /// is no second segment).
-    #[inline]
-    pub(crate) fn second_segment(&self, n: usize) -> &[u8] {
-        debug_assert_eq!(self.payload, PayloadMem::Host);
-        if self.payload != PayloadMem::Host {
-            return &[];
-        }
-        // SAFETY: `next`, when non-null, is the chain's valid second segment, in host memory
-        // (checked above); we read at most its `data_len` bytes.
-        unsafe {
-            let s = (*self.head.as_ptr()).next;
-            if s.is_null() {
-                return &[];
-            }
-            let len = n.min((*s).data_len as usize);
-            let p = ((*s).buf_addr as *const u8).add((*s).data_off as usize);
-            std::slice::from_raw_parts(p, len)
-        }
-    }
-
-    /// Counted CPU read of payload bytes `[offset, offset + dst.len())` (the nicmem slow path).
-    pub(crate) fn read_payload_slow(
-        &self,
-        offset: usize,
-        dst: &mut [u8],
-    ) -> Result<(), AccessError> {
-        // SAFETY: `next` is null or the chain's valid second segment.
-        let s = unsafe { (*self.head.as_ptr()).next };
+    fn read_nic(&self, handle: usize, offset: usize, dst: &mut [u8]) -> Result<(), AccessError> {
+        let m = handle as *mut rte_mbuf;
+        // SAFETY: `m` is a live chain held by the caller's burst; `next` is null or its valid
+        // second segment.
+        let s = unsafe { (*m).next };
         if s.is_null() {
             return Err(AccessError::Oversized {
                 len: dst.len() as u32,
@@ -166,10 +120,10 @@ impl Mbuf {
             });
         }
         NICMEM_CPU_READ_BYTES.fetch_add(dst.len() as u64, Ordering::Relaxed);
-        match self.payload {
+        match payload_mem(s) {
             PayloadMem::Host | PayloadMem::EmulatedNic => {
                 // SAFETY: host memory (possibly emulated nicmem), in bounds of the segment's
-                // data (checked above), not mutably aliased while `&self` lives.
+                // data (checked above), not written while the chain is held.
                 let src = unsafe {
                     std::slice::from_raw_parts((addr as *const u8).add(off + offset), dst.len())
                 };
@@ -185,13 +139,6 @@ impl Mbuf {
                 })
             }
         }
-    }
-}
-
-impl Drop for Mbuf {
-    fn drop(&mut self) {
-        // SAFETY: `self` owns the chain; it is freed exactly once, here.
-        unsafe { dpdk_sys::rte_pktmbuf_free(self.head.as_ptr()) }
     }
 }
 

@@ -62,7 +62,7 @@ mod spill;
 mod txgen;
 
 pub use eal::{Eal, EalError, register_worker_thread};
-pub use mbuf::{Mbuf, PayloadMem};
+pub use mbuf::PayloadMem;
 pub use port::{DpdkPort, DpdkPortConfig, MempoolStats, NicmemSource, PortStatsHandle};
 pub use queue::{DpdkQueue, RxStop};
 pub use spill::SpillStats;

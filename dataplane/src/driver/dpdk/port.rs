@@ -4,7 +4,7 @@
 use std::ffi::{CStr, CString};
 use std::ptr::NonNull;
 use std::sync::Arc;
-use std::sync::atomic::{AtomicBool, AtomicPtr, AtomicU32, Ordering};
+use std::sync::atomic::{AtomicBool, AtomicPtr, AtomicU32, AtomicU64, Ordering};
 
 use dpdk_sys as sys;
 use nicmem::{NicMem, ProtectionDomain, Region};
@@ -187,10 +187,22 @@ static NIC_POOLS: [AtomicPtr<sys::rte_mempool>; 64] =
     [const { AtomicPtr::new(std::ptr::null_mut()) }; 64];
 /// Whether the nicmem pools registered in [`NIC_POOLS`] are device memory.
 static NIC_POOLS_DEVICE: [AtomicBool; 64] = [const { AtomicBool::new(false) }; 64];
+/// For a spill pool registered in [`NIC_POOLS`], the buffer addresses of its nicmem side
+/// `[lo, hi)` (its other buffers are host memory); `(0, 0)` when every buffer is nicmem.
+static NIC_POOLS_WINDOW: [(AtomicU64, AtomicU64); 64] =
+    [const { (AtomicU64::new(0), AtomicU64::new(0)) }; 64];
 
 fn register_nic_pool(mp: *mut sys::rte_mempool, device: bool) {
-    for (slot, dev) in NIC_POOLS.iter().zip(&NIC_POOLS_DEVICE) {
+    register_nic_pool_window(mp, device, (0, 0));
+}
+
+/// Registers a nicmem pool whose nicmem buffers are at addresses `window` (`(0, 0)`: all of
+/// them; a spill pool has host buffers outside its window).
+pub(crate) fn register_nic_pool_window(mp: *mut sys::rte_mempool, device: bool, window: (u64, u64)) {
+    for ((slot, dev), win) in NIC_POOLS.iter().zip(&NIC_POOLS_DEVICE).zip(&NIC_POOLS_WINDOW) {
         dev.store(device, Ordering::Relaxed);
+        win.0.store(window.0, Ordering::Relaxed);
+        win.1.store(window.1, Ordering::Relaxed);
         if slot
             .compare_exchange(
                 std::ptr::null_mut(),
@@ -224,6 +236,21 @@ pub(crate) fn nic_pool_kind(mp: *mut sys::rte_mempool) -> Option<bool> {
         .iter()
         .position(|s| s.load(Ordering::Relaxed) == mp)
         .map(|i| NIC_POOLS_DEVICE[i].load(Ordering::Relaxed))
+}
+
+/// `Some(is_device)` if the buffer at `addr` of pool `mp` is nicmem (the pool is a registered
+/// nicmem pool and, for a spill pool, the address lies in its nicmem window).
+#[inline]
+pub(crate) fn nic_pool_kind_at(mp: *mut sys::rte_mempool, addr: u64) -> Option<bool> {
+    let i = NIC_POOLS
+        .iter()
+        .position(|s| s.load(Ordering::Relaxed) == mp)?;
+    let (lo, hi) = (
+        NIC_POOLS_WINDOW[i].0.load(Ordering::Relaxed),
+        NIC_POOLS_WINDOW[i].1.load(Ordering::Relaxed),
+    );
+    ((lo, hi) == (0, 0) || (lo..hi).contains(&addr))
+        .then(|| NIC_POOLS_DEVICE[i].load(Ordering::Relaxed))
 }
 
 static NEXT_POOL: AtomicU32 = AtomicU32::new(0);
@@ -321,9 +348,6 @@ pub(crate) struct QueuePools {
     pub(crate) host_payload: Option<Mempool>,
     /// nicmem payload mbufs (primary ring).
     pub(crate) nic: Option<Mempool>,
-    /// When `nic` is a spill pool (hardware split into device memory): the nicmem window of its
-    /// buffer addresses; buffers outside it are the host (secondary) side.
-    pub(crate) nic_window: Option<(u64, u64)>,
 }
 
 /// State shared by a port and its queues; the port is stopped and closed when the last of them
@@ -630,7 +654,6 @@ impl DpdkPort {
         });
         let pd = ProtectionDomain::new();
         for qi in 0..q {
-            let mut nic_window = None;
             let nic = if mode.uses_nicmem() {
                 Some(match (&window, &nicmem) {
                     (Some(w), _) if hw_split => {
@@ -651,8 +674,8 @@ impl DpdkPort {
                             socket,
                             true,
                         )?;
-                        nic_window =
-                            Some((slice.0, slice.0 + (nic_per_queue as usize * nic_elt) as u64));
+                        let win = (slice.0, slice.0 + (nic_per_queue as usize * nic_elt) as u64);
+                        register_nic_pool_window(p.as_ptr(), true, win);
                         p
                     }
                     (Some(w), _) => {
@@ -802,7 +825,6 @@ impl DpdkPort {
                 rx,
                 hdr,
                 host_payload,
-                nic_window,
                 nic,
             });
         }
@@ -844,18 +866,16 @@ impl DpdkPort {
                     shared: shared.clone(),
                     queue: qi,
                     index: cfg.index,
-                    verdict: Verdict::Tx(cfg.tx_port),
+                    verdict: Verdict::tx(cfg.tx_port),
                     mode,
                     split_offset: split,
                     hw_split,
                     burst: cfg.burst,
-                    max_frame: cfg.max_frame,
                     stop: stop.clone(),
                     rx_limit: cfg.rx_limit,
                     finite,
                     core: cfg.worker_cores.get(qi as usize).copied(),
                     emulated_nicmem: emulated,
-                    device_nicmem: window_is_some(&shared),
                     rss,
                 })
             })
@@ -920,10 +940,6 @@ impl DpdkPort {
             shared: self.shared.clone(),
         }
     }
-}
-
-fn window_is_some(shared: &PortShared) -> bool {
-    shared._window.is_some()
 }
 
 fn pool_stats(shared: &PortShared) -> Vec<MempoolStats> {

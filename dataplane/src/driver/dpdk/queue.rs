@@ -1,27 +1,28 @@
 //! [`DpdkQueue`]: one Rx/Tx queue pair of a DPDK port, owned by one worker.
 //!
-//! Rx reads a burst with one (wrapped) `rte_eth_rx_burst`, then turns each mbuf chain into a
-//! [`Packet`] by reading its fields directly. In the split modes on PMDs without hardware buffer
-//! split it splits in software: header mbufs (and, with emulated nicmem, payload mbufs) for the
-//! whole burst come from one `rte_pktmbuf_alloc_bulk` per pool. Tx hands the packets' chains to
-//! one `rte_eth_tx_burst` and keeps what the ring did not take in the caller's list. Frees are
-//! collected and released with `rte_pktmbuf_free_bulk`.
+//! Rx reads a burst with one (wrapped) `rte_eth_rx_burst`, then writes each mbuf chain into the
+//! burst's arrays (the mbuf pointer is the packet's handle; header place and lengths are read
+//! from its fields). In the split modes on PMDs without hardware buffer split it splits in
+//! software: header mbufs (and, with emulated nicmem, payload mbufs) for the whole burst come from
+//! one `rte_pktmbuf_alloc_bulk` per pool. Tx hands the burst's handle array to one
+//! `rte_eth_tx_burst` as it is (writing header changes back into the mbufs first when a network
+//! function moved a header) and frees what the ring did not take with one
+//! `rte_pktmbuf_free_bulk`.
 
-use std::ptr::NonNull;
 use std::sync::Arc;
 use std::sync::atomic::{AtomicBool, Ordering};
 
 use dpdk_sys as sys;
 
 use super::eal::register_worker_thread;
-use super::mbuf::{Mbuf, NICMEM_CPU_READ_BYTES, PayloadMem, data_ptr};
+use super::mbuf::{NICMEM_CPU_READ_BYTES, PayloadMem, data_ptr, mbuf_owner};
 use super::port::{PortShared, nic_pool_kind};
 use super::spill::spill_stats;
-use crate::burst::Burst;
+use crate::burst::{Burst, RxPacket};
 use crate::mode::DatapathMode;
-use crate::packet::{Packet, PacketMeta, RxRing};
+use crate::packet::{PacketOwner, PayloadRing as RxRing};
 use crate::port::{Queue, QueueStats};
-use crate::verdict::Verdict;
+use crate::verdict::{DropCounts, DropReason, Verdict};
 
 /// Rx polls without a packet after which a finite source (e.g. a pcap file) counts as drained.
 const IDLE_POLLS: u64 = 20_000;
@@ -55,13 +56,11 @@ pub(crate) struct QueueSetup {
     pub(crate) split_offset: usize,
     pub(crate) hw_split: bool,
     pub(crate) burst: usize,
-    pub(crate) max_frame: usize,
     pub(crate) stop: RxStop,
     pub(crate) rx_limit: Option<u64>,
     pub(crate) finite: bool,
     pub(crate) core: Option<usize>,
     pub(crate) emulated_nicmem: bool,
-    pub(crate) device_nicmem: bool,
     pub(crate) rss: bool,
 }
 
@@ -70,11 +69,8 @@ pub(crate) struct QueueSetup {
 struct DriverCounters {
     sw_split: u64,
     linearized: u64,
-    tx_copied: u64,
     nic_spill: u64,
     dropped_oversize: u64,
-    /// Packets received and forwarded raw (no `Packet` built; see `Queue::forward_raw`).
-    raw_forwarded: u64,
 }
 
 /// Per-burst Rx counters, kept in registers and added to [`QueueStats`] once per burst.
@@ -99,17 +95,13 @@ pub struct DpdkQueue {
     rx_mp: *mut sys::rte_mempool,
     hdr_mp: *mut sys::rte_mempool,
     nic_mp: *mut sys::rte_mempool,
-    /// nicmem window of `nic_mp` when it is a spill pool (payloads outside it are host buffers).
-    nic_window: Option<(u64, u64)>,
-    nic_mem: PayloadMem,
     rx_room: usize,
     rss: bool,
     rx: Vec<*mut sys::rte_mbuf>,
     hdrs: Vec<*mut sys::rte_mbuf>,
     nics: Vec<*mut sys::rte_mbuf>,
-    tx: Vec<*mut sys::rte_mbuf>,
     to_free: Vec<*mut sys::rte_mbuf>,
-    scratch: Vec<u8>,
+    owner: std::sync::Arc<dyn PacketOwner>,
     stats: QueueStats,
     drv: DriverCounters,
     stop: RxStop,
@@ -129,7 +121,6 @@ unsafe impl Send for DpdkQueue {}
 impl DpdkQueue {
     pub(crate) fn new(s: QueueSetup) -> Self {
         let pools = &s.shared.pools[s.queue as usize];
-        let nic_window = pools.nic_window;
         let rx_mp = pools.rx.as_ptr();
         let hdr_mp = pools
             .hdr
@@ -155,20 +146,13 @@ impl DpdkQueue {
             rx_mp,
             hdr_mp,
             nic_mp,
-            nic_window,
-            nic_mem: if s.device_nicmem {
-                PayloadMem::DeviceNic
-            } else {
-                PayloadMem::EmulatedNic
-            },
             rx_room,
             rss: s.rss,
             rx: vec![std::ptr::null_mut(); b],
             hdrs: Vec::with_capacity(b),
             nics: Vec::with_capacity(b),
-            tx: vec![std::ptr::null_mut(); b],
             to_free: Vec::with_capacity(FREE_BATCH + 4 * b),
-            scratch: Vec::with_capacity(s.max_frame.max(2048)),
+            owner: mbuf_owner(),
             stats: QueueStats::default(),
             drv: DriverCounters::default(),
             stop: s.stop,
@@ -203,56 +187,41 @@ impl DpdkQueue {
         self.to_free.clear();
     }
 
+    /// Appends the checked chain `m` to the burst (whose owner is this driver's, adopted by
+    /// `rx_burst`); counts it in `acc` (added to the queue's counters once per burst).
     #[inline(always)]
-    fn meta(&self, m: *mut sys::rte_mbuf, ring: RxRing) -> PacketMeta {
-        // SAFETY: `m` is a valid mbuf just received; reading plain fields and the RSS hash union
-        // member (valid whenever the RSS flag is set, else ignored). Ports without RSS skip the
-        // read (one mbuf field less per packet).
-        let rss_hash = unsafe {
-            if self.rss && (*m).ol_flags & sys::NMDP_MBUF_F_RX_RSS_HASH != 0 {
+    fn push(&self, acc: &mut RxAcc, burst: &mut Burst, m: *mut sys::rte_mbuf, ring: RxRing) {
+        // SAFETY: `m` is a valid chain of at most two segments that this queue owns; plain field
+        // reads, and the RSS hash union member (valid whenever the RSS flag is set, else
+        // ignored; ports without RSS skip the read).
+        let p = unsafe {
+            let rss_hash = if self.rss && (*m).ol_flags & sys::NMDP_MBUF_F_RX_RSS_HASH != 0 {
                 (*m).__bindgen_anon_2.hash.rss
             } else {
                 0
+            };
+            RxPacket {
+                handle: m as usize,
+                hdr: data_ptr(m),
+                hdr_len: (*m).data_len,
+                headroom: (*m).data_off,
+                frame_len: (*m).pkt_len,
+                ring,
+                rss_hash,
             }
         };
-        PacketMeta {
-            rss_hash,
-            port: self.index,
-            queue: self.queue,
-            ring,
-            rx_time_ns: 0,
-        }
-    }
-
-    /// Wraps a checked chain into a packet and appends it to the burst; counts it in `acc`
-    /// (added to the queue's counters once per burst).
-    #[inline(always)]
-    fn push(
-        &self,
-        acc: &mut RxAcc,
-        burst: &mut Burst,
-        m: *mut sys::rte_mbuf,
-        ring: RxRing,
-        mem: PayloadMem,
-    ) {
-        // SAFETY: `m` is a valid chain of at most two segments that this queue owns; the caller
-        // determined where its payload segment lives.
-        let (hdr_len, frame_len) = unsafe { ((*m).data_len as u32, (*m).pkt_len) };
-        let meta = self.meta(m, ring);
-        // SAFETY: as above; ownership moves into the packet.
-        let mb = unsafe { Mbuf::from_raw(NonNull::new_unchecked(m), mem) };
         acc.packets += 1;
-        acc.bytes += frame_len as u64;
+        acc.bytes += u64::from(p.frame_len);
         match ring {
             RxRing::Primary => acc.primary += 1,
             RxRing::Secondary => acc.secondary += 1,
             RxRing::None => {}
         }
-        // Cannot fail: the burst had room for every received mbuf.
-        let _ = burst.push(
-            Packet::from_mbuf(mb, hdr_len, frame_len, meta),
-            self.verdict,
-        );
+        // SAFETY: the burst adopted this driver's owner; the first segment is host memory
+        // holding `data_len` bytes after `data_off` bytes of headroom, owned by this chain,
+        // which moves into the burst.
+        let pushed = unsafe { burst.push(&p) };
+        debug_assert!(pushed, "the burst had room for every received mbuf");
     }
 
     #[inline(always)]
@@ -268,24 +237,38 @@ impl DpdkQueue {
         if !self.rx[..n].iter().all(|&m| unsafe { (*m).nb_segs } == 1) {
             return self.rx_host_chains(n, burst);
         }
-        // The common case: every frame in one segment. One pass writes the packets straight
-        // into the burst (see `Burst::extend_from`).
+        // The common case: every frame in one segment, written straight into the burst's arrays.
         let mut bytes = 0u64;
-        let added = burst.extend_from(
-            self.verdict,
-            self.rx[..n].iter().map(|&m| {
-                // SAFETY: `m` is a valid single-segment mbuf owned by this queue; plain field reads.
-                let len = unsafe { (*m).pkt_len };
-                bytes += len as u64;
-                let meta = self.meta(m, RxRing::None);
-                // SAFETY: as above; ownership moves into the packet.
-                let mb = unsafe { Mbuf::from_raw(NonNull::new_unchecked(m), PayloadMem::Host) };
-                Packet::from_mbuf(mb, len, len, meta)
-            }),
-        );
-        debug_assert_eq!(added, n, "rx_burst asked for at most the burst's room");
+        let mut w = burst.rx_writer();
+        let rss = self.rss;
+        for &m in &self.rx[..n] {
+            // SAFETY: `m` is a valid single-segment mbuf owned by this queue; plain field reads
+            // (the RSS hash union member only when the flag says it is set).
+            let p = unsafe {
+                RxPacket {
+                    handle: m as usize,
+                    hdr: data_ptr(m),
+                    hdr_len: (*m).data_len,
+                    headroom: (*m).data_off,
+                    frame_len: (*m).pkt_len,
+                    ring: RxRing::None,
+                    rss_hash: if rss && (*m).ol_flags & sys::NMDP_MBUF_F_RX_RSS_HASH != 0 {
+                        (*m).__bindgen_anon_2.hash.rss
+                    } else {
+                        0
+                    },
+                }
+            };
+            bytes += u64::from(p.frame_len);
+            // SAFETY: the burst adopted this driver's owner (`rx_burst`); the segment's data
+            // is host memory with `data_off` bytes of headroom, owned by this mbuf, which moves
+            // into the burst.
+            let pushed = unsafe { w.push(&p) };
+            debug_assert!(pushed, "rx_burst asked for at most the burst's room");
+        }
+        w.finish();
         self.count(RxAcc {
-            packets: added as u64,
+            packets: n as u64,
             bytes,
             ..RxAcc::default()
         });
@@ -307,39 +290,9 @@ impl DpdkQueue {
                     None => continue,
                 }
             };
-            self.push(&mut acc, burst, m, RxRing::None, PayloadMem::Host);
+            self.push(&mut acc, burst, m, RxRing::None);
         }
         self.count(acc);
-    }
-
-    /// Transmits received chains (`bytes` in all) without building packets; frees and counts
-    /// as `tx_full` what the ring does not take. Returns how many were not sent.
-    #[inline]
-    fn send_raw(&mut self, pkts: &mut [*mut sys::rte_mbuf], bytes: u64) -> usize {
-        if !self.registered {
-            self.register();
-        }
-        let k = pkts.len();
-        // SAFETY: `pkts` holds `k` valid chains this worker owns; the port and queue are started
-        // and used by this thread only. The PMD takes ownership of the first `sent` chains.
-        let sent =
-            unsafe { sys::rte_eth_tx_burst(self.port_id, self.queue, pkts.as_mut_ptr(), k as u16) }
-                as usize;
-        let mut sent_bytes = bytes;
-        if sent < k {
-            for &m in &pkts[sent..] {
-                // SAFETY: an unsent chain, still owned here: a plain field read, then it joins
-                // the bulk-free list.
-                sent_bytes -= unsafe { (*m).pkt_len } as u64;
-                self.to_free.push(m);
-            }
-            self.flush_free();
-        }
-        self.stats.tx_packets += sent as u64;
-        self.stats.tx_bytes += sent_bytes;
-        self.stats.wire_tx_frames += sent as u64;
-        self.stats.tx_full += (k - sent) as u64;
-        k - sent
     }
 
     /// Copies a multi-segment chain into one Rx mbuf (slow path: jumbo scatter, or a chain
@@ -397,26 +350,14 @@ impl DpdkQueue {
         false
     }
 
-    /// Where the second segment of a received two-segment chain lives.
+    /// Which ring served the second segment of a received two-segment chain: the primary
+    /// (nicmem) ring when its buffer is nicmem, else the secondary (host) ring.
     #[inline]
-    fn classify_payload(&self, m: *mut sys::rte_mbuf) -> (RxRing, PayloadMem) {
+    fn classify_payload(&self, m: *mut sys::rte_mbuf) -> RxRing {
         // SAFETY: `m` is a valid two-segment chain.
-        let pool = unsafe { (*(*m).next).pool };
-        if pool == self.nic_mp {
-            if let Some((lo, hi)) = self.nic_window {
-                // SAFETY: as above; the payload segment's buffer address.
-                let a = unsafe { (*(*m).next).buf_addr } as u64;
-                if !(lo..hi).contains(&a) {
-                    // A spill pool's host side: the secondary ring.
-                    return (RxRing::Secondary, PayloadMem::Host);
-                }
-            }
-            return (RxRing::Primary, self.nic_mem);
-        }
-        match nic_pool_kind(pool) {
-            Some(true) => (RxRing::Primary, PayloadMem::DeviceNic),
-            Some(false) => (RxRing::Primary, PayloadMem::EmulatedNic),
-            None => (RxRing::Secondary, PayloadMem::Host),
+        match super::mbuf::payload_mem(unsafe { (*m).next }) {
+            PayloadMem::Host => RxRing::Secondary,
+            PayloadMem::EmulatedNic | PayloadMem::DeviceNic => RxRing::Primary,
         }
     }
 
@@ -429,11 +370,11 @@ impl DpdkQueue {
             let (segs, len) = unsafe { ((*m).nb_segs, (*m).pkt_len as usize) };
             match segs {
                 1 if len <= self.split => {
-                    self.push(&mut acc, burst, m, RxRing::None, PayloadMem::Host)
+                    self.push(&mut acc, burst, m, RxRing::None)
                 }
                 2 => {
-                    let (ring, mem) = self.classify_payload(m);
-                    self.push(&mut acc, burst, m, ring, mem);
+                    let ring = self.classify_payload(m);
+                    self.push(&mut acc, burst, m, ring);
                 }
                 _ => self.split_slow(&mut acc, burst, m),
             }
@@ -493,7 +434,7 @@ impl DpdkQueue {
             let (segs, len) = unsafe { ((*m).nb_segs, (*m).pkt_len as usize) };
             if segs == 1 {
                 if len <= s {
-                    self.push(&mut acc, burst, m, RxRing::None, PayloadMem::Host);
+                    self.push(&mut acc, burst, m, RxRing::None);
                     continue;
                 }
                 let Some(h) = self.hdrs.pop() else {
@@ -501,15 +442,15 @@ impl DpdkQueue {
                     self.to_free.push(m);
                     continue;
                 };
-                let (ring, mem) = self.split_into(h, m, len);
-                self.push(&mut acc, burst, h, ring, mem);
+                let ring = self.split_into(h, m, len);
+                self.push(&mut acc, burst, h, ring);
             } else {
                 // SAFETY: a valid chain.
                 let first = unsafe { (*m).data_len as usize };
                 if segs == 2 && first == s {
                     // Already split (e.g. our own split packet looped back by net_ring).
-                    let (ring, mem) = self.classify_payload(m);
-                    self.push(&mut acc, burst, m, ring, mem);
+                    let ring = self.classify_payload(m);
+                    self.push(&mut acc, burst, m, ring);
                 } else {
                     self.split_slow(&mut acc, burst, m);
                 }
@@ -530,7 +471,7 @@ impl DpdkQueue {
         h: *mut sys::rte_mbuf,
         m: *mut sys::rte_mbuf,
         len: usize,
-    ) -> (RxRing, PayloadMem) {
+    ) -> RxRing {
         let s = self.split;
         let nic = if self.mode.uses_nicmem() {
             let x = self.nics.pop();
@@ -563,14 +504,14 @@ impl DpdkQueue {
                     (*p).pkt_len = plen as u32;
                     (*h).next = p;
                     self.to_free.push(m);
-                    (RxRing::Primary, self.nic_mem)
+                    RxRing::Primary
                 }
                 None => {
                     (*m).data_off += s as u16;
                     (*m).data_len -= s as u16;
                     (*m).pkt_len = (*m).data_len as u32;
                     (*h).next = m;
-                    (RxRing::Secondary, PayloadMem::Host)
+                    RxRing::Secondary
                 }
             }
         }
@@ -585,7 +526,7 @@ impl DpdkQueue {
         // SAFETY: a valid single-segment mbuf we own.
         let len = unsafe { (*m).pkt_len as usize };
         if len <= self.split {
-            self.push(acc, burst, m, RxRing::None, PayloadMem::Host);
+            self.push(acc, burst, m, RxRing::None);
             return;
         }
         // SAFETY: live pools.
@@ -602,49 +543,28 @@ impl DpdkQueue {
                 self.nics.push(p);
             }
         }
-        let (ring, mem) = self.split_into(h, m, len);
-        self.push(acc, burst, h, ring, mem);
+        let ring = self.split_into(h, m, len);
+        self.push(acc, burst, h, ring);
     }
 
-    /// Copies a packet made of `nicmem` buffers (not received from a DPDK port) into one mbuf.
-    #[cold]
-    fn copy_to_mbuf(&mut self, pkt: &Packet) -> Option<Packet> {
-        pkt.copy_frame(&mut self.scratch);
-        let len = self.scratch.len();
-        if len > self.rx_room || len == 0 {
-            return None;
-        }
-        // SAFETY: live pool.
-        let d = unsafe { sys::rte_pktmbuf_alloc(self.rx_mp) };
-        let d = NonNull::new(d)?;
-        // SAFETY: a fresh mbuf with room for `len` bytes (checked against `rx_room`).
-        unsafe {
-            std::ptr::copy_nonoverlapping(self.scratch.as_ptr(), data_ptr(d.as_ptr()), len);
-            (*d.as_ptr()).data_len = len as u16;
-            (*d.as_ptr()).pkt_len = len as u32;
-        }
-        self.drv.tx_copied += 1;
-        // SAFETY: the mbuf is ours and single-segment.
-        let mb = unsafe { Mbuf::from_raw(d, PayloadMem::Host) };
-        Some(Packet::from_mbuf(mb, len as u32, len as u32, pkt.meta))
-    }
 }
 
-/// Removes the first `k` packets of `v` without dropping them: their mbuf chains now belong to
-/// the PMD. Every one of them must be an mbuf packet (their only resource is the chain).
-#[inline]
-fn forget_prefix(v: &mut Vec<Packet>, k: usize) {
-    let len = v.len();
-    debug_assert!(k <= len);
-    // SAFETY: elements `[0, k)` are mbuf packets whose chains were handed to the PMD, so they
-    // must not be dropped; `Packet` owns nothing else. We shrink the length first (so a panic
-    // cannot double-drop), move the tail `[k, len)` to the front (regions may overlap: `copy`),
-    // and restore the length to the tail's size.
-    unsafe {
-        v.set_len(0);
-        let p = v.as_mut_ptr();
-        std::ptr::copy(p.add(k), p, len - k);
-        v.set_len(len - k);
+/// Writes the header place and lengths of every packet of `pkts` back into its first mbuf segment
+/// (a network function moved or resized a header: `prepend`, `trim_front`).
+#[cold]
+fn write_back_headers(pkts: &Burst) {
+    let v = pkts.tx_view();
+    for i in 0..v.handle.len() {
+        let m = v.handle[i] as *mut sys::rte_mbuf;
+        // SAFETY: `m` is a chain the burst owns; the header still lies in its first segment's
+        // buffer (the burst moved it by at most the headroom the driver reported at Rx), so
+        // `hdr - buf_addr` is the new `data_off`.
+        unsafe {
+            let off = v.hdr[i].offset_from((*m).buf_addr as *const u8);
+            (*m).data_off = off as u16;
+            (*m).data_len = v.hdr_len[i];
+            (*m).pkt_len = v.frame_len[i];
+        }
     }
 }
 
@@ -656,6 +576,9 @@ impl Queue for DpdkQueue {
         }
         self.flush_free();
         if self.stop.is_stopped() || self.stats.rx_packets >= self.rx_limit {
+            return 0;
+        }
+        if !burst.adopt(&self.owner) {
             return 0;
         }
         let room = burst
@@ -678,131 +601,102 @@ impl Queue for DpdkQueue {
             _ if self.hw_split => self.rx_hw_split(n, burst),
             _ => self.rx_sw_split(n, burst),
         }
+        let port = self.index;
+        burst.set_rx_defaults(before, port, self.verdict);
         burst.len() - before
     }
 
     #[inline]
-    fn tx_burst(&mut self, pkts: &mut Vec<Packet>) -> usize {
+    fn tx_burst(&mut self, pkts: &mut Burst, drops: &mut DropCounts) -> usize {
         if !self.registered {
             self.register();
         }
-        let mut taken = 0;
-        while !pkts.is_empty() {
-            // One pass collects the chains and their bytes; a packet made of `nicmem` buffers
-            // (not received from DPDK) is first copied into an mbuf (slow path).
-            let mut tx = std::mem::take(&mut self.tx);
-            let n = pkts.len().min(tx.len());
-            let (mut k, mut bytes) = (0usize, 0u64);
-            for (dst, slot) in tx[..n].iter_mut().zip(pkts.iter_mut()) {
-                let p = match slot.mbuf() {
-                    Some(m) => m.as_ptr(),
-                    None => match self.copy_to_mbuf(slot) {
-                        Some(c) => {
-                            let p = c.mbuf().map(|m| m.as_ptr());
-                            *slot = c;
-                            match p {
-                                Some(p) => p,
-                                None => break,
-                            }
-                        }
-                        None => break,
-                    },
-                };
-                *dst = p;
-                bytes += slot.frame_len() as u64;
-                k += 1;
-            }
-            self.tx = tx;
-            if k == 0 {
-                break;
-            }
-            // SAFETY: `tx[..k]` holds `k` valid chains owned by `pkts[..k]`; the port and queue
-            // are started and polled by this thread only. The PMD takes ownership of the first
-            // `sent` chains.
-            let sent = unsafe {
-                sys::rte_eth_tx_burst(self.port_id, self.queue, self.tx.as_mut_ptr(), k as u16)
-            } as usize;
-            if sent < k {
-                for p in &pkts[sent..k] {
-                    bytes -= p.frame_len() as u64;
-                }
-            }
-            self.stats.tx_bytes += bytes;
-            self.stats.tx_packets += sent as u64;
-            self.stats.wire_tx_frames += sent as u64;
-            forget_prefix(pkts, sent);
-            taken += sent;
-            if sent < k {
-                break;
-            }
+        let k = pkts.len();
+        if k == 0 {
+            return 0;
         }
-        self.stats.tx_full += pkts.len() as u64;
-        taken
-    }
-
-    fn raw_forwarding(&self) -> Option<u16> {
-        // Only `host` mode: the split modes build packets from split chains (software split,
-        // per-ring counters), which a raw burst would skip.
-        match (self.mode, self.verdict) {
-            (DatapathMode::Host, Verdict::Tx(p)) => Some(p),
-            _ => None,
+        if !pkts.owned_by(&self.owner) {
+            // Packets of another driver: nothing a DPDK queue can send.
+            self.stats.tx_foreign += k as u64;
+            drops.add(DropReason::TX_INVALID, k as u64);
+            pkts.clear();
+            return 0;
         }
-    }
-
-    #[inline]
-    fn forward_raw(&mut self, tx: Option<&mut dyn Queue>, max: usize) -> Option<(usize, usize)> {
-        let tx: Option<&mut DpdkQueue> = match tx {
-            Some(t) => Some((t as &mut dyn std::any::Any).downcast_mut::<DpdkQueue>()?),
-            None => None,
-        };
-        if !self.registered {
-            self.register();
+        if pkts.reshaped() {
+            write_back_headers(pkts);
         }
-        self.flush_free();
-        if self.stop.is_stopped() || self.stats.rx_packets >= self.rx_limit {
-            return Some((0, 0));
-        }
-        let room = max
-            .min(self.rx.len())
-            .min((self.rx_limit - self.stats.rx_packets).min(u16::MAX as u64) as usize);
-        let mut rx = std::mem::take(&mut self.rx);
-        // SAFETY: `rx` has room for `room` pointers; the port and queue are started and this
-        // queue is polled by one thread only.
-        let n = unsafe {
-            sys::rte_eth_rx_burst(self.port_id, self.queue, rx.as_mut_ptr(), room as u16)
+        // SAFETY: the burst's handles are `k` mbuf chains it owns (`owned_by` above), laid out
+        // as `*mut rte_mbuf` (same size as `usize`); the port and queue are started and used by
+        // this thread only. The PMD takes ownership of the first `sent` chains and does not
+        // write the array.
+        let sent = unsafe {
+            sys::rte_eth_tx_burst(
+                self.port_id,
+                self.queue,
+                pkts.handles_mut_ptr().cast::<*mut sys::rte_mbuf>(),
+                k as u16,
+            )
         } as usize;
-        if n == 0 {
-            self.rx = rx;
-            self.empty_polls += 1;
-            return Some((0, 0));
+        let v = pkts.tx_view();
+        let bytes: u64 = v.frame_len[..sent].iter().map(|&l| u64::from(l)).sum();
+        if sent < k {
+            let rest = &v.handle[sent..];
+            // SAFETY: the unsent chains still belong to the burst, given up here (the burst is
+            // disowned below); `usize` and `*mut rte_mbuf` have the same layout.
+            unsafe {
+                sys::rte_pktmbuf_free_bulk(
+                    rest.as_ptr().cast::<*mut sys::rte_mbuf>().cast_mut(),
+                    rest.len() as u32,
+                )
+            };
+            self.stats.tx_full += (k - sent) as u64;
+            drops.add(DropReason::TX_FULL, (k - sent) as u64);
         }
-        self.empty_polls = 0;
-        let pkts = &mut rx[..n];
-        // SAFETY: the first `n` entries were just received and are owned by this queue; reading
-        // the chain length is a plain field read.
-        let bytes: u64 = pkts.iter().map(|&m| unsafe { (*m).pkt_len } as u64).sum();
-        self.stats.rx_packets += n as u64;
-        self.stats.rx_bytes += bytes;
-        self.drv.raw_forwarded += n as u64;
-        let unsent = match tx {
-            Some(t) => t.send_raw(pkts, bytes),
-            None => self.send_raw(pkts, bytes),
-        };
-        self.rx = rx;
-        Some((n, unsent))
+        pkts.disown();
+        self.stats.tx_bytes += bytes;
+        self.stats.tx_packets += sent as u64;
+        self.stats.wire_tx_frames += sent as u64;
+        sent
     }
 
-    #[inline]
-    fn free(&mut self, pkt: Packet) {
-        match pkt.into_mbuf() {
-            Ok(m) => {
-                self.to_free.push(m.into_raw());
-                if self.to_free.len() >= FREE_BATCH {
-                    self.flush_free();
-                }
-            }
-            Err(p) => drop(p),
+    fn free_burst(&mut self, pkts: &mut Burst) {
+        if !pkts.owned_by(&self.owner) {
+            pkts.clear();
+            return;
         }
+        let h = pkts.handles();
+        // SAFETY: the burst's chains (owned by it, checked above) are given up here and the
+        // burst disowned right after.
+        unsafe {
+            sys::rte_pktmbuf_free_bulk(
+                h.as_ptr().cast::<*mut sys::rte_mbuf>().cast_mut(),
+                h.len() as u32,
+            )
+        };
+        pkts.disown();
+    }
+
+    fn push_frame(&mut self, burst: &mut Burst, frame: &[u8]) -> bool {
+        let len = frame.len();
+        if len == 0 || len > self.rx_room || burst.room() == 0 || !burst.adopt(&self.owner) {
+            return false;
+        }
+        // SAFETY: `rx_mp` is a live pktmbuf pool.
+        let m = unsafe { sys::rte_pktmbuf_alloc(self.rx_mp) };
+        if m.is_null() {
+            return false;
+        }
+        // SAFETY: a fresh single-segment mbuf with room for `len <= rx_room` bytes, owned here.
+        unsafe {
+            std::ptr::copy_nonoverlapping(frame.as_ptr(), data_ptr(m), len);
+            (*m).data_len = len as u16;
+            (*m).pkt_len = len as u32;
+            (*m).port = self.port_id;
+        }
+        let from = burst.len();
+        self.push(&mut RxAcc::default(), burst, m, RxRing::None);
+        burst.set_rx_defaults(from, self.index, Verdict::tx(self.index));
+        true
     }
 
     fn flush(&mut self) {
@@ -833,13 +727,11 @@ impl Queue for DpdkQueue {
         let mut v = vec![
             ("sw_split".to_string(), self.drv.sw_split),
             ("linearized".to_string(), self.drv.linearized),
-            ("tx_copied".to_string(), self.drv.tx_copied),
             (
                 "nic_spill".to_string(),
                 self.drv.nic_spill + spill_stats(self.nic_mp).map_or(0, |s| s.spilled),
             ),
             ("dropped_oversize".to_string(), self.drv.dropped_oversize),
-            ("raw_forwarded".to_string(), self.drv.raw_forwarded),
             ("nicmem_emulated".to_string(), self.emulated_nicmem as u64),
             ("hw_split".to_string(), self.hw_split as u64),
         ];

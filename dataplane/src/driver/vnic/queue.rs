@@ -1217,6 +1217,68 @@ impl Queue for VnicQueue {
         self.model.nicmem_freed(nic);
     }
 
+    fn push_frame(&mut self, burst: &mut Burst, frame: &[u8]) -> bool {
+        let len = frame.len();
+        if len > self.p.max_frame || burst.room() == 0 || !burst.adopt(&self.owner) {
+            return false;
+        }
+        let hl = if self.p.mode.splits() {
+            len.min(self.p.split_offset)
+        } else {
+            len
+        };
+        let Some(h) = self.cache.hdr.alloc_index() else {
+            return false;
+        };
+        let (ring, pidx) = if len > hl {
+            match (self.cache.pay.as_mut().and_then(|c| c.alloc_index()), self.layout.pay) {
+                (Some(p), Some(l)) => {
+                    // SAFETY: payload buffer `p` was just allocated and is owned here; it holds
+                    // `max_frame - split_offset >= len - hl` bytes.
+                    unsafe {
+                        std::ptr::copy_nonoverlapping(frame[hl..].as_ptr(), l.ptr(p), len - hl)
+                    };
+                    (PayloadRing::Secondary, p)
+                }
+                _ => {
+                    give_back(&mut self.cache, h, cqe_ring::NONE, 0);
+                    return false;
+                }
+            }
+        } else {
+            (PayloadRing::None, 0)
+        };
+        let hdr = self.layout.header_ptr(h);
+        // SAFETY: header buffer `h` was just allocated and is owned here; its header area holds
+        // `hl <= split_offset` (or `max_frame`) bytes; its metadata is not referenced elsewhere.
+        unsafe {
+            std::ptr::copy_nonoverlapping(frame.as_ptr(), hdr, hl);
+            *self.layout.meta(h) = PacketMeta {
+                payload: pidx,
+                ring,
+                arrival: 0,
+            };
+        }
+        let from = burst.len();
+        // SAFETY: the burst adopted this queue's arena; the header names `hl` bytes of buffer
+        // `h` after `HEADROOM` bytes of the same buffer, owned by the packet from now on.
+        let pushed = unsafe {
+            burst.push(&RxPacket {
+                handle: h as usize,
+                hdr,
+                hdr_len: hl as u16,
+                headroom: HEADROOM as u16,
+                frame_len: len as u32,
+                ring,
+                rss_hash: 0,
+            })
+        };
+        debug_assert!(pushed, "room was checked");
+        let port = self.p.port_id;
+        burst.set_rx_defaults(from, port, Verdict::tx(port));
+        true
+    }
+
     fn flush(&mut self) {
         // A paced queue is idle between arrivals; like a DPDK application it leaves sent
         // buffers to the completion threshold then, and forces a completion only once the wire
