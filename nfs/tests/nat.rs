@@ -561,3 +561,47 @@ fn build_hook_matches_name_only() {
     assert_eq!(nf.name(), "nat");
     let _ = PROTO_UDP;
 }
+
+#[test]
+fn clear_forgets_every_session_and_starts_over() {
+    let f = factory(DatapathMode::Host);
+    let mut n = nat("flows = 64\nport_min = 2000\nport_max = 2063");
+    let frames: Vec<_> = (0..40)
+        .map(|i| FrameSpec::udp(ip("192.168.0.1") + i, ip("8.8.8.8"), 1000, 53, 8).build())
+        .collect();
+    let first: Vec<u16> = run(&mut n, &f, &frames, SEC, 0)
+        .iter()
+        .map(|(o, v)| {
+            assert!(tx(*v));
+            tuple(o).1
+        })
+        .collect();
+    assert_eq!(n.stats()["active_mappings"], 40);
+    n.clear();
+    assert_eq!(n.stats()["active_mappings"], 0);
+    assert_eq!(
+        n.mapping(ip("192.168.0.1"), ip("8.8.8.8"), 1000, 53, PROTO_UDP),
+        None
+    );
+    // A reply to a forgotten session has no mapping.
+    let reply = FrameSpec::udp(ip("8.8.8.8"), ip(NAT_IP), 53, first[0], 8).build();
+    assert_eq!(
+        run1(&mut n, &f, &reply, SEC).1,
+        Verdict::drop(reason("no_mapping"))
+    );
+    // The same flows map again, each to a port of the slice, all distinct.
+    let again: Vec<u16> = run(&mut n, &f, &frames, 2 * SEC, 0)
+        .iter()
+        .map(|(o, v)| {
+            assert!(tx(*v));
+            tuple(o).1
+        })
+        .collect();
+    let mut sorted = again.clone();
+    sorted.sort_unstable();
+    sorted.dedup();
+    assert_eq!(sorted.len(), 40);
+    assert!(again.iter().all(|p| (2000..=2063).contains(p)));
+    assert_eq!(n.stats()["active_mappings"], 40);
+    assert_eq!(n.stats()["new_mappings"], 80, "counters are kept");
+}
