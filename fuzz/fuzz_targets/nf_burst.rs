@@ -65,14 +65,17 @@ fuzz_target!(|data: &[u8]| {
         for chunk in frames.chunks(32) {
             let mut b = Burst::with_capacity(32);
             for (fr, flag) in chunk {
-                let Some(mut p) = f.packet(fr) else { continue };
-                p.meta.port = u16::from(flag & 1);
+                if !f.push(&mut b, fr) {
+                    continue;
+                }
+                let j = b.len() - 1;
+                b.set_rx_port(j, u16::from(flag & 1));
                 let v = if flag & 0x80 != 0 {
-                    Verdict::Drop(DropReason::Policy)
+                    Verdict::drop(DropReason::POLICY)
                 } else {
-                    Verdict::Tx(0)
+                    Verdict::tx(0)
                 };
-                b.push(p, v).unwrap();
+                b.set_verdict(j, v);
             }
             now += u64::from(chunk[0].1) * 1_000_000_000;
             nf.process(
@@ -83,9 +86,9 @@ fuzz_target!(|data: &[u8]| {
                     workers: 1,
                 },
             );
-            for (p, v) in b.iter() {
-                assert!(p.frame_len() <= 2048);
-                let _ = v;
+            for i in 0..b.len() {
+                assert!(b.frame_len(i) <= 2048);
+                assert!(b.header_len(i) <= b.frame_len(i));
             }
         }
         let s = nf.stats();

@@ -4,21 +4,26 @@
 //!   64 Ki (cache-resident), 1 M or 10 M flows (capacity = flows, so the load is what a full
 //!   table has). Throughput is in lookups; divide the reported time per element by the CPU
 //!   period for cycles (the bench prints the `cpu MHz` of /proc/cpuinfo at start).
-//! - `nf/{nat,lb}/{host,nic-inline}/{1M,10k}`: per-packet cost of the NAT and LB `process` over
-//!   bursts of 32 × 64 B UDP packets built by `PacketFactory`, each packet one of 1 M active flows
-//!   (tables far larger than the caches: memory-bound) or 10 k (few lines, but spread over a
-//!   table sized for 1 M flows, so TLB misses remain on 4 KiB pages).
+//! - `nf/{nat,lb}/{host,nic-inline}/{1M,10k}` and `nf/nat/host/10M`: per-packet cost of the NAT
+//!   and LB `process` over bursts of 32 × 64 B UDP packets built by `PacketFactory`, each packet
+//!   one of 1 M (or 10 M) active flows (tables far larger than the caches: memory-bound) or 10 k
+//!   (few lines, but spread over a table sized for 1 M flows, so TLB misses remain on 4 KiB
+//!   pages). The throughput criterion reports is packets per second on one core: the NAT's
+//!   Mpps figures. The flows are populated in one order and measured in a random permutation of
+//!   it, so neither the flow table nor the NAT's session pool is walked in allocation order.
 //!   Headers are restored (untimed) before every round of 8 bursts, and only `process` is timed
-//!   (`iter_custom`; the clock is read once per 256 packets).
+//!   (`iter_custom`; the clock is read once per 256 packets). The setup line says what backs the
+//!   tables (2 MiB pages need `echo 1024 > /proc/sys/vm/nr_hugepages` as root).
 //!
-//! Run: `cargo bench -p nfs --bench flow_table -- --warm-up-time 1 --measurement-time 3`.
+//! Run: `cargo bench -p nfs --bench flow_table -- --warm-up-time 1 --measurement-time 3`
+//! (`-- nf/nat` for the NAT figures alone).
 
 use std::hint::black_box;
 use std::time::{Duration, Instant};
 
 use criterion::{BenchmarkId, Criterion, Throughput, criterion_group, criterion_main};
 use dataplane::testkit::PacketFactory;
-use dataplane::{Burst, DatapathMode, NetworkFunction, NfContext, Packet, Verdict};
+use dataplane::{Burst, DatapathMode, NetworkFunction, NfContext, Verdict};
 use nfs::flow_table::{FlowKey, FlowTable, FullPolicy, NO_SLOT};
 use nfs::frames::udp64;
 use nfs::lb::LoadBalancer;
@@ -64,12 +69,13 @@ fn table_setup(label: &str, n: usize) -> TableSetup {
         t.insert(*k, i as u32, 0).expect("fill");
     }
     eprintln!(
-        "table {label}: {} flows, {} slots, load {:.2}, {:.1} B/flow, {} MiB",
+        "table {label}: {} flows, {} slots, load {:.2}, {:.1} B/flow, {} MiB on {}",
         t.len(),
         t.slots(),
         t.len() as f64 / t.slots() as f64,
         t.bytes_per_flow(),
-        t.memory_bytes() >> 20
+        t.memory_bytes() >> 20,
+        t.page_kind()
     );
     let probe = shuffled_sample(&keys, 1 << 20, 7);
     TableSetup { t, probe }
@@ -117,81 +123,128 @@ fn bench_table(c: &mut Criterion) {
 }
 
 const ROUND: usize = 8; // bursts per timed round
-const FLOWS: u32 = 1_000_000;
+const FLOWS: usize = 1_000_000;
+/// Bytes of a 64 B frame without its FCS.
+const FRAME: usize = 60;
 
-/// Header images of `FLOWS` 64 B UDP frames (src/dst/ports varying), in a random order.
-fn flow_frames(dst: Option<u32>, seed: u64) -> Vec<Vec<u8>> {
+/// `n` 64 B UDP frames, one per flow (src/dst/ports varying), and the random order the
+/// measurement sends them in.
+struct Flows {
+    frames: Vec<[u8; FRAME]>,
+    order: Vec<u32>,
+}
+
+fn flows(n: usize, dst: Option<u32>, seed: u64) -> Flows {
     let mut r = XorShift64::new(seed);
-    (0..FLOWS)
+    let frames = (0..n)
         .map(|i| {
             let x = r.next_u64();
             let remote = dst.unwrap_or(0x3000_0000 | (x as u32 & 0xFFFF));
-            udp64(
-                0xc0a8_0000u32.wrapping_add(i),
+            let f = udp64(
+                0xc0a8_0000u32.wrapping_add(i as u32),
                 remote,
                 (x >> 16) as u16 | 1,
                 53,
-            )
+            );
+            f.try_into().expect("udp64 is 60 bytes")
         })
-        .collect()
+        .collect();
+    Flows {
+        frames,
+        order: permutation(n, seed ^ 0x5eed),
+    }
 }
 
-/// Copies header images into the bursts' packets (from flow `start` on) and resets verdicts.
-fn restore(bursts: &mut [Burst], frames: &[Vec<u8>], start: usize) {
+/// A random permutation of `0..n` (Fisher-Yates).
+fn permutation(n: usize, seed: u64) -> Vec<u32> {
+    let mut r = XorShift64::new(seed);
+    let mut v: Vec<u32> = (0..n as u32).collect();
+    for i in (1..n).rev() {
+        let j = (((r.next_u64() >> 32) * (i as u64 + 1)) >> 32) as usize;
+        v.swap(i, j);
+    }
+    v
+}
+
+/// Copies header images into the bursts' packets (from position `start` of the first `n`
+/// flows, in random order or, to populate, in flow order) and resets the verdicts.
+fn restore(bursts: &mut [Burst], fl: &Flows, n: usize, order: Option<&[u32]>, start: usize) {
     let mut k = start;
     for b in bursts.iter_mut() {
         for i in 0..b.len() {
-            let p: &mut Packet = b.packet_mut(i);
-            let h = p.header_mut();
-            let n = h.len();
-            h.copy_from_slice(&frames[k % frames.len()][..n]);
-            b.set_verdict(i, Verdict::Tx(1));
+            let idx = order.map_or(k % n, |o| o[k % n] as usize);
+            let h = b.header_mut(i);
+            let len = h.len();
+            h.copy_from_slice(&fl.frames[idx][..len]);
+            b.set_verdict(i, Verdict::tx(1));
             k += 1;
         }
     }
 }
 
-/// An NF with `frames.len()` active flows and `ROUND` bursts of packets to feed it.
+/// An NF with `n` active flows and `ROUND` bursts of packets to feed it.
 struct NfSetup {
     nf: Box<dyn NetworkFunction>,
     bursts: Vec<Burst>,
+    /// A random order of the first `n` flows.
+    order: Vec<u32>,
     _factory: PacketFactory,
 }
 
-fn nf_setup(which: &str, mode: DatapathMode, frames: &[Vec<u8>], ctx: &NfContext) -> NfSetup {
+fn nf_setup(which: &str, mode: DatapathMode, fl: &Flows, n: usize, ctx: &NfContext) -> NfSetup {
     let f = PacketFactory::new(mode, 64, 128, ROUND * 32);
-    let mut nf: Box<dyn NetworkFunction> = if which == "nat" {
-        Box::new(Nat::from_params(&toml::toml! { flows = 1000000 }, 0, 1).unwrap())
+    let mut params = toml::Table::new();
+    params.insert("flows".into(), toml::Value::Integer(n.max(FLOWS) as i64));
+    let t0 = Instant::now();
+    let nf: Box<dyn NetworkFunction> = if which == "nat" {
+        let nat = Nat::from_params(&params, 0, 1).unwrap();
+        eprintln!(
+            "nat: {} flows built in {:.1} ms, table on {}",
+            n.max(FLOWS),
+            t0.elapsed().as_secs_f64() * 1e3,
+            nat.page_kind()
+        );
+        Box::new(nat)
     } else {
-        Box::new(LoadBalancer::from_params(&toml::toml! { flows = 1000000 }, 0, 1).unwrap())
+        Box::new(LoadBalancer::from_params(&params, 0, 1).unwrap())
     };
-    let mut bursts: Vec<Burst> = (0..ROUND).map(|_| Burst::with_capacity(32)).collect();
-    for (i, b) in bursts.iter_mut().enumerate() {
-        for j in 0..32 {
-            let p = f.packet(&frames[(i * 32 + j) % frames.len()]).unwrap();
-            b.push(p, Verdict::Tx(1)).unwrap();
-        }
-    }
-    // Populate: every flow once.
+    let bursts: Vec<Burst> = (0..ROUND)
+        .map(|i| {
+            let mut b = Burst::with_capacity(32);
+            for j in 0..32 {
+                assert!(f.push(&mut b, &fl.frames[(i * 32 + j) % n]));
+            }
+            b
+        })
+        .collect();
+    let mut s = NfSetup {
+        nf,
+        bursts,
+        order: if n == fl.frames.len() {
+            fl.order.clone()
+        } else {
+            permutation(n, 0x0dd)
+        },
+        _factory: f,
+    };
+    // Populate: every flow once, in flow order.
+    let t0 = Instant::now();
     let mut k = 0;
-    while k < frames.len() {
-        restore(&mut bursts[..1], frames, k);
-        nf.process(&mut bursts[0], ctx);
+    while k < n {
+        restore(&mut s.bursts[..1], fl, n, None, k);
+        s.nf.process(&mut s.bursts[0], ctx);
         k += 32;
     }
-    let st = nf.stats();
+    let st = s.nf.stats();
     eprintln!(
-        "{which} {mode}: populated, new={} active={}",
+        "{which} {mode}: populated in {:.1} s, new={} active={}",
+        t0.elapsed().as_secs_f64(),
         st.get("new_mappings").or(st.get("new_flows")).unwrap(),
         st.get("active_mappings")
             .or(st.get("active_flows"))
             .unwrap()
     );
-    NfSetup {
-        nf,
-        bursts,
-        _factory: f,
-    }
+    s
 }
 
 fn bench_nf(c: &mut Criterion) {
@@ -202,37 +255,46 @@ fn bench_nf(c: &mut Criterion) {
         worker: 0,
         workers: 1,
     };
-    let mut frames_of: [Option<Vec<Vec<u8>>>; 2] = [None, None];
     for (wi, which) in ["nat", "lb"].into_iter().enumerate() {
-        for (mode, flows) in [
-            (DatapathMode::Host, FLOWS as usize),
-            (DatapathMode::NicInline, FLOWS as usize),
+        // Frames for 1 M flows (shared by the 1 M and 10 k cases) and, for the NAT, 10 M.
+        let mut flows_1m: Option<Flows> = None;
+        let mut flows_10m: Option<Flows> = None;
+        let dst = (which == "lb").then_some(0x0a02_0001);
+        let mut cases = vec![
+            (DatapathMode::Host, FLOWS),
+            (DatapathMode::NicInline, FLOWS),
             (DatapathMode::NicInline, 10_000),
-        ] {
+        ];
+        if which == "nat" {
+            cases.push((DatapathMode::Host, 10 * FLOWS));
+        }
+        for (mode, n) in cases {
             let label = format!(
                 "{}/{}",
                 mode.as_str(),
-                if flows >= 1_000_000 {
-                    "1M".to_string()
+                if n >= FLOWS {
+                    format!("{}M", n / FLOWS)
                 } else {
-                    format!("{}k", flows / 1000)
+                    format!("{}k", n / 1000)
                 }
             );
-            let frames_slot = &mut frames_of[wi];
             let mut rng = XorShift64::new(99);
-            // Built on first use (criterion calls this closure once per sample).
+            // Built on first use (criterion calls this closure once per sample), so a filtered
+            // run builds only what it measures.
             let mut setup: Option<NfSetup> = None;
+            let fl_slot = if n > FLOWS {
+                &mut flows_10m
+            } else {
+                &mut flows_1m
+            };
             g.bench_function(BenchmarkId::new(which, label), |b| {
-                let all = frames_slot.get_or_insert_with(|| {
-                    flow_frames((which == "lb").then_some(0x0a02_0001), 1 + wi as u64)
-                });
-                let frames = &all[..flows];
-                let s = setup.get_or_insert_with(|| nf_setup(which, mode, frames, &ctx));
+                let fl = fl_slot.get_or_insert_with(|| flows(n.max(FLOWS), dst, 1 + wi as u64));
+                let s = setup.get_or_insert_with(|| nf_setup(which, mode, fl, n, &ctx));
                 b.iter_custom(|iters| {
                     let mut total = Duration::ZERO;
                     for _ in 0..iters {
-                        let start = (((rng.next_u64() >> 32) * frames.len() as u64) >> 32) as usize;
-                        restore(&mut s.bursts, frames, start);
+                        let start = (((rng.next_u64() >> 32) * n as u64) >> 32) as usize;
+                        restore(&mut s.bursts, fl, n, Some(&s.order), start);
                         let t0 = Instant::now();
                         for b in s.bursts.iter_mut() {
                             s.nf.process(b, &ctx);
@@ -247,6 +309,8 @@ fn bench_nf(c: &mut Criterion) {
                     "{which}: the measured packets must all be hits"
                 );
             });
+            // The NF's tables go before the next case builds its own.
+            drop(setup);
         }
     }
     g.finish();

@@ -6,10 +6,18 @@
 //!   `rte_hash`). With 8-way buckets a 2-choice cuckoo table stays insertable far above 90 % load;
 //!   this table never runs above ~90 % because the bucket count is rounded up to a power of two
 //!   from `capacity / (8 × 0.9)`.
-//! - **16-bit signatures in their own array** (`sigs`, 16 B per bucket, four buckets per cache
-//!   line). A probe compares 8 signatures at once (the compare loop vectorises) and touches a
-//!   full entry only on a signature match, so a lookup normally costs one signature line per
-//!   candidate bucket plus one entry line. Signature 0 marks an empty slot.
+//! - **16-bit tags in their own array** (`sigs`, 16 B per bucket, four buckets per cache line):
+//!   a 12-bit signature of the key's hash and a 4-bit generation. A probe compares 8 tags at
+//!   once (the compare loop vectorises) and touches a full entry only on a tag match, so a
+//!   lookup normally costs one tag line per candidate bucket plus one entry line. A slot is
+//!   occupied when its tag carries the table's current generation; tag 0 (generation 0, never
+//!   current) is an empty slot.
+//! - **Cheap clear**: [`FlowTable::clear`] moves the table to the next generation, which empties
+//!   every slot at once without touching memory (and changes the [`FlowTable::epoch`], so slot
+//!   handles die with the entries). Only every 15th clear, when the generations wrap, zeroes the
+//!   tag array (1/17 of the table). An RFC 2544 trial reuses a table this way instead of
+//!   building, or zeroing, a gigabyte again. 12 signature bits make a false tag match cost one
+//!   extra entry read per ~250 probes of a full bucket, which is noise next to the cache misses.
 //! - **Partial-key cuckoo**: the second bucket is `b1 XOR f(sig)` (`f` odd, so it never equals
 //!   `b1`). Because the alternate bucket follows from a bucket and a signature alone, a
 //!   displacement never rehashes a key.
@@ -30,13 +38,18 @@
 //!   a full probe per key would fill the reorder window with arithmetic and overlap only a few
 //!   keys' misses.
 //! - **No allocation after construction**: all arrays, including the BFS queue, are allocated by
-//!   [`FlowTable::new`].
+//!   [`FlowTable::try_new`].
+//! - **Huge pages, lazily zeroed**: the tag and entry arrays are [`nicmem::HugeArray`]s, on 2 MiB
+//!   pages where the machine has them (a random lookup into a gigabyte then misses the cache,
+//!   but rarely the TLB). Their pages are zero-filled by the kernel on first touch, so creating
+//!   a 10 M-flow table costs no pass over its memory. That is why values are stored through
+//!   [`TableValue`]: the stored form must be valid as all-zero bytes.
 //!
 //! # Memory per flow
 //!
 //! Each slot costs `2 + size_of::<Entry<V>>()` bytes: a 16 B key, a 4 B last-seen stamp and `V`,
 //! rounded up to 32 B (entries are 32-byte aligned so that one never straddles a cache line; a
-//! value larger than 12 B makes the entry 64 B). For the NAT's and LB's small values that is
+//! value larger than 8 B makes the entry 64 B). For the NAT's and LB's small values that is
 //! 34 B per slot; the table has between 1.11x and 2.22x as many slots as its capacity, so
 //! 38-76 B per flow ([`FlowTable::bytes_per_flow`] gives the exact figure). The paper's setup,
 //! 10 M flows over 7 cores, is `next_pow2` 2 097 152 flows per core: 4 194 304 slots, 136 MiB
@@ -48,6 +61,8 @@
 #![forbid(unsafe_code)]
 
 use std::fmt;
+
+use nicmem::{Align32, HugeArray, HugeMemError, PageKind, Zeroable};
 
 /// Slots per bucket.
 pub const SLOTS: usize = 8;
@@ -126,6 +141,11 @@ impl FlowKey {
     pub fn words(&self) -> (u64, u64) {
         (self.a, self.b)
     }
+    /// The key with these two packed words (the inverse of [`FlowKey::words`]).
+    #[inline(always)]
+    pub fn from_words(a: u64, b: u64) -> Self {
+        Self { a, b }
+    }
 }
 
 impl fmt::Debug for FlowKey {
@@ -186,15 +206,39 @@ pub fn hash_key(key: &FlowKey, seed: u64) -> u64 {
     )
 }
 
-/// One slot's contents. Aligned to 32 B so that an entry with a value of up to 12 B never
-/// straddles a cache line (a lookup then costs exactly one line per entry).
-#[derive(Clone, Copy, Debug, Default)]
-#[repr(align(32))]
-pub struct Entry<V> {
-    key: FlowKey,
-    stamp: u32,
-    val: V,
+/// How a table stores its values: a [`Zeroable`] form (the table's arrays come zeroed from the
+/// kernel, see the module docs) and the conversions to and from it, which compile to nothing
+/// for plain integers.
+pub trait TableValue: Copy + Default {
+    /// The stored form.
+    type Raw: Zeroable;
+    /// Converts to the stored form.
+    fn to_raw(self) -> Self::Raw;
+    /// Converts from the stored form.
+    fn from_raw(raw: Self::Raw) -> Self;
 }
+
+macro_rules! plain_values {
+    ($($t:ty),*) => {
+        $(impl TableValue for $t {
+            type Raw = $t;
+            #[inline(always)]
+            fn to_raw(self) -> $t {
+                self
+            }
+            #[inline(always)]
+            fn from_raw(raw: $t) -> $t {
+                raw
+            }
+        })*
+    };
+}
+plain_values!(u8, u16, u32, u64);
+
+/// One slot's contents: the key's two words, the last-seen stamp and the stored value. Aligned
+/// to 32 B so that an entry with a value of up to 8 B never straddles a cache line (a lookup
+/// then costs exactly one line per entry).
+type Entry<R> = Align32<((u64, u64), u32, R)>;
 
 /// Counters of a table (all monotonic except `len`).
 #[derive(Clone, Copy, Debug, Default, PartialEq, Eq, serde::Serialize)]
@@ -238,10 +282,12 @@ struct BfsNode {
 }
 
 /// A bounded cuckoo hash table from [`FlowKey`] to `V` (see the module docs).
-pub struct FlowTable<V: Copy + Default> {
-    sigs: Vec<[u16; SLOTS]>,
-    entries: Vec<Entry<V>>,
+pub struct FlowTable<V: TableValue> {
+    sigs: HugeArray<[u16; SLOTS]>,
+    entries: HugeArray<Entry<V::Raw>>,
     mask: usize,
+    /// The current generation (1..=[`GEN_MAX`]), in the top bits of every occupied slot's tag.
+    gen_tag: u16,
     seed: u64,
     len: usize,
     capacity: usize,
@@ -253,12 +299,21 @@ pub struct FlowTable<V: Copy + Default> {
     stats: FlowTableStats,
 }
 
+/// Bits of a tag that hold the signature (the rest hold the generation).
+const SIG_BITS: u32 = 12;
+/// The highest generation; the one after it wraps to 1 and zeroes the tag array.
+const GEN_MAX: u16 = (1 << (16 - SIG_BITS)) - 1;
+
+/// The signature of a hash: its top 12 bits (the bucket index comes from the low bits).
 #[inline(always)]
 fn sig_of(h: u64) -> u16 {
-    match (h >> 48) as u16 {
-        0 => 1,
-        s => s,
-    }
+    (h >> (64 - SIG_BITS)) as u16
+}
+
+/// The signature part of a tag.
+#[inline(always)]
+fn sig_part(tag: u16) -> u16 {
+    tag & ((1 << SIG_BITS) - 1)
 }
 
 #[inline(always)]
@@ -267,26 +322,50 @@ fn alt_offset(sig: u16) -> usize {
 }
 
 #[inline(always)]
-fn match_mask(s: &[u16; SLOTS], sig: u16) -> u32 {
+fn match_mask(s: &[u16; SLOTS], tag: u16) -> u32 {
     let mut m = 0u32;
     for (i, &v) in s.iter().enumerate() {
-        m |= u32::from(v == sig) << i;
+        m |= u32::from(v == tag) << i;
     }
     m
 }
 
-impl<V: Copy + Default> FlowTable<V> {
+/// Slots whose tag belongs to generation `gen_tag` (the occupied ones).
+#[inline(always)]
+fn live_mask(s: &[u16; SLOTS], gen_tag: u16) -> u32 {
+    let mut m = 0u32;
+    for (i, &v) in s.iter().enumerate() {
+        m |= u32::from(v >> SIG_BITS == gen_tag >> SIG_BITS) << i;
+    }
+    m
+}
+
+/// Slots free in generation `gen_tag`.
+#[inline(always)]
+fn free_mask(s: &[u16; SLOTS], gen_tag: u16) -> u32 {
+    !live_mask(s, gen_tag) & ((1 << SLOTS) - 1)
+}
+
+impl<V: TableValue> FlowTable<V> {
     /// A table holding at most `capacity` flows (at least 1), expiring entries idle for more than
     /// `idle_timeout_ms` (0 = never), applying `policy` when full. `seed` keys the hash (use a
-    /// different one per table to avoid correlated collisions). Allocates everything now.
-    pub fn new(capacity: usize, idle_timeout_ms: u32, policy: FullPolicy, seed: u64) -> Self {
+    /// different one per table to avoid correlated collisions). Allocates everything now, on
+    /// huge pages when the table is large (see the module docs); fails only when the memory
+    /// cannot be had.
+    pub fn try_new(
+        capacity: usize,
+        idle_timeout_ms: u32,
+        policy: FullPolicy,
+        seed: u64,
+    ) -> Result<Self, HugeMemError> {
         let capacity = capacity.max(1);
         let want_buckets = ((capacity as f64) / (SLOTS as f64 * MAX_LOAD)).ceil() as usize;
         let nb = want_buckets.max(1).next_power_of_two();
-        Self {
-            sigs: vec![[0u16; SLOTS]; nb],
-            entries: vec![Entry::default(); nb * SLOTS],
+        Ok(Self {
+            sigs: HugeArray::zeroed(nb)?,
+            entries: HugeArray::zeroed(nb * SLOTS)?,
             mask: nb - 1,
+            gen_tag: 1 << SIG_BITS,
             seed,
             len: 0,
             capacity,
@@ -296,7 +375,14 @@ impl<V: Copy + Default> FlowTable<V> {
             scan_cursor: 0,
             bfs: vec![BfsNode::default(); BFS_NODES],
             stats: FlowTableStats::default(),
-        }
+        })
+    }
+
+    /// [`FlowTable::try_new`] for tables whose memory is sure to be there (tests, benches);
+    /// panics when it is not, as a `Vec` would.
+    pub fn new(capacity: usize, idle_timeout_ms: u32, policy: FullPolicy, seed: u64) -> Self {
+        Self::try_new(capacity, idle_timeout_ms, policy, seed)
+            .unwrap_or_else(|e| panic!("flow table of {capacity} flows: {e}"))
     }
 
     /// A table with exactly `buckets` buckets (a power of two) and `capacity` entries, for tests
@@ -304,11 +390,44 @@ impl<V: Copy + Default> FlowTable<V> {
     #[cfg(test)]
     fn with_buckets(buckets: usize, capacity: usize, seed: u64) -> Self {
         let mut t = Self::new(1, 0, FullPolicy::Drop, seed);
-        t.sigs = vec![[0u16; SLOTS]; buckets];
-        t.entries = vec![Entry::default(); buckets * SLOTS];
+        t.sigs = HugeArray::zeroed(buckets).unwrap();
+        t.entries = HugeArray::zeroed(buckets * SLOTS).unwrap();
         t.mask = buckets - 1;
         t.capacity = capacity;
         t
+    }
+
+    /// What backs the table's entries (2 MiB pages, transparent huge pages, ...).
+    pub fn page_kind(&self) -> PageKind {
+        self.entries.page_kind()
+    }
+
+    /// The tag of a hash in the current generation.
+    #[inline(always)]
+    fn tag_of(&self, h: u64) -> u16 {
+        self.gen_tag | sig_of(h)
+    }
+
+    /// True when slot `s` of bucket `b` holds an entry of the current generation.
+    #[inline(always)]
+    fn occupied(&self, b: usize, s: usize) -> bool {
+        self.sigs[b][s] >> SIG_BITS == self.gen_tag >> SIG_BITS
+    }
+
+    #[inline(always)]
+    fn entry_key(&self, idx: usize) -> FlowKey {
+        let (a, b) = self.entries[idx].0.0;
+        FlowKey { a, b }
+    }
+
+    #[inline(always)]
+    fn entry_stamp(&self, idx: usize) -> u32 {
+        self.entries[idx].0.1
+    }
+
+    #[inline(always)]
+    fn entry_value(&self, idx: usize) -> V {
+        V::from_raw(self.entries[idx].0.2)
     }
 
     /// Live entries (expired entries not yet reclaimed included).
@@ -337,12 +456,12 @@ impl<V: Copy + Default> FlowTable<V> {
 
     /// Bytes of table memory per flow at full capacity.
     pub fn bytes_per_flow(&self) -> f64 {
-        (self.slots() * (2 + std::mem::size_of::<Entry<V>>())) as f64 / self.capacity as f64
+        (self.slots() * (2 + std::mem::size_of::<Entry<V::Raw>>())) as f64 / self.capacity as f64
     }
 
     /// Total table memory in bytes.
     pub fn memory_bytes(&self) -> usize {
-        self.slots() * (2 + std::mem::size_of::<Entry<V>>())
+        self.slots() * (2 + std::mem::size_of::<Entry<V::Raw>>())
             + BFS_NODES * std::mem::size_of::<BfsNode>()
     }
 
@@ -362,7 +481,7 @@ impl<V: Copy + Default> FlowTable<V> {
     }
 
     /// Changes whenever an existing entry moves or disappears (cuckoo displacement, removal,
-    /// expiry, eviction). Slot handles obtained while the epoch had a given value stay valid as
+    /// expiry, eviction, [`FlowTable::clear`]). Slot handles obtained while the epoch had a given value stay valid as
     /// long as it is unchanged; plain inserts into free slots do not change it.
     #[inline]
     pub fn epoch(&self) -> u64 {
@@ -389,11 +508,11 @@ impl<V: Copy + Default> FlowTable<V> {
     }
 
     #[inline(always)]
-    fn find_in(&self, b: usize, sig: u16, key: &FlowKey) -> Option<usize> {
-        let mut m = match_mask(&self.sigs[b], sig);
+    fn find_in(&self, b: usize, tag: u16, key: &FlowKey) -> Option<usize> {
+        let mut m = match_mask(&self.sigs[b], tag);
         while m != 0 {
             let idx = b * SLOTS + m.trailing_zeros() as usize;
-            if self.entries[idx].key == *key {
+            if self.entry_key(idx) == *key {
                 return Some(idx);
             }
             m &= m - 1;
@@ -403,24 +522,23 @@ impl<V: Copy + Default> FlowTable<V> {
 
     #[inline(always)]
     fn find(&self, key: &FlowKey, h: u64) -> Option<usize> {
-        let sig = sig_of(h);
+        let tag = self.tag_of(h);
         let b1 = h as usize & self.mask;
-        if let Some(i) = self.find_in(b1, sig, key) {
+        if let Some(i) = self.find_in(b1, tag, key) {
             return Some(i);
         }
-        self.find_in((b1 ^ alt_offset(sig)) & self.mask, sig, key)
+        self.find_in((b1 ^ alt_offset(sig_of(h))) & self.mask, tag, key)
     }
 
     /// Lazy expiry + touch for a found slot.
     #[inline(always)]
     fn live(&mut self, idx: usize, now: u32) -> Option<u32> {
-        let stamp = self.entries[idx].stamp;
-        if self.expired_at(stamp, now) {
+        if self.expired_at(self.entry_stamp(idx), now) {
             self.clear_slot(idx);
             self.stats.expired += 1;
             return None;
         }
-        self.entries[idx].stamp = now;
+        self.entries[idx].0.1 = now;
         self.stats.hits += 1;
         Some(idx as u32)
     }
@@ -450,8 +568,8 @@ impl<V: Copy + Default> FlowTable<V> {
     }
 
     /// Looks up without touching or expiring anything (for inspection and tests).
-    pub fn peek(&self, key: &FlowKey) -> Option<&V> {
-        self.find(key, self.hash(key)).map(|i| &self.entries[i].val)
+    pub fn peek(&self, key: &FlowKey) -> Option<V> {
+        self.find(key, self.hash(key)).map(|i| self.entry_value(i))
     }
 
     /// Looks up a burst of keys with their precomputed hashes (see [`FlowTable::hash_bulk`]),
@@ -476,7 +594,7 @@ impl<V: Copy + Default> FlowTable<V> {
     fn lookup_chunk(&mut self, keys: &[FlowKey], hashes: &[u64], now: u32, out: &mut [u32]) {
         let n = keys.len();
         let mut b1 = [0u32; BULK];
-        let mut sig = [0u16; BULK];
+        let mut tag = [0u16; BULK];
         let mut m = [0u32; BULK];
         let mask = self.mask;
         // Safe Rust has no prefetch instruction, so every memory step starts with a "touch"
@@ -488,17 +606,17 @@ impl<V: Copy + Default> FlowTable<V> {
         for i in 0..n {
             let h = hashes[i];
             let b = h as usize & mask;
-            sig[i] = sig_of(h);
+            tag[i] = self.tag_of(h);
             b1[i] = b as u32;
             sink ^= u64::from(self.sigs[b][0]);
         }
         // B: match signatures (now cached), touch the first candidate entry.
         for i in 0..n {
             let b = b1[i] as usize;
-            let mm = match_mask(&self.sigs[b], sig[i]);
+            let mm = match_mask(&self.sigs[b], tag[i]);
             m[i] = mm;
             if mm != 0 {
-                sink ^= self.entries[b * SLOTS + mm.trailing_zeros() as usize].key.b;
+                sink ^= self.entries[b * SLOTS + mm.trailing_zeros() as usize].0.0.1;
             }
         }
         // C: verify first-choice candidates; on a miss touch the second-choice bucket.
@@ -510,14 +628,14 @@ impl<V: Copy + Default> FlowTable<V> {
             let mut mm = m[i];
             while mm != 0 {
                 let idx = b * SLOTS + mm.trailing_zeros() as usize;
-                if self.entries[idx].key == keys[i] {
+                if self.entry_key(idx) == keys[i] {
                     out[i] = idx as u32;
                     break;
                 }
                 mm &= mm - 1;
             }
             if out[i] == NO_SLOT {
-                let bb = (b ^ alt_offset(sig[i])) & mask;
+                let bb = (b ^ alt_offset(sig_part(tag[i]))) & mask;
                 b2[i] = bb as u32;
                 sink ^= u64::from(self.sigs[bb][0]);
                 any_miss = true;
@@ -529,12 +647,13 @@ impl<V: Copy + Default> FlowTable<V> {
             for i in 0..n {
                 if out[i] == NO_SLOT {
                     let bb = b2[i] as usize;
-                    let mm = match_mask(&self.sigs[bb], sig[i]);
+                    let mm = match_mask(&self.sigs[bb], tag[i]);
                     m2[i] = mm;
                     if mm != 0 {
                         sink ^= self.entries[bb * SLOTS + mm.trailing_zeros() as usize]
-                            .key
-                            .b;
+                            .0
+                            .0
+                            .1;
                     }
                 }
             }
@@ -543,7 +662,7 @@ impl<V: Copy + Default> FlowTable<V> {
                 let mut mm = m2[i];
                 while mm != 0 {
                     let idx = bb * SLOTS + mm.trailing_zeros() as usize;
-                    if self.entries[idx].key == keys[i] {
+                    if self.entry_key(idx) == keys[i] {
                         out[i] = idx as u32;
                         break;
                     }
@@ -559,7 +678,7 @@ impl<V: Copy + Default> FlowTable<V> {
             if *o != NO_SLOT {
                 let idx = *o as usize;
                 // A duplicate key earlier in the chunk may have expired this slot already.
-                if self.sigs[idx / SLOTS][idx % SLOTS] == 0 {
+                if !self.occupied(idx / SLOTS, idx % SLOTS) {
                     *o = NO_SLOT;
                     continue;
                 }
@@ -570,32 +689,32 @@ impl<V: Copy + Default> FlowTable<V> {
 
     /// The value in a slot returned by a lookup or insert.
     #[inline(always)]
-    pub fn value(&self, slot: u32) -> &V {
-        &self.entries[slot as usize].val
+    pub fn value(&self, slot: u32) -> V {
+        self.entry_value(slot as usize)
     }
 
-    /// The value in a slot, writable.
+    /// Replaces the value in a slot.
     #[inline(always)]
-    pub fn value_mut(&mut self, slot: u32) -> &mut V {
-        &mut self.entries[slot as usize].val
+    pub fn set_value(&mut self, slot: u32, val: V) {
+        self.entries[slot as usize].0.2 = val.to_raw();
     }
 
     /// The key in a slot.
     #[inline(always)]
-    pub fn key(&self, slot: u32) -> &FlowKey {
-        &self.entries[slot as usize].key
+    pub fn key(&self, slot: u32) -> FlowKey {
+        self.entry_key(slot as usize)
     }
 
     /// When the entry in a slot was last seen (ms ticks).
     #[inline(always)]
     pub fn last_seen(&self, slot: u32) -> u32 {
-        self.entries[slot as usize].stamp
+        self.entry_stamp(slot as usize)
     }
 
     /// Sets the last-seen time of a slot.
     #[inline(always)]
     pub fn touch(&mut self, slot: u32, now: u32) {
-        self.entries[slot as usize].stamp = now;
+        self.entries[slot as usize].0.1 = now;
     }
 
     /// Inserts or updates `key` -> `val` at time `now`.
@@ -606,13 +725,9 @@ impl<V: Copy + Default> FlowTable<V> {
     }
 
     #[inline(always)]
-    fn place(&mut self, idx: usize, sig: u16, key: FlowKey, val: V, now: u32) {
-        self.sigs[idx / SLOTS][idx % SLOTS] = sig;
-        self.entries[idx] = Entry {
-            key,
-            stamp: now,
-            val,
-        };
+    fn place(&mut self, idx: usize, tag: u16, key: FlowKey, val: V, now: u32) {
+        self.sigs[idx / SLOTS][idx % SLOTS] = tag;
+        self.entries[idx] = Align32(((key.a, key.b), now, val.to_raw()));
         self.len += 1;
         self.stats.inserts += 1;
     }
@@ -628,23 +743,23 @@ impl<V: Copy + Default> FlowTable<V> {
         now: u32,
     ) -> Result<Inserted<V>, TableFull> {
         if let Some(idx) = self.find(&key, h) {
-            let e = &mut self.entries[idx];
-            e.val = val;
-            e.stamp = now;
+            let e = &mut self.entries[idx].0;
+            e.2 = val.to_raw();
+            e.1 = now;
             return Ok(Inserted {
                 slot: idx as u32,
                 evicted: None,
             });
         }
-        let sig = sig_of(h);
+        let tag = self.tag_of(h);
         let b1 = h as usize & self.mask;
-        let b2 = (b1 ^ alt_offset(sig)) & self.mask;
+        let b2 = (b1 ^ alt_offset(sig_of(h))) & self.mask;
         if self.len < self.capacity {
             for b in [b1, b2] {
-                let free = match_mask(&self.sigs[b], 0);
+                let free = free_mask(&self.sigs[b], self.gen_tag);
                 if free != 0 {
                     let idx = b * SLOTS + free.trailing_zeros() as usize;
-                    self.place(idx, sig, key, val, now);
+                    self.place(idx, tag, key, val, now);
                     return Ok(Inserted {
                         slot: idx as u32,
                         evicted: None,
@@ -657,14 +772,14 @@ impl<V: Copy + Default> FlowTable<V> {
             for b in [b1, b2] {
                 for s in 0..SLOTS {
                     let idx = b * SLOTS + s;
-                    if self.sigs[b][s] != 0 && self.expired_at(self.entries[idx].stamp, now) {
-                        let old = self.entries[idx];
+                    if self.occupied(b, s) && self.expired_at(self.entry_stamp(idx), now) {
+                        let old = (self.entry_key(idx), self.entry_value(idx));
                         self.clear_slot(idx);
                         self.stats.expired += 1;
-                        self.place(idx, sig, key, val, now);
+                        self.place(idx, tag, key, val, now);
                         return Ok(Inserted {
                             slot: idx as u32,
-                            evicted: Some((old.key, old.val)),
+                            evicted: Some(old),
                         });
                     }
                 }
@@ -673,7 +788,7 @@ impl<V: Copy + Default> FlowTable<V> {
         if self.len < self.capacity {
             for _ in 0..2 {
                 if let Some(idx) = self.cuckoo_make_room(b1, b2) {
-                    self.place(idx, sig, key, val, now);
+                    self.place(idx, tag, key, val, now);
                     return Ok(Inserted {
                         slot: idx as u32,
                         evicted: None,
@@ -694,8 +809,8 @@ impl<V: Copy + Default> FlowTable<V> {
                 for b in [b1, b2] {
                     for s in 0..SLOTS {
                         let idx = b * SLOTS + s;
-                        if self.sigs[b][s] != 0 {
-                            let age = now.wrapping_sub(self.entries[idx].stamp);
+                        if self.occupied(b, s) {
+                            let age = now.wrapping_sub(self.entry_stamp(idx));
                             if victim.is_none() || age > vage {
                                 vage = age;
                                 victim = Some(idx);
@@ -708,13 +823,13 @@ impl<V: Copy + Default> FlowTable<V> {
                     self.stats.full_drops += 1;
                     return Err(TableFull);
                 };
-                let old = self.entries[v];
+                let old = (self.entry_key(v), self.entry_value(v));
                 self.clear_slot(v);
                 self.stats.evictions += 1;
-                self.place(v, sig, key, val, now);
+                self.place(v, tag, key, val, now);
                 Ok(Inserted {
                     slot: v as u32,
-                    evicted: Some((old.key, old.val)),
+                    evicted: Some(old),
                 })
             }
         }
@@ -739,15 +854,14 @@ impl<V: Copy + Default> FlowTable<V> {
         'search: while head < tail {
             let x = self.bfs[head].bucket as usize;
             for s in 0..SLOTS {
-                let sg = self.sigs[x][s];
-                if sg == 0 {
+                if !self.occupied(x, s) {
                     continue;
                 }
-                let y = (x ^ alt_offset(sg)) & mask;
+                let y = (x ^ alt_offset(sig_part(self.sigs[x][s]))) & mask;
                 if y == x {
                     continue;
                 }
-                let free = match_mask(&self.sigs[y], 0);
+                let free = free_mask(&self.sigs[y], self.gen_tag);
                 if free != 0 {
                     found = Some((head, s, y * SLOTS + free.trailing_zeros() as usize));
                     break 'search;
@@ -773,7 +887,10 @@ impl<V: Copy + Default> FlowTable<V> {
         loop {
             let sg = self.sigs[src_b][src_s];
             let (db, ds) = (dst / SLOTS, dst % SLOTS);
-            if sg == 0 || (src_b ^ alt_offset(sg)) & mask != db || self.sigs[db][ds] != 0 {
+            if !self.occupied(src_b, src_s)
+                || (src_b ^ alt_offset(sig_part(sg))) & mask != db
+                || self.occupied(db, ds)
+            {
                 return None;
             }
             let src = src_b * SLOTS + src_s;
@@ -798,7 +915,7 @@ impl<V: Copy + Default> FlowTable<V> {
     pub fn remove(&mut self, key: &FlowKey) -> Option<V> {
         let h = self.hash(key);
         let idx = self.find(key, h)?;
-        let v = self.entries[idx].val;
+        let v = self.entry_value(idx);
         self.clear_slot(idx);
         Some(v)
     }
@@ -806,12 +923,12 @@ impl<V: Copy + Default> FlowTable<V> {
     /// Removes the entry in `slot` (which must be occupied) and returns it.
     pub fn remove_slot(&mut self, slot: u32) -> Option<(FlowKey, V)> {
         let idx = slot as usize;
-        if idx >= self.entries.len() || self.sigs[idx / SLOTS][idx % SLOTS] == 0 {
+        if idx >= self.entries.len() || !self.occupied(idx / SLOTS, idx % SLOTS) {
             return None;
         }
-        let e = self.entries[idx];
+        let e = (self.entry_key(idx), self.entry_value(idx));
         self.clear_slot(idx);
-        Some((e.key, e.val))
+        Some(e)
     }
 
     /// Walks the next `buckets` buckets (round robin over the table) and removes entries idle for
@@ -831,16 +948,16 @@ impl<V: Copy + Default> FlowTable<V> {
         for _ in 0..buckets.min(nb) {
             let b = self.scan_cursor;
             self.scan_cursor = (b + 1) & self.mask;
-            if self.sigs[b] == [0; SLOTS] {
-                continue;
-            }
-            for s in 0..SLOTS {
+            let mut live = live_mask(&self.sigs[b], self.gen_tag);
+            while live != 0 {
+                let s = live.trailing_zeros() as usize;
+                live &= live - 1;
                 let idx = b * SLOTS + s;
-                if self.sigs[b][s] != 0 && self.expired_at(self.entries[idx].stamp, now) {
-                    let e = self.entries[idx];
+                if self.expired_at(self.entry_stamp(idx), now) {
+                    let (k, v) = (self.entry_key(idx), self.entry_value(idx));
                     self.clear_slot(idx);
                     self.stats.expired += 1;
-                    on_expired(e.key, e.val);
+                    on_expired(k, v);
                     n += 1;
                 }
             }
@@ -864,17 +981,17 @@ impl<V: Copy + Default> FlowTable<V> {
         for _ in 0..buckets.min(self.sigs.len()) {
             let b = self.scan_cursor;
             self.scan_cursor = (b + 1) & self.mask;
-            if self.sigs[b] == [0; SLOTS] {
-                continue;
-            }
-            for s in 0..SLOTS {
-                let idx = b * SLOTS + s;
-                if self.sigs[b][s] != 0 {
-                    let e = &self.entries[idx];
-                    if !keep(&e.key, e.stamp, &e.val) {
-                        self.clear_slot(idx);
-                        n += 1;
-                    }
+            let mut live = live_mask(&self.sigs[b], self.gen_tag);
+            while live != 0 {
+                let idx = b * SLOTS + live.trailing_zeros() as usize;
+                live &= live - 1;
+                if !keep(
+                    &self.entry_key(idx),
+                    self.entry_stamp(idx),
+                    &self.entry_value(idx),
+                ) {
+                    self.clear_slot(idx);
+                    n += 1;
                 }
             }
         }
@@ -883,25 +1000,37 @@ impl<V: Copy + Default> FlowTable<V> {
 
     /// Every live entry: `(slot, key, last seen, value)`. Walks the whole table (for dumps and
     /// reports, not the data path).
-    pub fn iter(&self) -> impl Iterator<Item = (u32, &FlowKey, u32, &V)> + '_ {
+    pub fn iter(&self) -> impl Iterator<Item = (u32, FlowKey, u32, V)> + '_ {
+        let g = self.gen_tag;
         self.sigs.iter().enumerate().flat_map(move |(b, sg)| {
-            sg.iter()
-                .enumerate()
-                .filter(|(_, s)| **s != 0)
-                .map(move |(s, _)| {
+            let live = live_mask(sg, g);
+            (0..SLOTS)
+                .filter(move |s| live & (1 << s) != 0)
+                .map(move |s| {
                     let idx = b * SLOTS + s;
-                    let e = &self.entries[idx];
-                    (idx as u32, &e.key, e.stamp, &e.val)
+                    (
+                        idx as u32,
+                        self.entry_key(idx),
+                        self.entry_stamp(idx),
+                        self.entry_value(idx),
+                    )
                 })
         })
     }
 
-    /// Removes every entry (keeps the counters).
+    /// Removes every entry (keeps the counters) by moving to the next generation: no pass over
+    /// the table, except when the generations wrap (every 15th clear), which zeroes the tag
+    /// array. Slot handles die with the entries (the epoch changes).
     pub fn clear(&mut self) {
-        for s in &mut self.sigs {
-            *s = [0; SLOTS];
+        let next = (self.gen_tag >> SIG_BITS) + 1;
+        if next > GEN_MAX {
+            self.sigs.fill([0; SLOTS]);
+            self.gen_tag = 1 << SIG_BITS;
+        } else {
+            self.gen_tag = next << SIG_BITS;
         }
         self.len = 0;
+        self.scan_cursor = 0;
         self.epoch += 1;
     }
 
@@ -911,22 +1040,22 @@ impl<V: Copy + Default> FlowTable<V> {
         let mut count = 0;
         let mut keys = Vec::with_capacity(self.len);
         for (b, sg) in self.sigs.iter().enumerate() {
-            for (s, &sig) in sg.iter().enumerate() {
-                if sig == 0 {
+            for (s, &tag) in sg.iter().enumerate() {
+                if !self.occupied(b, s) {
                     continue;
                 }
                 count += 1;
-                let e = &self.entries[b * SLOTS + s];
-                let h = self.hash(&e.key);
-                if sig_of(h) != sig {
+                let key = self.entry_key(b * SLOTS + s);
+                let h = self.hash(&key);
+                if self.tag_of(h) != tag {
                     return Err(format!("bucket {b} slot {s}: signature mismatch"));
                 }
                 let b1 = h as usize & self.mask;
-                let b2 = (b1 ^ alt_offset(sig)) & self.mask;
+                let b2 = (b1 ^ alt_offset(sig_of(h))) & self.mask;
                 if b != b1 && b != b2 {
                     return Err(format!("bucket {b} slot {s}: not a candidate bucket"));
                 }
-                keys.push(e.key);
+                keys.push(key);
             }
         }
         if count != self.len {
@@ -982,7 +1111,7 @@ mod tests {
         t.check_invariants().unwrap();
         for i in 0..1000 {
             let s = t.lookup(&key(i), 1).expect("present");
-            assert_eq!(*t.value(s), i * 3);
+            assert_eq!(t.value(s), i * 3);
         }
         assert!(t.lookup(&key(5000), 1).is_none());
         // At capacity with drop policy: refused and counted.
@@ -990,7 +1119,7 @@ mod tests {
         assert_eq!(t.stats().full_drops, 1);
         // Update in place works even when full.
         let ins = t.insert(key(10), 99, 2).unwrap();
-        assert_eq!(*t.value(ins.slot), 99);
+        assert_eq!(t.value(ins.slot), 99);
         assert_eq!(t.remove(&key(10)), Some(99));
         assert_eq!(t.remove(&key(10)), None);
         assert_eq!(t.len(), 999);
@@ -1012,7 +1141,7 @@ mod tests {
         assert!(t.stats().cuckoo_moves > 0, "90 % load needs displacement");
         t.check_invariants().unwrap();
         for i in 0..cap as u32 {
-            assert_eq!(t.peek(&key(i)), Some(&i));
+            assert_eq!(t.peek(&key(i)), Some(i));
         }
     }
 
@@ -1030,7 +1159,7 @@ mod tests {
         assert!(load > 0.95, "first failure at load {load}");
         t.check_invariants().unwrap();
         for j in 0..i {
-            assert_eq!(t.peek(&key(j)), Some(&j), "key {j} lost by a move");
+            assert_eq!(t.peek(&key(j)), Some(j), "key {j} lost by a move");
         }
     }
 
@@ -1085,7 +1214,7 @@ mod tests {
             let single = t.lookup(k, 1).unwrap_or(NO_SLOT);
             assert_eq!(o, single, "{k:?}");
             if o != NO_SLOT {
-                assert_eq!(t.key(o), k);
+                assert_eq!(t.key(o), *k);
             }
         }
     }
@@ -1101,9 +1230,35 @@ mod tests {
     }
 
     #[test]
+    fn clear_empties_without_zeroing_and_survives_generation_wrap() {
+        let mut t: FlowTable<u32> = FlowTable::new(2000, 0, FullPolicy::Drop, 13);
+        for round in 0..40u32 {
+            let e0 = t.epoch();
+            // Each round inserts a different key set, half of it overlapping the last round's.
+            for i in 0..2000 {
+                t.insert(key(round * 1000 + i), i, 0)
+                    .unwrap_or_else(|_| panic!("round {round}: insert {i}"));
+            }
+            assert_eq!(t.len(), 2000);
+            t.check_invariants().unwrap();
+            let probe = key(round * 1000 + 7);
+            let slot = t.lookup(&probe, 0).expect("present");
+            assert_eq!(t.value(slot), 7);
+            t.clear();
+            assert!(t.is_empty());
+            assert_ne!(t.epoch(), e0, "slot handles die with the entries");
+            assert_eq!(t.peek(&probe), None, "round {round}");
+            assert_eq!(t.iter().count(), 0);
+            t.check_invariants().unwrap();
+        }
+        assert_eq!(t.stats().inserts, 40 * 2000);
+    }
+
+    #[test]
     fn memory_per_flow_is_reported() {
         let t: FlowTable<u32> = FlowTable::new(1 << 21, 0, FullPolicy::Drop, 0);
         assert_eq!(std::mem::size_of::<Entry<u32>>(), 32);
+        assert_eq!(std::mem::size_of::<Entry<[u64; 4]>>(), 64);
         assert_eq!(t.slots(), 1 << 22);
         assert!((t.bytes_per_flow() - 68.0).abs() < 1e-9);
     }

@@ -30,7 +30,7 @@
 //! [`parse`] checks IPv4 total length and UDP length against the *frame* length, never against the
 //! header segment (the mistake FastClick had to undo). Bytes that exist in the frame but not in the
 //! header segment are reported as [`ParseError::SegmentShort`], distinct from a frame that is
-//! really too short ([`ParseError::Truncated`]); both map to [`DropReason::Truncated`], and NFs
+//! really too short ([`ParseError::Truncated`]); both map to [`DropReason::TRUNCATED`], and NFs
 //! count the first one as `header_segment_short`.
 #![forbid(unsafe_code)]
 
@@ -701,9 +701,9 @@ impl ParseError {
     /// The drop reason this error is reported as.
     pub fn drop_reason(self) -> DropReason {
         match self {
-            ParseError::Truncated | ParseError::SegmentShort => DropReason::Truncated,
-            ParseError::Malformed => DropReason::Malformed,
-            ParseError::NotIpv4 => DropReason::NotIpv4,
+            ParseError::Truncated | ParseError::SegmentShort => DropReason::TRUNCATED,
+            ParseError::Malformed => DropReason::MALFORMED,
+            ParseError::NotIpv4 => DropReason::NOT_IPV4,
         }
     }
 }
@@ -920,7 +920,7 @@ pub fn parse(h: &[u8], frame_len: usize) -> Result<Parsed, ParseError> {
 
 /// Verifies every checksum of a whole frame (IPv4 header; TCP/UDP/ICMP over the whole datagram)
 /// by full recomputation. For the debug `verify_checksums` option and for tests: it needs the
-/// full frame (see [`dataplane::Packet::copy_frame`], the counted slow path for nicmem payloads).
+/// full frame (see [`dataplane::Burst::copy_frame`], the counted slow path for nicmem payloads).
 /// Fragments and unknown protocols only get the IP header checked. Returns `Ok(())` or the name
 /// of the first bad checksum.
 pub fn verify_frame_checksums(frame: &[u8]) -> Result<(), &'static str> {

@@ -18,14 +18,6 @@ impl NetworkFunction for IoFwd {
         self.packets += burst.len() as u64;
     }
 
-    fn passes_through(&self) -> bool {
-        true
-    }
-
-    fn pass(&mut self, n: usize) {
-        self.packets += n as u64;
-    }
-
     fn stats(&self) -> serde_json::Value {
         serde_json::json!({ "packets": self.packets })
     }

@@ -11,9 +11,11 @@
 //!   are translated back; anything else is dropped as `no_mapping`.
 //! - **Direction**: `direction = "by-address"` (default) treats packets whose destination is the
 //!   NAT address as inbound and everything else as outbound. `direction = "by-port"` treats
-//!   packets received on one of `inside_ports` (rx port index, `pkt.meta.port`) as outbound and
+//!   packets received on one of `inside_ports` (rx port index, [`Burst::rx_port`]) as outbound and
 //!   the rest as inbound. Outbound packets addressed to the NAT address itself (hairpinning) are
 //!   not supported and dropped as `policy` (`hairpin_dropped`).
+//! - **Drop reasons** of its own, registered when a NAT is built: `no_mapping` (an inbound packet
+//!   without a session) and `port_exhausted` (no free outside port for a new session).
 //! - **Mappings are endpoint-dependent** (like VPP NAT44-ED): one session per inside 5-tuple,
 //!   keyed in the flow table twice (outbound key = inside 5-tuple, inbound key = the reply's
 //!   5-tuple), which is the "two cache entries per flow" of the paper's NAT. An outside port is
@@ -25,7 +27,13 @@
 //! - **Sessions** live in a preallocated pool (32 B each: inside 5-tuple, NAT port, precomputed
 //!   IP and L4 checksum deltas (VPP's `l3_csum_delta`/`l4_csum_delta`), state, deadline; 32-byte
 //!   aligned, one cache line access). Memory per session: 32 B + two flow-table keys at 34 B per
-//!   slot and 1.11-2.22 slots per key: 108-183 B. No allocation after construction.
+//!   slot and 1.11-2.22 slots per key: 108-183 B. No allocation after construction. The pool and
+//!   the table are [`nicmem::HugeArray`]s (2 MiB pages where the machine has them, zero-filled by
+//!   the kernel as they are first touched), and sessions are handed out from a high-water mark
+//!   before the free list has any, so building a 10 M-session NAT writes none of its 1.5 GB.
+//! - **Per burst**: the headers are parsed with a prefetch a few packets ahead, the flow keys of
+//!   the whole burst (up to [`BULK`]) are hashed and looked up in bulk, the sessions behind the
+//!   hits are touched together, and then every packet is rewritten in order.
 //! - **Timeouts** (VPP's defaults, RFC 4787/5382/5508): UDP 300 s, TCP established 7440 s, TCP
 //!   transitory 240 s, ICMP 60 s. Expiry is lazy (a lookup that finds an expired session frees it
 //!   and proceeds as a miss) plus an incremental scan of `scan_per_burst` sessions per burst.
@@ -65,11 +73,13 @@
 //! through the counted slow path ([`crate::common::ChecksumVerifier`]).
 #![forbid(unsafe_code)]
 
-use dataplane::{Burst, DropReason, NetworkFunction, NfContext};
+use dataplane::{Burst, DropCounts, DropReason, NetworkFunction, NfContext};
+use nicmem::{Align32, HugeArray};
 use serde::Deserialize;
 
 use crate::common::{
-    ChecksumVerifier, DropCounters, bad_param, mix_seed, parse_ipv4, parse_params, timeout_ms,
+    ChecksumVerifier, PREFETCH_AHEAD, bad_param, drops_json, mix_seed, parse_ipv4, parse_params,
+    prefetch_start, register_reason, timeout_ms,
 };
 use crate::flow_table::{BULK, FlowKey, FlowTable, FullPolicy, NO_SLOT, ms_ticks};
 use crate::headers::{
@@ -179,9 +189,8 @@ const F_FIN_OUT: u8 = 0x04;
 const F_FIN_IN: u8 = 0x08;
 const F_RST: u8 = 0x10;
 
-/// One translation session (32 B, aligned so it never straddles a cache line).
+/// One translation session, as the NAT works with it (stored as a [`RawSession`]).
 #[derive(Clone, Copy, Debug, Default)]
-#[repr(align(32))]
 struct Session {
     /// Inside 5-tuple: inside address/port -> remote address/port (ICMP: identifier, 0).
     out_key: FlowKey,
@@ -195,6 +204,107 @@ struct Session {
     l4_delta: u16,
     state: u8,
     tcp: u8,
+}
+
+/// A session as stored: the fields of [`Session`] in a zeroable form, 32 B aligned so it never
+/// straddles a cache line. All-zero is a free session (`ST_FREE`).
+type RawSession = Align32<((u64, u64), u32, u16, u16, u16, u8, u8)>;
+
+impl Session {
+    #[inline(always)]
+    fn to_raw(self) -> RawSession {
+        let (a, b) = self.out_key.words();
+        Align32((
+            (a, b),
+            self.deadline,
+            self.nat_port,
+            self.ip_delta,
+            self.l4_delta,
+            self.state,
+            self.tcp,
+        ))
+    }
+
+    #[inline(always)]
+    fn from_raw(r: &RawSession) -> Self {
+        let ((a, b), deadline, nat_port, ip_delta, l4_delta, state, tcp) = r.0;
+        Session {
+            out_key: FlowKey::from_words(a, b),
+            deadline,
+            nat_port,
+            ip_delta,
+            l4_delta,
+            state,
+            tcp,
+        }
+    }
+}
+
+/// The session pool: a zeroed array (free sessions) handed out from a high-water mark, then
+/// from a free list of released indices (most recently released first).
+struct Sessions {
+    slots: HugeArray<RawSession>,
+    /// Released indices; its capacity is the pool size, so pushing never allocates.
+    free: Vec<u32>,
+    /// Indices below this have been handed out at least once.
+    high_water: u32,
+}
+
+impl Sessions {
+    fn new(n: usize) -> Result<Self, String> {
+        Ok(Self {
+            slots: HugeArray::zeroed(n)
+                .map_err(|e| bad_param(NAME, "flows", format!("session pool: {e}")))?,
+            free: Vec::with_capacity(n),
+            high_water: 0,
+        })
+    }
+
+    #[inline(always)]
+    fn get(&self, idx: u32) -> Session {
+        Session::from_raw(&self.slots[idx as usize])
+    }
+
+    #[inline(always)]
+    fn set(&mut self, idx: u32, s: &Session) {
+        self.slots[idx as usize] = s.to_raw();
+    }
+
+    /// The deadline of session `idx` (one load: the touch loop's cache-miss starter).
+    #[inline(always)]
+    fn deadline(&self, idx: u32) -> u32 {
+        self.slots[idx as usize].0.1
+    }
+
+    fn set_state(&mut self, idx: u32, state: u8) {
+        self.slots[idx as usize].0.5 = state;
+    }
+
+    /// A free index, lowest never-used ones first, or `None` when every session is in use.
+    fn alloc(&mut self) -> Option<u32> {
+        if let Some(i) = self.free.pop() {
+            return Some(i);
+        }
+        let i = self.high_water;
+        if (i as usize) < self.slots.len() {
+            self.high_water += 1;
+            Some(i)
+        } else {
+            None
+        }
+    }
+
+    fn release(&mut self, idx: u32) {
+        self.set_state(idx, ST_FREE);
+        self.free.push(idx);
+    }
+}
+
+/// The drop reasons the NAT registers (see the module docs).
+#[derive(Clone, Copy, Debug)]
+struct Reasons {
+    no_mapping: DropReason,
+    port_exhausted: DropReason,
 }
 
 /// Timeouts in ms by session state.
@@ -236,7 +346,7 @@ struct Counters {
     header_segment_short: u64,
     hairpin_dropped: u64,
     ttl_expired: u64,
-    drops: DropCounters,
+    drops: DropCounts,
 }
 
 #[derive(Clone, Copy)]
@@ -264,11 +374,10 @@ pub struct Nat {
     timeouts: Timeouts,
     scan_per_burst: usize,
     scan_cursor: usize,
-    high_water: usize,
     table: FlowTable<u32>,
-    sessions: Vec<Session>,
-    free: Vec<u32>,
+    sessions: Sessions,
     active: usize,
+    reasons: Reasons,
     verifier: Option<ChecksumVerifier>,
     c: Counters,
     pending: Vec<Pending>,
@@ -356,8 +465,25 @@ impl Nat {
                 false,
             )?,
         };
-        // Free list popped from the end: hand out low indices first.
-        let free: Vec<u32> = (0..sessions as u32).rev().collect();
+        let reasons = Reasons {
+            no_mapping: register_reason(
+                NAME,
+                "no_mapping",
+                "an inbound packet that matches no NAT session",
+            )?,
+            port_exhausted: register_reason(
+                NAME,
+                "port_exhausted",
+                "no free outside port for a new NAT session",
+            )?,
+        };
+        let table = FlowTable::try_new(
+            sessions * 2,
+            0,
+            cfg.full_policy,
+            mix_seed(cfg.seed, worker, 1),
+        )
+        .map_err(|e| bad_param(NAME, "flows", format!("flow table: {e}")))?;
         Ok(Self {
             name: NAME.to_string(),
             nat_ip,
@@ -372,16 +498,10 @@ impl Nat {
             timeouts,
             scan_per_burst: cfg.scan_per_burst as usize,
             scan_cursor: 0,
-            high_water: 0,
-            table: FlowTable::new(
-                sessions * 2,
-                0,
-                cfg.full_policy,
-                mix_seed(cfg.seed, worker, 1),
-            ),
-            sessions: vec![Session::default(); sessions],
-            free,
+            table,
+            sessions: Sessions::new(sessions)?,
             active: 0,
+            reasons,
             verifier: cfg.verify_checksums.then(ChecksumVerifier::new),
             c: Counters::default(),
             pending: Vec::with_capacity(BULK),
@@ -405,8 +525,24 @@ impl Nat {
     /// for traffic generators that need the mapping to build replies).
     pub fn mapping(&self, src: u32, dst: u32, sport: u16, dport: u16, proto: u8) -> Option<u16> {
         let key = FlowKey::new(src, dst, sport, dport, proto);
-        let v = *self.table.peek(&key)?;
-        (v & 1 == 0).then(|| self.sessions[(v >> 1) as usize].nat_port)
+        let v = self.table.peek(&key)?;
+        (v & 1 == 0).then(|| self.sessions.get(v >> 1).nat_port)
+    }
+
+    /// Removes every session at once, keeping the counters: the next trial of a benchmark (an
+    /// RFC 2544 search) starts from an empty NAT without building or zeroing its tables again
+    /// (see [`FlowTable::clear`]).
+    pub fn clear(&mut self) {
+        self.table.clear();
+        self.sessions.free.clear();
+        self.sessions.high_water = 0;
+        self.active = 0;
+        self.scan_cursor = 0;
+    }
+
+    /// What backs the NAT's flow table (for reports: 2 MiB pages or not).
+    pub fn page_kind(&self) -> nicmem::PageKind {
+        self.table.page_kind()
     }
 
     /// Flow-table counters (lookups, inserts, cuckoo moves, ...).
@@ -432,7 +568,7 @@ impl Nat {
 
     /// Frees a session: both keys leave the table, the index returns to the pool.
     fn free_session(&mut self, idx: u32) {
-        let s = self.sessions[idx as usize];
+        let s = self.sessions.get(idx);
         if s.state == ST_FREE {
             return;
         }
@@ -444,8 +580,7 @@ impl Nat {
 
     /// Returns a session whose table keys are already gone to the pool.
     fn release(&mut self, idx: u32) {
-        self.sessions[idx as usize].state = ST_FREE;
-        self.free.push(idx);
+        self.sessions.release(idx);
         self.active -= 1;
     }
 
@@ -453,7 +588,7 @@ impl Nat {
     /// table).
     fn evicted_entry(&mut self, key: FlowKey, v: u32) {
         let idx = v >> 1;
-        let s = self.sessions[idx as usize];
+        let s = self.sessions.get(idx);
         if s.state == ST_FREE {
             return;
         }
@@ -471,7 +606,7 @@ impl Nat {
     fn expire_scan(&mut self, now: u32) {
         // Sessions are handed out lowest index first, so every live session sits below the
         // high-water mark: the scan never walks the never-used tail of the pool.
-        let n = self.high_water;
+        let n = self.sessions.high_water as usize;
         if self.active == 0 || n == 0 {
             return;
         }
@@ -482,7 +617,7 @@ impl Nat {
                 self.scan_cursor
             };
             self.scan_cursor = if i + 1 >= n { 0 } else { i + 1 };
-            let s = self.sessions[i];
+            let s = self.sessions.get(i as u32);
             if s.state != ST_FREE && self.is_expired(&s, now) {
                 self.free_session(i as u32);
                 self.c.expired += 1;
@@ -504,9 +639,9 @@ impl Nat {
             let k = FlowKey::new(remote, self.nat_ip, rport, p, proto);
             match self.table.peek(&k) {
                 None => return Some(p),
-                Some(&v) => {
+                Some(v) => {
                     let idx = v >> 1;
-                    let s = self.sessions[idx as usize];
+                    let s = self.sessions.get(idx);
                     if self.is_expired(&s, now) {
                         self.free_session(idx);
                         self.c.expired += 1;
@@ -526,27 +661,26 @@ impl Nat {
         let proto = k.proto();
         let Some(nat_port) = self.alloc_port(k.dst(), k.dport(), proto, now) else {
             self.c.port_exhausted += 1;
-            return Err(DropReason::PortExhausted);
+            return Err(self.reasons.port_exhausted);
         };
         let ins = match self.table.insert_hashed(k, h, 0, now) {
             Ok(i) => i,
             Err(_) => {
                 self.c.table_full += 1;
-                return Err(DropReason::FlowTableFull);
+                return Err(DropReason::FLOW_TABLE_FULL);
             }
         };
         if let Some((ek, ev)) = ins.evicted {
             self.evicted_entry(ek, ev);
         }
-        let Some(idx) = self.free.pop() else {
+        let Some(idx) = self.sessions.alloc() else {
             // Cannot happen while the table holds exactly two keys per session; stay safe.
             self.table.remove(&k);
             self.c.table_full += 1;
-            return Err(DropReason::FlowTableFull);
+            return Err(DropReason::FLOW_TABLE_FULL);
         };
-        self.high_water = self.high_water.max(idx as usize + 1);
         // Evicting another session's entry never moves entries, so `ins.slot` is still ours.
-        *self.table.value_mut(ins.slot) = idx << 1;
+        self.table.set_value(ins.slot, idx << 1);
         let mut ipd = CsumDelta::default();
         ipd.add32(k.src(), self.nat_ip);
         let mut l4d = CsumDelta::default();
@@ -559,15 +693,18 @@ impl Nat {
             PROTO_ICMP => ST_ICMP,
             _ => ST_TCP_TRANSITORY,
         };
-        self.sessions[idx as usize] = Session {
-            out_key: k,
-            deadline: now.wrapping_add(self.timeouts.of(state)),
-            nat_port,
-            ip_delta: ipd.raw(),
-            l4_delta: l4d.raw(),
-            state,
-            tcp: 0,
-        };
+        self.sessions.set(
+            idx,
+            &Session {
+                out_key: k,
+                deadline: now.wrapping_add(self.timeouts.of(state)),
+                nat_port,
+                ip_delta: ipd.raw(),
+                l4_delta: l4d.raw(),
+                state,
+                tcp: 0,
+            },
+        );
         self.active += 1;
         let ik = FlowKey::new(k.dst(), self.nat_ip, k.dport(), nat_port, proto);
         match self.table.insert(ik, idx << 1 | 1, now) {
@@ -578,7 +715,7 @@ impl Nat {
                         self.table.remove(&ik);
                         self.release(idx);
                         self.c.table_full += 1;
-                        return Err(DropReason::FlowTableFull);
+                        return Err(DropReason::FLOW_TABLE_FULL);
                     }
                     self.evicted_entry(ek, ev);
                 }
@@ -587,7 +724,7 @@ impl Nat {
                 self.table.remove(&k);
                 self.release(idx);
                 self.c.table_full += 1;
-                return Err(DropReason::FlowTableFull);
+                return Err(DropReason::FLOW_TABLE_FULL);
             }
         }
         self.c.new_mappings += 1;
@@ -633,22 +770,22 @@ impl Nat {
         };
         if p.frag == Frag::Later {
             self.c.fragments_dropped += 1;
-            return Err(DropReason::Fragment);
+            return Err(DropReason::FRAGMENT);
         }
         if p.ihl > IPV4_HLEN && self.ip_options == OptionsPolicy::Drop {
-            return Err(DropReason::IpOptions);
+            return Err(DropReason::IP_OPTIONS);
         }
         match p.l4info {
-            L4::Other => return Err(DropReason::UnsupportedProtocol),
+            L4::Other => return Err(DropReason::UNSUPPORTED_PROTOCOL),
             L4::Icmp { ty, .. } if !icmp_is_query(ty) && !icmp_is_error(ty) => {
-                return Err(DropReason::UnsupportedProtocol);
+                return Err(DropReason::UNSUPPORTED_PROTOCOL);
             }
             _ => {}
         }
         if self.decrement_ttl {
             if p.ttl <= 1 {
                 self.c.ttl_expired += 1;
-                return Err(DropReason::TtlExpired);
+                return Err(DropReason::TTL_EXPIRED);
             }
             let ip = &mut h[p.l3..p.l3 + IPV4_HLEN];
             let old = read_u16(ip, 8);
@@ -687,7 +824,8 @@ impl Nat {
     fn translate(&mut self, h: &mut [u8], p: &Parsed, idx: u32, inbound: bool, now: u32) {
         let timeouts = self.timeouts;
         let nat_ip = self.nat_ip;
-        let s = &mut self.sessions[idx as usize];
+        let mut sess = self.sessions.get(idx);
+        let s = &mut sess;
         let (ipd, l4d) = if inbound {
             (
                 CsumDelta::from_raw(s.ip_delta).negate(),
@@ -731,6 +869,7 @@ impl Nat {
             L4::Other => {}
         }
         s.deadline = now.wrapping_add(timeouts.of(s.state));
+        self.sessions.set(idx, &sess);
         if inbound {
             self.c.inbound_translated += 1;
         } else {
@@ -744,12 +883,12 @@ impl Nat {
         if slot == NO_SLOT {
             return None;
         }
-        let v = *self.table.value(slot);
+        let v = self.table.value(slot);
         if (v & 1 == 1) != inbound {
             return None;
         }
         let idx = v >> 1;
-        let s = self.sessions[idx as usize];
+        let s = self.sessions.get(idx);
         if self.is_expired(&s, now) {
             self.free_session(idx);
             self.c.expired += 1;
@@ -772,10 +911,10 @@ impl Nat {
         // Embedded IPv4 header.
         let need = |end: usize, c: &mut Counters| -> Result<(), DropReason> {
             if end > msg_end || end > frame_len {
-                Err(DropReason::Truncated)
+                Err(DropReason::TRUNCATED)
             } else if end > h.len() {
                 c.header_segment_short += 1;
-                Err(DropReason::Truncated)
+                Err(DropReason::TRUNCATED)
             } else {
                 Ok(())
             }
@@ -783,7 +922,7 @@ impl Nat {
         need(e3 + IPV4_HLEN, &mut self.c)?;
         let vihl = h[e3];
         if vihl >> 4 != 4 || vihl & 0x0F < 5 {
-            return Err(DropReason::Malformed);
+            return Err(DropReason::MALFORMED);
         }
         let eihl = usize::from(vihl & 0x0F) * 4;
         let e4 = e3 + eihl;
@@ -791,7 +930,7 @@ impl Nat {
         if read_u16(h, e3 + 6) & 0x1FFF != 0 {
             // Error about a later fragment: no ports to match.
             self.c.fragments_dropped += 1;
-            return Err(DropReason::Fragment);
+            return Err(DropReason::FRAGMENT);
         }
         let eproto = h[e3 + 9];
         let esrc = read_u32(h, e3 + 12);
@@ -803,20 +942,20 @@ impl Nat {
                 let id = read_u16(h, e4 + 4);
                 if inbound { (id, 0) } else { (0, id) }
             }
-            _ => return Err(DropReason::UnsupportedProtocol),
+            _ => return Err(DropReason::UNSUPPORTED_PROTOCOL),
         };
         // The embedded packet travelled in the opposite direction of this error.
         let key = FlowKey::new(edst, esrc, edport, esport, eproto);
         if inbound && esrc != self.nat_ip {
             self.c.no_mapping += 1;
-            return Err(DropReason::NoMapping);
+            return Err(self.reasons.no_mapping);
         }
         let slot = self.table.lookup(&key, now).unwrap_or(NO_SLOT);
         let Some(idx) = self.session_for(slot, inbound, now) else {
             self.c.no_mapping += 1;
-            return Err(DropReason::NoMapping);
+            return Err(self.reasons.no_mapping);
         };
-        let s = self.sessions[idx as usize];
+        let s = self.sessions.get(idx);
         let (ipd, l4d, new_addr, new_port) = if inbound {
             (
                 CsumDelta::from_raw(s.ip_delta).negate(),
@@ -888,19 +1027,19 @@ impl Nat {
         self.pending.clear();
         let mut nkeys = 0usize;
         for i in start..end {
-            if burst.verdict(i).is_drop() {
+            burst.prefetch(i + PREFETCH_AHEAD);
+            if !burst.is_live(i) {
                 self.c.skipped += 1;
                 self.pending.push(Pending::Done);
                 continue;
             }
             self.c.packets += 1;
-            let pkt = burst.packet_mut(i);
-            let frame_len = pkt.frame_len();
-            let rx_port = pkt.meta.port;
-            let r = self.screen(pkt.header_mut(), frame_len);
+            let frame_len = burst.frame_len(i);
+            let rx_port = burst.rx_port(i);
+            let r = self.screen(burst.header_mut(i), frame_len);
             match r {
                 Err(reason) => {
-                    self.c.drops.count(reason);
+                    self.c.drops.add(reason, 1);
                     burst.drop_packet(i, reason);
                     self.pending.push(Pending::Done);
                 }
@@ -914,8 +1053,8 @@ impl Nat {
                     }
                     if !inbound && p.dst == self.nat_ip {
                         self.c.hairpin_dropped += 1;
-                        self.c.drops.count(DropReason::Policy);
-                        burst.drop_packet(i, DropReason::Policy);
+                        self.c.drops.add(DropReason::POLICY, 1);
+                        burst.drop_packet(i, DropReason::POLICY);
                         self.pending.push(Pending::Done);
                         continue;
                     }
@@ -939,8 +1078,7 @@ impl Nat {
         let mut sink = 0u64;
         for &slot in &self.slots[..nkeys] {
             if slot != NO_SLOT {
-                let v = *self.table.value(slot);
-                sink ^= u64::from(self.sessions[(v >> 1) as usize].deadline);
+                sink ^= u64::from(self.sessions.deadline(self.table.value(slot) >> 1));
             }
         }
         std::hint::black_box(sink);
@@ -964,35 +1102,39 @@ impl Nat {
                         Some(idx) => Ok(idx),
                         None if inbound => {
                             self.c.no_mapping += 1;
-                            Err(DropReason::NoMapping)
+                            Err(self.reasons.no_mapping)
                         }
                         None => self.new_session(key, h, now),
                     };
                     match idx {
                         Ok(idx) => {
-                            let pkt = burst.packet_mut(i);
-                            self.translate(pkt.header_mut(), &p, idx, inbound, now);
+                            self.translate(burst.header_mut(i), &p, idx, inbound, now);
                             if let Some(v) = self.verifier.as_mut() {
-                                v.verify(burst.packet(i));
+                                v.verify(burst, i);
                             }
                         }
                         Err(reason) => {
-                            self.c.drops.count(reason);
+                            self.c.drops.add(reason, 1);
                             burst.drop_packet(i, reason);
                         }
                     }
                 }
                 Pending::IcmpError { p, inbound } => {
-                    let pkt = burst.packet_mut(i);
-                    let frame_len = pkt.frame_len();
-                    match self.translate_icmp_error(pkt.header_mut(), frame_len, &p, inbound, now) {
+                    let frame_len = burst.frame_len(i);
+                    match self.translate_icmp_error(
+                        burst.header_mut(i),
+                        frame_len,
+                        &p,
+                        inbound,
+                        now,
+                    ) {
                         Ok(()) => {
                             if let Some(v) = self.verifier.as_mut() {
-                                v.verify(burst.packet(i));
+                                v.verify(burst, i);
                             }
                         }
                         Err(reason) => {
-                            self.c.drops.count(reason);
+                            self.c.drops.add(reason, 1);
                             burst.drop_packet(i, reason);
                         }
                     }
@@ -1011,6 +1153,7 @@ impl NetworkFunction for Nat {
         let now = ms_ticks(ctx.now_ns);
         self.expire_scan(now);
         let n = burst.len();
+        prefetch_start(burst);
         let mut start = 0;
         while start < n {
             let end = (start + BULK).min(n);
@@ -1052,7 +1195,7 @@ impl NetworkFunction for Nat {
             "hairpin_dropped": c.hairpin_dropped,
             "ttl_expired": c.ttl_expired,
             "dropped": c.drops.total(),
-            "drops": c.drops.to_json(),
+            "drops": drops_json(&c.drops, &[self.reasons.no_mapping, self.reasons.port_exhausted]),
             "table": {
                 "lookups": ts.lookups,
                 "hits": ts.hits,

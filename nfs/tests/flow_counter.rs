@@ -29,7 +29,7 @@ fn counts_whole_frame_bytes_per_flow() {
         // Flow 0: 3 × 1000 B frames; flow 1: one 60 B frame.
         let frames = [frame(0, 958), frame(1, 18), frame(0, 958), frame(0, 958)];
         let out = run(&mut c, &f, &frames[..2], SEC, 0);
-        assert!(out.iter().all(|(_, v)| *v == Verdict::Tx(1)));
+        assert!(out.iter().all(|(_, v)| *v == Verdict::tx(1)));
         run(&mut c, &f, &frames[2..], 5 * SEC, 0);
         let r0 = c.record(&key(0)).unwrap();
         assert_eq!(
@@ -77,9 +77,9 @@ fn unparsed_frames_are_forwarded_and_counted() {
         let mut arp = frame(0, 30);
         arp[12..14].copy_from_slice(&0x0806u16.to_be_bytes());
         let (_, v) = run1(&mut c, &f, &arp, SEC);
-        assert_eq!(v, Verdict::Tx(1));
+        assert_eq!(v, Verdict::tx(1));
         let (_, v) = run1(&mut c, &f, &arp[..20], SEC);
-        assert_eq!(v, Verdict::Tx(1));
+        assert_eq!(v, Verdict::tx(1));
         assert_eq!(c.stats()["unparsed"], 2);
         assert_eq!(c.stats()["flows"], 0);
     }
@@ -91,11 +91,11 @@ fn full_table_policies() {
     let frames: Vec<Vec<u8>> = (0..3).map(|i| frame(i, 10)).collect();
     let mut c = fc("flows = 2");
     let out = run(&mut c, &f, &frames, SEC, 0);
-    assert_eq!(out[2].1, Verdict::Tx(1), "skip policy forwards");
+    assert_eq!(out[2].1, Verdict::tx(1), "skip policy forwards");
     assert_eq!(c.stats()["table_full"], 1);
     let mut c = fc("flows = 2\nfull_policy = \"drop\"");
     let out = run(&mut c, &f, &frames, SEC, 0);
-    assert_eq!(out[2].1, Verdict::Drop(DropReason::FlowTableFull));
+    assert_eq!(out[2].1, Verdict::drop(DropReason::FLOW_TABLE_FULL));
     let mut c = fc("flows = 2\nfull_policy = \"evict\"");
     run(&mut c, &f, &frames, SEC, 0);
     let s = c.stats();

@@ -8,7 +8,7 @@
 mod common;
 
 use dataplane::testkit::PacketFactory;
-use dataplane::{Burst, DatapathMode, DropReason, NetworkFunction, NfContext, Verdict};
+use dataplane::{Action, Burst, DatapathMode, DropReason, NetworkFunction, NfContext, Verdict};
 use nfs::flow_counter::FlowCounter;
 use nfs::frames::{FrameSpec, L4Spec};
 use nfs::headers::{TCP_ACK, TCP_FIN, TCP_RST, TCP_SYN, parse};
@@ -234,15 +234,18 @@ fn drive(
         let k = (1 + g.below(32)).min(n - done);
         for _ in 0..k {
             let fr = g.frame();
-            let Some(mut p) = f.packet(&fr) else { continue };
-            p.meta.port = g.below(2) as u16;
+            if !f.push(&mut b, &fr) {
+                continue;
+            }
+            let j = b.len() - 1;
+            b.set_rx_port(j, g.below(2) as u16);
             let dropped = g.below(50) == 0;
             let v = if dropped {
-                Verdict::Drop(DropReason::Policy)
+                Verdict::drop(DropReason::POLICY)
             } else {
-                Verdict::Tx(1)
+                Verdict::tx(1)
             };
-            b.push(p, v).unwrap();
+            b.set_verdict(j, v);
             pre.push(dropped);
         }
         done += k;
@@ -255,21 +258,22 @@ fn drive(
                 workers: 1,
             },
         );
-        for (i, (p, v)) in b.iter().enumerate() {
+        for (i, &was_dropped) in pre.iter().enumerate() {
             t.frames += 1;
-            match (pre[i], v) {
-                (true, v) => {
+            let v = b.verdict(i);
+            match (was_dropped, v.action()) {
+                (true, _) => {
                     assert_eq!(
-                        *v,
-                        Verdict::Drop(DropReason::Policy),
+                        v,
+                        Verdict::drop(DropReason::POLICY),
                         "pre-dropped packet touched"
                     );
                     t.pre_dropped += 1;
                 }
-                (false, Verdict::Tx(1)) => {
+                (false, Action::Tx(1)) => {
                     t.tx += 1;
                     if keep_output && g.below(4) == 0 {
-                        let fr = PacketFactory::frame(p);
+                        let fr = b.frame(i);
                         if g.echo.len() < 256 {
                             g.echo.push(fr);
                         } else {
@@ -278,7 +282,7 @@ fn drive(
                         }
                     }
                 }
-                (false, Verdict::Drop(_)) => t.dropped_by_nf += 1,
+                (false, Action::Drop(_)) => t.dropped_by_nf += 1,
                 (false, other) => panic!("unexpected verdict {other:?}"),
             }
         }

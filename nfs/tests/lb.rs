@@ -2,7 +2,7 @@
 
 mod common;
 
-use common::{SEC, factory, ip, params, run, run1};
+use common::{SEC, factory, ip, params, reason, run, run1};
 use dataplane::{DatapathMode, DropReason, NetworkFunction, Verdict};
 use nfs::flow_table::FlowKey;
 use nfs::frames::{FrameSpec, L4Spec};
@@ -51,7 +51,7 @@ fn round_robin_spreads_flows_and_rewrites_correctly() {
         let out = run(&mut l, &f, &frames, SEC, 0);
         let mut per = [0usize; 32];
         for ((o, v), inp) in out.iter().zip(&frames) {
-            assert_eq!(*v, Verdict::Tx(1), "{mode}");
+            assert_eq!(*v, Verdict::tx(1), "{mode}");
             let b = backend_of(o);
             per[backend_index(b)] += 1;
             assert_eq!(verify_frame_checksums(o), Ok(()), "{mode}");
@@ -177,35 +177,35 @@ fn non_vip_policy_and_drops() {
         let (o, v) = run1(&mut l, &f, &other, SEC);
         assert_eq!(
             (o.clone(), v),
-            (other.clone(), Verdict::Tx(1)),
+            (other.clone(), Verdict::tx(1)),
             "forwarded unchanged"
         );
         let (_, v) = run1(&mut l, &f, &arp, SEC);
-        assert_eq!(v, Verdict::Tx(1));
+        assert_eq!(v, Verdict::tx(1));
         assert_eq!(l.stats()["not_for_vip"], 2);
         let mut l = lb("flows = 64\nnon_vip = \"drop\"");
         assert_eq!(
             run1(&mut l, &f, &other, SEC).1,
-            Verdict::Drop(DropReason::NotForVip)
+            Verdict::drop(reason("not_for_vip"))
         );
         // Later fragment to the VIP.
         let mut frag = FrameSpec::udp(client(1), ip(VIP), 1, 2, 10);
         frag.frag = 0x0020;
         assert_eq!(
             run1(&mut l, &f, &frag.build(), SEC).1,
-            Verdict::Drop(DropReason::Fragment)
+            Verdict::drop(DropReason::FRAGMENT)
         );
         // Truncated VIP packet.
         let t = FrameSpec::udp(client(1), ip(VIP), 1, 2, 10).build();
         assert_eq!(
             run1(&mut l, &f, &t[..37], SEC).1,
-            Verdict::Drop(DropReason::Truncated)
+            Verdict::drop(DropReason::TRUNCATED)
         );
         // All backends disabled.
         let mut l = lb("flows = 64\nbackend_count = 2\ndisabled = [0, 1]");
         assert_eq!(
             run1(&mut l, &f, &t, SEC).1,
-            Verdict::Drop(DropReason::NoBackend),
+            Verdict::drop(reason("no_backend")),
             "{mode}"
         );
         assert_eq!(l.stats()["drops"]["no_backend"], 1);
@@ -229,13 +229,13 @@ fn idle_timeout_and_full_table() {
         .map(|i| FrameSpec::udp(client(i), ip(VIP), 1, 2, 10).build())
         .collect();
     let out = run(&mut l, &f, &frames, SEC, 0);
-    assert_eq!(out[2].1, Verdict::Drop(DropReason::FlowTableFull));
+    assert_eq!(out[2].1, Verdict::drop(DropReason::FLOW_TABLE_FULL));
     assert_eq!(l.stats()["flow_table_full"], 1);
 
     let mut l = lb("flows = 2\nidle_timeout_s = 0");
     let out = run(&mut l, &f, &frames, SEC, 0);
     assert!(
-        out.iter().all(|(_, v)| *v == Verdict::Tx(1)),
+        out.iter().all(|(_, v)| *v == Verdict::tx(1)),
         "evict policy keeps forwarding"
     );
     assert_eq!(l.stats()["evicted"], 1);

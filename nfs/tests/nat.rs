@@ -2,7 +2,7 @@
 
 mod common;
 
-use common::{SEC, factory, ip, params, run, run1};
+use common::{SEC, factory, ip, params, reason, run, run1};
 use dataplane::testkit::PacketFactory;
 use dataplane::{DatapathMode, DropReason, NetworkFunction, Verdict};
 use nfs::frames::{FrameSpec, L4Spec};
@@ -23,7 +23,7 @@ fn small() -> Nat {
 }
 
 fn tx(v: Verdict) -> bool {
-    matches!(v, Verdict::Tx(1))
+    v == Verdict::tx(1)
 }
 
 /// (src, sport, dst, dport) of a frame.
@@ -95,7 +95,7 @@ fn unsolicited_inbound_is_no_mapping() {
         let mut n = small();
         let fr = FrameSpec::udp(ip("8.8.8.8"), ip(NAT_IP), 53, 4000, 10).build();
         let (_, v) = run1(&mut n, &f, &fr, SEC);
-        assert_eq!(v, Verdict::Drop(DropReason::NoMapping), "{mode}");
+        assert_eq!(v, Verdict::drop(reason("no_mapping")), "{mode}");
         assert_eq!(n.stats()["no_mapping"], 1);
         assert_eq!(n.stats()["drops"]["no_mapping"], 1);
     }
@@ -152,7 +152,7 @@ fn tcp_states_and_timeouts() {
         assert!(tx(v));
         let late_in = FrameSpec::tcp(r, ip(NAT_IP), 443, np2, TCP_ACK, 0).build();
         let (_, v) = run1(&mut n, &f, &late_in, 900 * SEC);
-        assert_eq!(v, Verdict::Drop(DropReason::NoMapping), "{mode}");
+        assert_eq!(v, Verdict::drop(reason("no_mapping")), "{mode}");
         let _ = np;
     }
 }
@@ -174,7 +174,7 @@ fn established_tcp_expires_after_7440s() {
     let (_, v) = run1(&mut n, &f, &synack, 7441 * SEC);
     assert!(tx(v), "7439 s idle is within the timeout");
     let (_, v) = run1(&mut n, &f, &synack, (7441 + 7441) * SEC);
-    assert_eq!(v, Verdict::Drop(DropReason::NoMapping));
+    assert_eq!(v, Verdict::drop(reason("no_mapping")));
 }
 
 #[test]
@@ -191,7 +191,7 @@ fn udp_expires_by_scan_and_port_is_reused() {
         assert_eq!(ports, [3000, 3001], "{mode}");
         // Third flow to the same remote endpoint: no port left.
         let (_, v) = run1(&mut n, &f, &mk(2), SEC);
-        assert_eq!(v, Verdict::Drop(DropReason::PortExhausted), "{mode}");
+        assert_eq!(v, Verdict::drop(reason("port_exhausted")), "{mode}");
         assert_eq!(n.stats()["port_exhausted"], 1);
         // A different remote endpoint can reuse the ports (endpoint-dependent mapping).
         let other = FrameSpec::udp(ip("192.168.0.3"), ip("6.6.6.6"), 1000, 53, 8).build();
@@ -216,7 +216,7 @@ fn table_full_drop_and_evict() {
         assert!(tx(run1(&mut n, &f, &mk(0), SEC).1));
         assert!(tx(run1(&mut n, &f, &mk(1), SEC).1));
         let (_, v) = run1(&mut n, &f, &mk(2), SEC);
-        assert_eq!(v, Verdict::Drop(DropReason::FlowTableFull), "{mode}");
+        assert_eq!(v, Verdict::drop(DropReason::FLOW_TABLE_FULL), "{mode}");
         assert_eq!(n.stats()["table_full"], 1);
 
         let mut n = nat("flows = 2\nfull_policy = \"evict\"");
@@ -373,7 +373,7 @@ fn icmp_errors_with_default_split_are_counted_segment_short() {
         if mode == DatapathMode::Host {
             assert!(tx(v), "host mode has the whole frame in the header segment");
         } else {
-            assert_eq!(v, Verdict::Drop(DropReason::Truncated), "{mode}");
+            assert_eq!(v, Verdict::drop(DropReason::TRUNCATED), "{mode}");
             assert_eq!(n.stats()["header_segment_short"], 1);
         }
     }
@@ -388,28 +388,28 @@ fn malformed_and_policy_drops() {
         let mut cases: Vec<(Vec<u8>, DropReason)> = vec![];
         let mut arp = good.build();
         arp[12..14].copy_from_slice(&0x0806u16.to_be_bytes());
-        cases.push((arp, DropReason::NotIpv4));
-        cases.push((good.build()[..30].to_vec(), DropReason::Truncated));
+        cases.push((arp, DropReason::NOT_IPV4));
+        cases.push((good.build()[..30].to_vec(), DropReason::TRUNCATED));
         let mut ihl = good.build();
         ihl[14] = 0x43;
-        cases.push((ihl, DropReason::Malformed));
+        cases.push((ihl, DropReason::MALFORMED));
         let mut later = good.clone();
         later.frag = 0x0010;
-        cases.push((later.build(), DropReason::Fragment));
+        cases.push((later.build(), DropReason::FRAGMENT));
         cases.push((
             FrameSpec {
                 l4: L4Spec::Raw { proto: 47 },
                 ..good.clone()
             }
             .build(),
-            DropReason::UnsupportedProtocol,
+            DropReason::UNSUPPORTED_PROTOCOL,
         ));
         let mut bad_tl = good.build();
         bad_tl[16..18].copy_from_slice(&2000u16.to_be_bytes());
-        cases.push((bad_tl, DropReason::Truncated));
+        cases.push((bad_tl, DropReason::TRUNCATED));
         for (fr, want) in &cases {
             let (_, v) = run1(&mut n, &f, fr, SEC);
-            assert_eq!(v, Verdict::Drop(*want), "{mode}");
+            assert_eq!(v, Verdict::drop(*want), "{mode}");
         }
         let s = n.stats();
         assert_eq!(s["fragments_dropped"], 1);
@@ -439,7 +439,7 @@ fn ip_options_policy_and_vlan() {
         assert_eq!(read_u32(&o, 18 + 12), ip(NAT_IP));
         let mut n = nat("flows = 16\nip_options = \"drop\"");
         let (_, v) = run1(&mut n, &f, &spec.build(), SEC);
-        assert_eq!(v, Verdict::Drop(DropReason::IpOptions));
+        assert_eq!(v, Verdict::drop(DropReason::IP_OPTIONS));
         // Options so long the L4 header leaves the 64 B segment: segment-short, not a panic.
         spec.ip_options = vec![1; 36];
         let mut n = small();
@@ -447,7 +447,7 @@ fn ip_options_policy_and_vlan() {
         if mode == DatapathMode::Host {
             assert!(tx(v));
         } else {
-            assert_eq!(v, Verdict::Drop(DropReason::Truncated), "{mode}");
+            assert_eq!(v, Verdict::drop(DropReason::TRUNCATED), "{mode}");
             assert_eq!(n.stats()["header_segment_short"], 1);
         }
     }
@@ -465,7 +465,7 @@ fn ttl_decrement_option() {
         assert_eq!(o[22], 1);
         let mut n = nat("flows = 16\ndecrement_ttl = true");
         let (_, v) = run1(&mut n, &f, &spec.build(), SEC);
-        assert_eq!(v, Verdict::Drop(DropReason::TtlExpired));
+        assert_eq!(v, Verdict::drop(DropReason::TTL_EXPIRED));
         spec.ttl = 64;
         let (o, v) = run1(&mut n, &f, &spec.build(), SEC);
         assert!(tx(v));
@@ -479,12 +479,11 @@ fn already_dropped_packets_are_left_alone() {
     let f = factory(DatapathMode::NicPayload);
     let mut n = small();
     let fr = FrameSpec::udp(ip("192.168.0.1"), ip("8.8.8.8"), 1, 2, 30).build();
-    let mut b = dataplane::Burst::with_capacity(4);
-    b.push(f.packet(&fr).unwrap(), Verdict::Drop(DropReason::Policy))
-        .unwrap();
+    let mut b = f.burst(std::slice::from_ref(&fr));
+    b.drop_packet(0, DropReason::POLICY);
     n.process(&mut b, &common::ctx(SEC));
-    assert_eq!(b.verdict(0), Verdict::Drop(DropReason::Policy));
-    assert_eq!(PacketFactory::frame(b.packet(0)), fr);
+    assert_eq!(b.verdict(0), Verdict::drop(DropReason::POLICY));
+    assert_eq!(b.frame(0), fr);
     assert_eq!(n.stats()["skipped"], 1);
     assert_eq!(n.stats()["packets"], 0);
 }
@@ -504,7 +503,7 @@ fn by_port_direction_and_hairpin() {
     assert_eq!(tuple(&r.0).2, ip("192.168.0.1"));
     // The same frame arriving on the inside port is hairpinning: unsupported.
     let h = run(&mut n, &f, &[reply], SEC, 0).remove(0);
-    assert_eq!(h.1, Verdict::Drop(DropReason::Policy));
+    assert_eq!(h.1, Verdict::drop(DropReason::POLICY));
     assert_eq!(n.stats()["hairpin_dropped"], 1);
 }
 
@@ -561,4 +560,48 @@ fn build_hook_matches_name_only() {
         .unwrap();
     assert_eq!(nf.name(), "nat");
     let _ = PROTO_UDP;
+}
+
+#[test]
+fn clear_forgets_every_session_and_starts_over() {
+    let f = factory(DatapathMode::Host);
+    let mut n = nat("flows = 64\nport_min = 2000\nport_max = 2063");
+    let frames: Vec<_> = (0..40)
+        .map(|i| FrameSpec::udp(ip("192.168.0.1") + i, ip("8.8.8.8"), 1000, 53, 8).build())
+        .collect();
+    let first: Vec<u16> = run(&mut n, &f, &frames, SEC, 0)
+        .iter()
+        .map(|(o, v)| {
+            assert!(tx(*v));
+            tuple(o).1
+        })
+        .collect();
+    assert_eq!(n.stats()["active_mappings"], 40);
+    n.clear();
+    assert_eq!(n.stats()["active_mappings"], 0);
+    assert_eq!(
+        n.mapping(ip("192.168.0.1"), ip("8.8.8.8"), 1000, 53, PROTO_UDP),
+        None
+    );
+    // A reply to a forgotten session has no mapping.
+    let reply = FrameSpec::udp(ip("8.8.8.8"), ip(NAT_IP), 53, first[0], 8).build();
+    assert_eq!(
+        run1(&mut n, &f, &reply, SEC).1,
+        Verdict::drop(reason("no_mapping"))
+    );
+    // The same flows map again, each to a port of the slice, all distinct.
+    let again: Vec<u16> = run(&mut n, &f, &frames, 2 * SEC, 0)
+        .iter()
+        .map(|(o, v)| {
+            assert!(tx(*v));
+            tuple(o).1
+        })
+        .collect();
+    let mut sorted = again.clone();
+    sorted.sort_unstable();
+    sorted.dedup();
+    assert_eq!(sorted.len(), 40);
+    assert!(again.iter().all(|p| (2000..=2063).contains(p)));
+    assert_eq!(n.stats()["active_mappings"], 40);
+    assert_eq!(n.stats()["new_mappings"], 80, "counters are kept");
 }

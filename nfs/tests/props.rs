@@ -104,7 +104,7 @@ proptest! {
         s.vlan = vlan;
         let orig = s.build();
         let (out, v) = run(&mut nat, &f, std::slice::from_ref(&orig), SEC, 0).remove(0);
-        prop_assert_eq!(v, Verdict::Tx(1));
+        prop_assert_eq!(v, Verdict::tx(1));
         prop_assert_eq!(verify_frame_checksums(&out), Ok(()));
         let p = parse(&out, out.len()).unwrap();
         let np = p.ports().0;
@@ -123,7 +123,7 @@ proptest! {
         reply.ttl = ttl;
         reply.vlan = vlan;
         let (back, v) = run(&mut nat, &f, &[reply.build()], 2 * SEC, 0).remove(0);
-        prop_assert_eq!(v, Verdict::Tx(1));
+        prop_assert_eq!(v, Verdict::tx(1));
         let (es, ed) = if matches!(kind, Kind::Echo) { (0, sport) } else { (dport, sport) };
         let mut expect = spec(kind, dst, src, es, ed, &payload, true);
         expect.ttl = ttl;
@@ -158,7 +158,7 @@ proptest! {
                 .collect();
             let out = run(&mut lb, &f, &frames, SEC, 0);
             for (&i, (o, v)) in picks.iter().zip(&out) {
-                prop_assert_eq!(*v, Verdict::Tx(1));
+                prop_assert_eq!(*v, Verdict::tx(1));
                 let p = parse(o, o.len()).unwrap();
                 let b = *seen.entry(i).or_insert(p.dst);
                 prop_assert_eq!(p.dst, b, "flow {} changed backend", i);
@@ -218,7 +218,7 @@ proptest! {
                 }
                 1 => prop_assert_eq!(t.remove(&kk), model.remove(&kk)),
                 _ => {
-                    let got = t.lookup(&kk, 0).map(|s| *t.value(s));
+                    let got = t.lookup(&kk, 0).map(|s| t.value(s));
                     prop_assert_eq!(got, model.get(&kk).copied());
                 }
             }

@@ -7,13 +7,17 @@
 //!   with counted CPU reads and writes.
 //! - [`BufPool`] / [`PoolCache`] / [`Buf`]: buffer pools; `Buf<Host>` exposes bytes, `Buf<Nic>`
 //!   does not.
+//! - [`HugeArray`]: large zeroed arrays on 2 MiB pages (flow tables), created without a pass over
+//!   their memory.
 
 mod allocator;
+mod hugemem;
 mod memory;
 mod pool;
 mod region;
 
 pub use allocator::{NICMEM_ALIGN, NicMem, NicMemError, NicMemStats, parse_size};
+pub use hugemem::{Align32, HUGE_PAGE, HugeArray, HugeMemError, PageKind, Zeroable};
 pub use memory::{MEM_ALIGN, RawMem};
 pub use pool::{
     Buf, BufPool, Host, MAX_CACHES, MemClass, Nic, PoolCache, PoolError, PoolLayout, PoolStats,

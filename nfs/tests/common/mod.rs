@@ -3,7 +3,7 @@
 #![allow(dead_code)]
 
 use dataplane::testkit::PacketFactory;
-use dataplane::{Burst, DatapathMode, NetworkFunction, NfContext, Verdict};
+use dataplane::{Burst, DatapathMode, DropReason, NetworkFunction, NfContext, Verdict};
 
 /// 1 s in ns.
 pub const SEC: u64 = 1_000_000_000;
@@ -34,14 +34,14 @@ pub fn run(
     let mut out = Vec::new();
     for chunk in frames.chunks(32) {
         let mut b = Burst::with_capacity(32);
-        for fr in chunk {
-            let mut p = f.packet(fr).expect("factory packet");
-            p.meta.port = rx_port;
-            b.push(p, Verdict::Tx(1)).expect("burst room");
+        for (i, fr) in chunk.iter().enumerate() {
+            assert!(f.push(&mut b, fr), "factory packet");
+            b.set_rx_port(i, rx_port);
+            b.set_verdict(i, Verdict::tx(1));
         }
         nf.process(&mut b, &ctx(now_ns));
-        for (p, v) in b.iter() {
-            out.push((PacketFactory::frame(p), *v));
+        for i in 0..b.len() {
+            out.push((b.frame(i), b.verdict(i)));
         }
     }
     out
@@ -65,4 +65,9 @@ pub fn params(s: &str) -> toml::Table {
 /// Dotted-quad to u32.
 pub fn ip(s: &str) -> u32 {
     u32::from(s.parse::<std::net::Ipv4Addr>().unwrap())
+}
+
+/// The drop reason registered as `name` (by a network function built earlier in the test).
+pub fn reason(name: &str) -> DropReason {
+    DropReason::by_name(name).unwrap_or_else(|| panic!("drop reason `{name}` not registered"))
 }
