@@ -11,7 +11,7 @@ use dataplane::driver::vnic::{Item, ModelSink, PortModel, VnicPort};
 use dataplane::model::HardwareProfile;
 use dataplane::runloop::{LiveStats, RunControl, WorkerReport, WorkerSetup, run_worker};
 use dataplane::wire::{FrameSink, FrameSource, Link};
-use dataplane::{DatapathMode, DropReason, Port, QueueStats, merge_stats};
+use dataplane::{DatapathMode, DropCounts, DropReason, Port, QueueStats, merge_stats};
 use serde_json::{Value, json};
 
 use crate::config::{ConfigError, RunConfig};
@@ -200,7 +200,6 @@ pub fn run(opts: &RunOptions) -> Result<Value, RunError> {
                 chain,
                 egress: None,
                 burst: cfg.datapath.burst,
-                raw_forward: cfg.datapath.raw_forward,
             };
             let control = control.clone();
             let live = live.clone();
@@ -319,13 +318,13 @@ fn supervise(
             };
             last_pcie = (up, down, clock);
             let mut drops = String::new();
-            for r in DropReason::ALL {
+            for r in DropReason::all() {
                 let n: u64 = live
                     .iter()
                     .map(|l| l.drops[r.index()].load(Ordering::Relaxed))
                     .sum();
                 if n > 0 {
-                    drops.push_str(&format!(" {}={n}", r.as_str()));
+                    drops.push_str(&format!(" {}={n}", r.name()));
                 }
             }
             eprintln!(
@@ -370,15 +369,13 @@ fn summary(
         wall_elapsed
     };
     let mut q = QueueStats::default();
-    let mut drops = [0u64; DropReason::COUNT];
+    let mut drops = DropCounts::default();
     let mut nf = serde_json::Map::new();
     for r in reports {
         for s in &r.queue_stats {
             q.add(s);
         }
-        for (a, b) in drops.iter_mut().zip(&r.drops) {
-            *a += b;
-        }
+        drops.merge(&r.drops);
         for (name, stats) in &r.nf_stats {
             match nf.get_mut(name) {
                 Some(v) => merge_stats(v, stats),
@@ -444,13 +441,13 @@ fn summary(
 pub(crate) fn counter_keys(
     cfg: &RunConfig,
     q: &QueueStats,
-    drops: &[u64; DropReason::COUNT],
+    drops: &DropCounts,
     elapsed: f64,
     rate_secs: f64,
 ) -> serde_json::Map<String, Value> {
-    let mut drops_obj: serde_json::Map<String, Value> = DropReason::ALL
-        .iter()
-        .map(|r| (r.as_str().to_string(), json!(drops[r.index()])))
+    let mut drops_obj: serde_json::Map<String, Value> = DropReason::all()
+        .into_iter()
+        .map(|r| (r.name().to_string(), json!(drops.get(r))))
         .collect();
     drops_obj.insert("rx_missed".into(), json!(q.rx_missed));
     drops_obj.insert("pcie_overrun".into(), json!(q.rx_pcie_overrun));

@@ -84,10 +84,6 @@ pub struct DatapathSection {
     pub tx_inline: usize,
     /// Packets per burst.
     pub burst: usize,
-    /// Let a pass-through chain (`io_fwd` only) forward raw bursts where the driver can (DPDK,
-    /// `host` mode), without building packets. `false` sends every packet through the packet
-    /// path, e.g. to measure its cost.
-    pub raw_forward: bool,
 }
 
 impl Default for DatapathSection {
@@ -97,7 +93,6 @@ impl Default for DatapathSection {
             split_offset: 64,
             tx_inline: 64,
             burst: 32,
-            raw_forward: true,
         }
     }
 }
@@ -264,10 +259,14 @@ impl RunConfig {
                 format!("{} out of range; allowed 0..=930", d.tx_inline),
             );
         }
-        if !(1..=1024).contains(&d.burst) {
+        if !(1..=dataplane::MAX_BURST).contains(&d.burst) {
             return bad(
                 "datapath.burst",
-                format!("{} out of range; allowed 1..=1024", d.burst),
+                format!(
+                    "{} out of range; allowed 1..={}",
+                    d.burst,
+                    dataplane::MAX_BURST
+                ),
             );
         }
         for (k, n) in [("vnic.rx_ring", v.rx_ring), ("vnic.tx_ring", v.tx_ring)] {

@@ -32,8 +32,7 @@ use dataplane::driver::dpdk::{
     DpdkPort, DpdkPortConfig, Eal, NicmemSource, PortStatsHandle, RxStop,
 };
 use dataplane::runloop::{LiveStats, RunControl, WorkerReport, WorkerSetup, run_worker};
-use dataplane::testkit::PacketFactory;
-use dataplane::{DatapathMode, DropReason, Port, Queue, QueueStats, merge_stats};
+use dataplane::{Burst, DropCounts, Port, Queue, QueueStats, merge_stats};
 use serde::Deserialize;
 use serde_json::{Value, json};
 
@@ -312,22 +311,23 @@ fn inject(cfg: &RunConfig, q: &mut dyn Queue, n: u32) -> Result<(), RunError> {
     let mut src = t
         .take_source()
         .ok_or_else(|| RunError::Setup("no traffic source".into()))?;
-    let f = PacketFactory::new(DatapathMode::Host, 64, cfg.vnic.max_frame, 64);
     let mut buf = vec![0u8; dataplane::wire::MAX_WIRE_FRAME];
-    let mut list = Vec::with_capacity(32);
+    let mut list = Burst::with_capacity(32);
+    let mut drops = DropCounts::default();
     let mut left = n;
     while left > 0 && !src.exhausted() {
         while list.len() < 32 && left > 0 {
             let Some(len) = src.next_frame(&mut buf) else {
                 break;
             };
-            if let Some(p) = f.packet(&buf[..len]) {
-                list.push(p);
+            if !q.push_frame(&mut list, &buf[..len]) {
+                return Err(RunError::Setup(format!(
+                    "cannot seed the loop: no mbuf for a {len} B frame"
+                )));
             }
             left -= 1;
         }
-        q.tx_burst(&mut list);
-        list.clear();
+        q.tx_burst(&mut list, &mut drops);
     }
     Ok(())
 }
@@ -389,7 +389,6 @@ pub fn run(cfg: &RunConfig, d: &DpdkSection, opts: &RunOptions) -> Result<Value,
                 chain,
                 egress: None,
                 burst: cfg.datapath.burst,
-                raw_forward: cfg.datapath.raw_forward,
             };
             let control = control.clone();
             let live = live.clone();
@@ -463,7 +462,7 @@ fn summary(
     elapsed: f64,
 ) -> Value {
     let mut q = QueueStats::default();
-    let mut drops = [0u64; DropReason::COUNT];
+    let mut drops = DropCounts::default();
     let mut nf = serde_json::Map::new();
     let mut xstats = serde_json::Map::new();
     let mut active = 0f64;
@@ -472,9 +471,7 @@ fn summary(
         for s in &r.queue_stats {
             q.add(s);
         }
-        for (a, b) in drops.iter_mut().zip(&r.drops) {
-            *a += b;
-        }
+        drops.merge(&r.drops);
         for (name, stats) in &r.nf_stats {
             match nf.get_mut(name) {
                 Some(v) => merge_stats(v, stats),

@@ -254,49 +254,11 @@ fn dpdk_null_config_forwards_in_every_mode() {
             assert_eq!(s["ports"].as_array().unwrap().len(), 2);
             // net_null's 64 B frames fit the 64 B header segment: never split.
             assert_eq!(u(&s, "rx_primary") + u(&s, "rx_secondary"), 0);
-            // io_fwd in host mode forwards raw bursts (no packets built); nothing else does.
-            let raw =
-                u(&s["xstats"], "port0.raw_forwarded") + u(&s["xstats"], "port1.raw_forwarded");
-            let want_raw = if nf == "io_fwd" && mode == DatapathMode::Host {
-                40_000
-            } else {
-                0
-            };
-            assert_eq!(raw, want_raw, "{mode} {nf}");
             if nf == "io_fwd" {
                 assert_eq!(u(&s["nfs"]["io_fwd"], "packets"), 40_000, "{mode}");
             }
         }
     }
-}
-
-/// `datapath.raw_forward = false` sends io_fwd through the packet path with the same counters.
-#[test]
-fn io_fwd_without_raw_forwarding_keeps_the_same_counters() {
-    let _g = SERIAL.lock().unwrap_or_else(|e| e.into_inner());
-    let run = |raw: bool| {
-        run_dpdk(&RunOptions {
-            config: root().join("configs/dpdk-null.toml"),
-            mode: Some(DatapathMode::Host),
-            packets: Some(20_000),
-            sets: vec![
-                "run.stats_interval_s=0".into(),
-                "dpdk.worker_cores=[]".into(),
-                format!("datapath.raw_forward={raw}"),
-            ],
-            ..RunOptions::default()
-        })
-    };
-    let (on, off) = (run(true), run(false));
-    for k in ["packets_rx", "packets_tx", "bytes_rx", "bytes_tx"] {
-        assert_eq!(u(&on, k), u(&off, k), "{k}");
-    }
-    assert_eq!(u(&on, "packets_tx"), 40_000);
-    assert_eq!(u(&off["xstats"], "port0.raw_forwarded"), 0);
-    assert_eq!(u(&on["xstats"], "port0.raw_forwarded"), 20_000);
-    assert_eq!(on["nfs"], off["nfs"]);
-    assert_pools_back(&on);
-    assert_pools_back(&off);
 }
 
 /// `configs/dpdk-ring.toml`: frames injected into a net_ring loop bounce between two ports as

@@ -90,7 +90,9 @@ pub struct NicPayload<'a> {
 
 impl std::fmt::Debug for NicPayload<'_> {
     fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
-        f.debug_struct("NicPayload").field("len", &self.len).finish()
+        f.debug_struct("NicPayload")
+            .field("len", &self.len)
+            .finish()
     }
 }
 

@@ -36,10 +36,7 @@ const CORE: &[(&str, &str)] = &[
         "ip_options",
         "IPv4 options present and the function's policy drops them",
     ),
-    (
-        "fragment",
-        "an IPv4 fragment the function cannot handle",
-    ),
+    ("fragment", "an IPv4 fragment the function cannot handle"),
     ("ttl_expired", "the IPv4 TTL reached zero"),
     (
         "unsupported_protocol",
@@ -54,7 +51,10 @@ const CORE: &[(&str, &str)] = &[
         "dropped on purpose by configuration (a filter, a lossy test function)",
     ),
     ("tx_full", "the Tx ring had no room"),
-    ("no_such_port", "the verdict named a port the run does not have"),
+    (
+        "no_such_port",
+        "the verdict named a port the run does not have",
+    ),
     (
         "tx_invalid",
         "the packet cannot be described to the Tx queue (over the NIC's descriptor size limit, or \
@@ -349,7 +349,10 @@ mod tests {
             assert_eq!(r.index(), i);
         }
         assert_eq!(DropReason::TX_FULL.name(), "tx_full");
-        assert_eq!(DropReason::by_name("truncated"), Some(DropReason::TRUNCATED));
+        assert_eq!(
+            DropReason::by_name("truncated"),
+            Some(DropReason::TRUNCATED)
+        );
     }
 
     #[test]

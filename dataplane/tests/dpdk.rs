@@ -89,7 +89,11 @@ fn bursts_of(q: &mut dyn Queue, frames: &[Vec<u8>]) -> Vec<Burst> {
         .map(|c| {
             let mut b = Burst::with_capacity(c.len());
             for f in c {
-                assert!(q.push_frame(&mut b, f), "a buffer for a {} B frame", f.len());
+                assert!(
+                    q.push_frame(&mut b, f),
+                    "a buffer for a {} B frame",
+                    f.len()
+                );
             }
             b
         })

@@ -126,9 +126,7 @@ fn into_vnic(c: &mut Criterion) {
                 while n < PER_ITER {
                     q.rx_burst(&mut burst);
                     n += burst.len() as u64;
-                    for (p, _) in burst.drain() {
-                        q.free(p);
-                    }
+                    q.free_burst(&mut burst);
                 }
             })
         });

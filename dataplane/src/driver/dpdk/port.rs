@@ -198,8 +198,16 @@ fn register_nic_pool(mp: *mut sys::rte_mempool, device: bool) {
 
 /// Registers a nicmem pool whose nicmem buffers are at addresses `window` (`(0, 0)`: all of
 /// them; a spill pool has host buffers outside its window).
-pub(crate) fn register_nic_pool_window(mp: *mut sys::rte_mempool, device: bool, window: (u64, u64)) {
-    for ((slot, dev), win) in NIC_POOLS.iter().zip(&NIC_POOLS_DEVICE).zip(&NIC_POOLS_WINDOW) {
+pub(crate) fn register_nic_pool_window(
+    mp: *mut sys::rte_mempool,
+    device: bool,
+    window: (u64, u64),
+) {
+    for ((slot, dev), win) in NIC_POOLS
+        .iter()
+        .zip(&NIC_POOLS_DEVICE)
+        .zip(&NIC_POOLS_WINDOW)
+    {
         dev.store(device, Ordering::Relaxed);
         win.0.store(window.0, Ordering::Relaxed);
         win.1.store(window.1, Ordering::Relaxed);

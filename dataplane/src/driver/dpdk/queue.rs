@@ -369,9 +369,7 @@ impl DpdkQueue {
             // SAFETY: `m` was just received and is owned by this queue.
             let (segs, len) = unsafe { ((*m).nb_segs, (*m).pkt_len as usize) };
             match segs {
-                1 if len <= self.split => {
-                    self.push(&mut acc, burst, m, RxRing::None)
-                }
+                1 if len <= self.split => self.push(&mut acc, burst, m, RxRing::None),
                 2 => {
                     let ring = self.classify_payload(m);
                     self.push(&mut acc, burst, m, ring);
@@ -466,12 +464,7 @@ impl DpdkQueue {
     /// the header; then either copies the payload into a nicmem mbuf (primary ring; `m` is freed)
     /// or chains `m` itself, advanced past the header, as the host payload (secondary ring).
     #[inline]
-    fn split_into(
-        &mut self,
-        h: *mut sys::rte_mbuf,
-        m: *mut sys::rte_mbuf,
-        len: usize,
-    ) -> RxRing {
+    fn split_into(&mut self, h: *mut sys::rte_mbuf, m: *mut sys::rte_mbuf, len: usize) -> RxRing {
         let s = self.split;
         let nic = if self.mode.uses_nicmem() {
             let x = self.nics.pop();
@@ -546,7 +539,6 @@ impl DpdkQueue {
         let ring = self.split_into(h, m, len);
         self.push(acc, burst, h, ring);
     }
-
 }
 
 /// Writes the header place and lengths of every packet of `pkts` back into its first mbuf segment

@@ -168,7 +168,8 @@ impl Cqe {
             | (u128::from(self.syndrome) << 32)
             | (u128::from(self.payload_counter) << 16);
         out[0..16].copy_from_slice(&head.to_be_bytes());
-        let tail = (u32::from(self.wqe_counter) << 16) | u32::from((self.opcode << 4) | owner as u8);
+        let tail =
+            (u32::from(self.wqe_counter) << 16) | u32::from((self.opcode << 4) | owner as u8);
         out[60..64].copy_from_slice(&tail.to_be_bytes());
     }
 

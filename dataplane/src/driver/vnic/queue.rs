@@ -828,7 +828,11 @@ impl VnicQueue {
         };
         let (pidx, kind, room) = match ring {
             cqe_ring::PRIMARY => match self.primary.as_mut() {
-                Some(r) => (r.harvest(cqe.payload_counter), PayloadRing::Primary, r.room()),
+                Some(r) => (
+                    r.harvest(cqe.payload_counter),
+                    PayloadRing::Primary,
+                    r.room(),
+                ),
                 None => (0, PayloadRing::None, 0),
             },
             cqe_ring::SECONDARY => match self.secondary.as_mut() {
@@ -949,12 +953,16 @@ impl VnicQueue {
             let h = hc.harvest(cqe.wqe_counter);
             let (pidx, kind, room) = if SPLIT {
                 match (cqe.ring, &mut pc, &mut sc) {
-                    (cqe_ring::PRIMARY, Some(c), _) => {
-                        (c.harvest(cqe.payload_counter), PayloadRing::Primary, c.room())
-                    }
-                    (cqe_ring::SECONDARY, _, Some(c)) => {
-                        (c.harvest(cqe.payload_counter), PayloadRing::Secondary, c.room())
-                    }
+                    (cqe_ring::PRIMARY, Some(c), _) => (
+                        c.harvest(cqe.payload_counter),
+                        PayloadRing::Primary,
+                        c.room(),
+                    ),
+                    (cqe_ring::SECONDARY, _, Some(c)) => (
+                        c.harvest(cqe.payload_counter),
+                        PayloadRing::Secondary,
+                        c.room(),
+                    ),
                     _ => (0, PayloadRing::None, 0),
                 }
             } else {
@@ -1231,7 +1239,10 @@ impl Queue for VnicQueue {
             return false;
         };
         let (ring, pidx) = if len > hl {
-            match (self.cache.pay.as_mut().and_then(|c| c.alloc_index()), self.layout.pay) {
+            match (
+                self.cache.pay.as_mut().and_then(|c| c.alloc_index()),
+                self.layout.pay,
+            ) {
                 (Some(p), Some(l)) => {
                     // SAFETY: payload buffer `p` was just allocated and is owned here; it holds
                     // `max_frame - split_offset >= len - hl` bytes.

@@ -341,12 +341,12 @@ impl NicCursor {
             return (counter, Ok(self.base.wrapping_add(off as usize)));
         }
         let seg = DataSeg::read(&wqe);
-        let why = if seg.byte_count == 0 || len > seg.byte_count as usize || len > self.room as usize
-        {
-            syndrome::LOCAL_LENGTH
-        } else {
-            syndrome::LOCAL_PROTECTION
-        };
+        let why =
+            if seg.byte_count == 0 || len > seg.byte_count as usize || len > self.room as usize {
+                syndrome::LOCAL_LENGTH
+            } else {
+                syndrome::LOCAL_PROTECTION
+            };
         (counter, Err(why))
     }
 }

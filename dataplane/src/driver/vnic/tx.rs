@@ -23,9 +23,9 @@ use super::model::NicModel;
 use super::rx::CompletionQueue;
 use crate::arena::{ArenaLayout, META_BYTES};
 use crate::burst::TxView;
-use crate::wire::{MAX_WIRE_FRAME, batch_step};
 use crate::model::timeline::{PS_PER_NS, Ps};
 use crate::packet::PayloadRing;
+use crate::wire::{MAX_WIRE_FRAME, batch_step};
 
 /// Control-segment opcode of a NOP (used to request a completion on flush).
 const OPCODE_NOP: u8 = 0x00;
@@ -346,8 +346,10 @@ impl TxRing {
                 };
                 let stage = &mut out[off..];
                 (
-                    gather(w, ds, pkt, l, table, pd, stage, m, ready, &mut done, &mut reads)
-                        .map(Some),
+                    gather(
+                        w, ds, pkt, l, table, pd, stage, m, ready, &mut done, &mut reads,
+                    )
+                    .map(Some),
                     nbb,
                 )
             };
@@ -527,7 +529,10 @@ fn locate(l: &ArenaLayout, h: u32, key: MemKey, addr: u64, n: usize) -> Option<S
         let limit = base + lay.buf_size as u64;
         (key == lay.key && addr >= base + from as u64 && end <= limit).then(|| {
             let off = (addr - base) as usize;
-            (lay.ptr(idx).wrapping_add(off).cast_const(), lay.buf_size - off)
+            (
+                lay.ptr(idx).wrapping_add(off).cast_const(),
+                lay.buf_size - off,
+            )
         })
     };
     if let Some((p, avail)) = inside(&l.hdr, h, META_BYTES) {
