@@ -375,3 +375,45 @@ fn bad_dpdk_sections_fail_before_anything_runs() {
         .is_none()
     );
 }
+
+/// The issue's reproduction through the binary: a port that fails to configure (`net_null` with
+/// `size=0` cannot set up its Rx queue) ends the run with rc 2 and the failing call, instead of
+/// deadlocking on the control-plane lock. A separate process, killed if it never exits, so that
+/// a regression fails this test instead of hanging it.
+#[test]
+fn a_port_that_fails_to_configure_ends_the_run_with_its_error() {
+    let mut child = std::process::Command::new(env!("CARGO_BIN_EXE_dataplane"))
+        .arg("run")
+        .arg(root().join("configs/dpdk-null.toml"))
+        .args([
+            "--duration",
+            "1",
+            "-q",
+            "--set",
+            "dpdk.worker_cores=[]",
+            "--set",
+        ])
+        .arg(
+            "dpdk.ports=[{devargs=\"net_null0,size=0,copy=1\"},\
+             {devargs=\"net_null1,size=64,copy=1\"}]",
+        )
+        .stdout(std::process::Stdio::piped())
+        .stderr(std::process::Stdio::piped())
+        .spawn()
+        .unwrap();
+    let deadline = std::time::Instant::now() + std::time::Duration::from_secs(120);
+    while child.try_wait().unwrap().is_none() {
+        if std::time::Instant::now() > deadline {
+            let _ = child.kill();
+            panic!("dataplane run never exited (deadlock)");
+        }
+        std::thread::sleep(std::time::Duration::from_millis(50));
+    }
+    let out = child.wait_with_output().unwrap();
+    let err = String::from_utf8_lossy(&out.stderr);
+    assert_eq!(out.status.code(), Some(2), "{err}");
+    assert!(
+        err.contains("net_null0") && err.contains("rte_eth_rx_queue_setup"),
+        "{err}"
+    );
+}
