@@ -226,17 +226,26 @@ impl RunConfig {
                 format!("{} out of range; allowed 1..=64", r.workers),
             );
         }
-        if !(r.duration_s >= 0.0 && r.duration_s.is_finite()) {
-            return bad("run.duration_s", "must be a finite number >= 0".into());
-        }
-        if !(r.stats_interval_s >= 0.0 && r.stats_interval_s.is_finite()) {
-            return bad(
+        for (key, secs, max) in [
+            ("run.duration_s", r.duration_s, MAX_DURATION_S),
+            (
                 "run.stats_interval_s",
-                "must be a finite number >= 0".into(),
-            );
-        }
-        if !(r.drain_timeout_s >= 0.0 && r.drain_timeout_s.is_finite()) {
-            return bad("run.drain_timeout_s", "must be a finite number >= 0".into());
+                r.stats_interval_s,
+                MAX_STATS_INTERVAL_S,
+            ),
+            (
+                "run.drain_timeout_s",
+                r.drain_timeout_s,
+                MAX_DRAIN_TIMEOUT_S,
+            ),
+        ] {
+            // NaN fails both comparisons.
+            if !(0.0..=max).contains(&secs) {
+                return bad(
+                    key,
+                    format!("{secs} s out of range; allowed 0..={max} seconds"),
+                );
+            }
         }
         let v = &self.vnic;
         if !(60..=9018).contains(&v.max_frame) {
@@ -606,6 +615,13 @@ impl RunConfig {
 /// wires between the port's sink and source).
 pub const PORT_TRAFFIC_KEYS: [&str; 3] = ["rate_gbps", "nat_return", "return_ratio"];
 
+/// Longest `run.duration_s`: one year. Longer runs are stopped by hand (0 = no limit).
+pub const MAX_DURATION_S: f64 = 365.0 * 86_400.0;
+/// Longest `run.stats_interval_s`: one day.
+pub const MAX_STATS_INTERVAL_S: f64 = 86_400.0;
+/// Longest `run.drain_timeout_s`: one hour; a queue that has not drained by then never will.
+pub const MAX_DRAIN_TIMEOUT_S: f64 = 3_600.0;
+
 /// The hardware profile used when `nic.profile` is not set.
 pub const DEFAULT_PROFILE: &str = "cx5-gen3x16-100g";
 
@@ -681,6 +697,31 @@ mod tests {
             e.to_string().contains("pipeline[0]") && e.msg.contains("macswap"),
             "{e}"
         );
+    }
+
+    /// Durations far beyond any run (1e20 s does not fit a `Duration`, which panicked when the
+    /// run converted it) and non-numbers are config errors naming the key and the range.
+    #[test]
+    fn durations_are_range_checked() {
+        for (key, max) in [
+            ("run.duration_s", "31536000"),
+            ("run.stats_interval_s", "86400"),
+            ("run.drain_timeout_s", "3600"),
+        ] {
+            let (section, name) = key.split_once('.').unwrap();
+            for v in ["1e20", "1e300", "-1", "nan", "inf"] {
+                let e = load_str(&format!("[{section}]\n{name} = {v}\n"), &[]).unwrap_err();
+                assert_eq!(e.key, key, "{v}: {e}");
+                assert!(e.msg.contains(&format!("0..={max}")), "{key}={v}: {e}");
+            }
+            let c = load_str("", &[&format!("{key}={max}")]).unwrap();
+            let got = match key {
+                "run.duration_s" => c.run.duration_s,
+                "run.stats_interval_s" => c.run.stats_interval_s,
+                _ => c.run.drain_timeout_s,
+            };
+            assert_eq!(got.to_string(), max, "{key} at its maximum is accepted");
+        }
     }
 
     #[test]
