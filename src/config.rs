@@ -185,8 +185,7 @@ impl RunConfig {
             key: key.to_string(),
             msg,
         };
-        let text =
-            std::fs::read_to_string(path).map_err(|e| err("", format!("cannot read: {e}")))?;
+        let text = read_config_text(path).map_err(|e| err("", e))?;
         let mut table: toml::Table = text
             .parse()
             .map_err(|e: toml::de::Error| err("", format!("not valid TOML: {}", e.message())))?;
@@ -417,11 +416,12 @@ impl RunConfig {
                     Some(r) if r.exists() => r,
                     _ => PathBuf::from(&spec),
                 };
-                std::fs::read_to_string(&file).map_err(|e| {
+                read_config_text(&file).map_err(|e| {
                     err(
                         "nic.profile",
                         format!(
-                            "`{spec}` is neither a built-in profile ({}) nor a readable file: {e}",
+                            "`{spec}` is neither a built-in profile ({}) nor a readable profile \
+                             file: {e}",
                             builtin_names()
                         ),
                     )
@@ -614,6 +614,13 @@ impl RunConfig {
 /// load at the port) and `nat_return` / `return_ratio` (NAT-aware return traffic, which the run
 /// wires between the port's sink and source).
 pub const PORT_TRAFFIC_KEYS: [&str; 3] = ["rate_gbps", "nat_return", "return_ratio"];
+
+/// Reads a config or profile file: a regular file of at most
+/// [`dataplane::textfile::MAX_TEXT_FILE`] bytes (never an unbounded read of `/dev/zero` or a huge
+/// file).
+pub fn read_config_text(path: &Path) -> Result<String, String> {
+    dataplane::textfile::read_bounded(path, dataplane::textfile::MAX_TEXT_FILE)
+}
 
 /// Longest `run.duration_s`: one year. Longer runs are stopped by hand (0 = no limit).
 pub const MAX_DURATION_S: f64 = 365.0 * 86_400.0;

@@ -123,8 +123,7 @@ fn config_err(path: &Path, key: &str, msg: String) -> ConfigError {
 /// `--mode`, ...). `Ok(None)` when the file has no `[dpdk]` section.
 pub fn load(opts: &RunOptions) -> Result<Option<(RunConfig, DpdkSection)>, ConfigError> {
     let path = opts.config.as_path();
-    let text = std::fs::read_to_string(path)
-        .map_err(|e| config_err(path, "", format!("cannot read: {e}")))?;
+    let text = crate::config::read_config_text(path).map_err(|e| config_err(path, "", e))?;
     let mut table: toml::Table = text.parse().map_err(|e: toml::de::Error| {
         config_err(path, "", format!("not valid TOML: {}", e.message()))
     })?;

@@ -49,3 +49,43 @@ fn huge_durations_are_config_errors() {
         assert_refused(&out, &["default.toml", key, "allowed 0..="]);
     }
 }
+
+fn tmp(name: &str) -> PathBuf {
+    let d = std::env::temp_dir().join(format!("nmdp-hostile-{}", std::process::id()));
+    std::fs::create_dir_all(&d).unwrap();
+    d.join(name)
+}
+
+/// A config or profile path that is a device or a huge file is refused before it is read to the
+/// end (`/dev/zero` once read until memory ran out; a 2 MiB file of comments ran as defaults).
+#[test]
+fn config_files_that_are_not_small_regular_files_are_refused() {
+    let big = tmp("big.toml");
+    std::fs::write(&big, "#".repeat(2 << 20)).unwrap();
+    let out = dataplane(&["run", big.to_str().unwrap(), "--packets", "10", "-q"]);
+    assert_refused(&out, &["big.toml", "2097152 bytes is larger than"]);
+    if std::path::Path::new("/dev/zero").exists() {
+        let out = dataplane(&["run", "/dev/zero", "--packets", "10", "-q"]);
+        assert_refused(&out, &["/dev/zero", "not a regular file"]);
+        let out = run_default(&[
+            "--packets",
+            "10",
+            "-q",
+            "--set",
+            "nic.profile=\"/dev/zero\"",
+        ]);
+        assert_refused(&out, &["nic.profile", "/dev/zero", "not a regular file"]);
+        let out = dataplane(&[
+            "model",
+            "--profile",
+            "/dev/zero",
+            "--mode",
+            "host",
+            "--frame-size",
+            "64",
+        ]);
+        assert_refused(&out, &["/dev/zero", "not a regular file"]);
+    }
+    let out = dataplane(&["run", std::env::temp_dir().to_str().unwrap(), "-q"]);
+    assert_refused(&out, &["a directory"]);
+}
