@@ -14,7 +14,7 @@ mod pool;
 mod region;
 
 pub use allocator::{NICMEM_ALIGN, NicMem, NicMemError, NicMemStats, parse_size};
-pub use memory::{MEM_ALIGN, RawMem};
+pub use memory::{HostAllocError, MEM_ALIGN, RawMem};
 pub use pool::{Buf, BufPool, Host, MAX_CACHES, MemClass, Nic, PoolCache, PoolError, PoolStats};
 pub use region::{
     AccessError, MemKey, ProtectionDomain, Region, RegionKind, RegionTable, Resolved,

@@ -619,7 +619,10 @@ impl DpdkPort {
                 NicmemSource::Emulated { bytes } => *bytes,
                 NicmemSource::Device(_) => 0,
             };
-            nicmem = Some(NicMem::new(bytes));
+            nicmem = Some(
+                NicMem::try_new(bytes)
+                    .map_err(|e| DpdkError::Mempool(format!("emulated nicmem for {name}: {e}")))?,
+            );
         }
 
         let headroom = sys::NMDP_PKTMBUF_HEADROOM;
