@@ -119,6 +119,12 @@ pub fn run(opts: &RunOptions) -> Result<Value, RunError> {
     let workers = cfg.run.workers;
     let profile = cfg.profile(path)?;
     let offered = cfg.offered_gbps(path, &profile)?;
+    // Refuse sizes the machine cannot hold before the NF tables and pools are allocated.
+    if let Some(machine) = crate::footprint::machine_memory() {
+        let mut needs = crate::footprint::vnic_needs(&cfg, &profile);
+        needs.extend(crate::footprint::nf_needs(&cfg));
+        crate::footprint::check(path, &needs, workers, machine)?;
+    }
     // Build every NF chain first: a bad pipeline fails before any packet moves.
     let chains = (0..workers)
         .map(|w| cfg.build_chain(path, w, workers))

@@ -183,12 +183,31 @@ pub fn check(path: &Path, cfg: &RunConfig, d: &DpdkSection) -> Result<(), Config
             ));
         }
     }
-    if nicmem::parse_size(&d.emulated_nicmem).is_none() {
+    let Some(emulated) = nicmem::parse_size(&d.emulated_nicmem) else {
         return Err(config_err(
             path,
             "dpdk.emulated_nicmem",
             format!("`{}` is not a size; use e.g. \"256KiB\"", d.emulated_nicmem),
         ));
+    };
+    // Refuse sizes the machine cannot hold before EAL starts and the NF tables are allocated:
+    // the NF tables per worker and, in the nicmem modes, the emulated nicmem of every port (host
+    // memory; mempools come from EAL's own memory, whose failures are already errors).
+    if let Some(machine) = crate::footprint::machine_memory() {
+        let mut needs = crate::footprint::nf_needs(cfg);
+        if cfg.datapath.mode.uses_nicmem() && !d.mlx5_nicmem {
+            needs.push(crate::footprint::Need {
+                key: "dpdk.emulated_nicmem".into(),
+                value: format!(
+                    "\"{}\" for each of {} ports",
+                    d.emulated_nicmem,
+                    d.ports.len()
+                ),
+                bytes: (emulated as u64).saturating_mul(d.ports.len() as u64),
+                per_worker: false,
+            });
+        }
+        crate::footprint::check(path, &needs, cfg.run.workers, machine)?;
     }
     if !d.worker_cores.is_empty() && d.worker_cores.len() < cfg.run.workers as usize {
         return Err(config_err(

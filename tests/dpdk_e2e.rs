@@ -417,3 +417,24 @@ fn a_port_that_fails_to_configure_ends_the_run_with_its_error() {
         "{err}"
     );
 }
+
+/// Emulated nicmem the machine cannot hold is a config error naming the key, before EAL starts
+/// (it once aborted the run allocating it); in host mode the size is not used.
+#[test]
+fn emulated_nicmem_the_machine_cannot_hold_is_refused() {
+    let opts = |mode| RunOptions {
+        config: root().join("configs/dpdk-null.toml"),
+        mode: Some(mode),
+        sets: vec!["dpdk.emulated_nicmem=\"1048576GiB\"".into()],
+        ..RunOptions::default()
+    };
+    let e = dpdk_run::load(&opts(DatapathMode::NicPayload)).unwrap_err();
+    assert_eq!(e.key, "dpdk.emulated_nicmem", "{e}");
+    assert!(
+        e.msg
+            .contains("\"1048576GiB\" for each of 2 ports needs 2.0 PiB")
+            && e.msg.contains("this machine has"),
+        "{e}"
+    );
+    assert!(dpdk_run::load(&opts(DatapathMode::Host)).is_ok());
+}

@@ -89,3 +89,32 @@ fn config_files_that_are_not_small_regular_files_are_refused() {
     let out = dataplane(&["run", std::env::temp_dir().to_str().unwrap(), "-q"]);
     assert_refused(&out, &["a directory"]);
 }
+
+/// Sizes the per-key checks accept but no machine can hold are refused before anything is
+/// allocated, naming the key, what it needs and what the machine has (they once aborted in the
+/// allocator or panicked with a `LayoutError`).
+#[test]
+fn sizes_no_machine_can_hold_are_refused_up_front() {
+    for (sets, key) in [
+        (vec!["vnic.cache_size=1000000000000"], "vnic.cache_size"),
+        (vec!["vnic.nicmem=\"1048576GiB\""], "vnic.nicmem"),
+        (vec!["vnic.nicmem=\"18446744073709551615\""], "vnic.nicmem"),
+        (
+            vec![
+                "run.workers=64",
+                "pipeline=[{name=\"nat\", flows=68719476736}]",
+            ],
+            "pipeline[0].flows",
+        ),
+    ] {
+        let mut args = vec!["--packets", "100", "-q", "--json"];
+        for s in &sets {
+            args.extend(["--set", s]);
+        }
+        let out = run_default(&args);
+        assert_refused(
+            &out,
+            &["default.toml", key, "of host memory", "this machine has"],
+        );
+    }
+}
