@@ -148,13 +148,14 @@ pub fn run(opts: &RunOptions) -> Result<Value, RunError> {
     } else {
         None
     };
+    let mut rx_pcap = None;
     let (rx, checker): (Box<dyn FrameSource>, Option<Box<dyn FrameSink>>) = match &opts.rx_pcap {
-        Some(p) => (
-            Box::new(
-                dataplane::pcap::PcapSource::open(p).map_err(|e| RunError::Setup(e.to_string()))?,
-            ),
-            None,
-        ),
+        Some(p) => {
+            let src =
+                dataplane::pcap::PcapSource::open(p).map_err(|e| RunError::Setup(e.to_string()))?;
+            rx_pcap = Some(src.counters());
+            (Box::new(src), None)
+        }
         None => {
             let t = traffic.as_mut().expect("traffic built when no rx pcap");
             let (Some(src), Some(sink)) = (t.take_source(), t.take_sink()) else {
@@ -239,7 +240,7 @@ pub fn run(opts: &RunOptions) -> Result<Value, RunError> {
     let nat_report = traffic
         .as_ref()
         .and_then(|t| Some((t.nat_config()?, t.nat_report()?)));
-    Ok(summary(
+    let mut out = summary(
         &cfg,
         &profile,
         offered,
@@ -248,7 +249,29 @@ pub fn run(opts: &RunOptions) -> Result<Value, RunError> {
         traffic_report.as_ref(),
         nat_report.as_ref(),
         elapsed,
-    ))
+    );
+    if let Some(c) = &rx_pcap {
+        out["pcap"] = pcap_json(c);
+    }
+    Ok(out)
+}
+
+/// The `pcap` object of a run replaying `--rx-pcap`: the records read (`records`, per pass
+/// summed), the frames delivered to the wire, the records not delivered by reason (`runt`,
+/// `oversize`, `truncated`, `damaged`: `wire.rx_frames` plus these equal `records`), and the
+/// first such record with its byte offset (`first_error`, null when none).
+fn pcap_json(c: &dataplane::pcap::PcapCounters) -> Value {
+    let s = c.snapshot();
+    let mut v = json!({
+        "records": s.frames + s.bad_records,
+        "frames": s.frames,
+        "snapped": s.snapped_records,
+        "first_error": c.first_error(),
+    });
+    for r in dataplane::pcap::PcapDrop::ALL {
+        v[r.as_str()] = json!(s.dropped(r));
+    }
+    v
 }
 
 /// Waits for the workers, printing the live stats line and enforcing `duration_s`.
@@ -673,6 +696,21 @@ pub fn print_summary(s: &Value, to: &mut dyn std::io::Write) -> std::io::Result<
             s["throughput_gbps"].as_f64().unwrap_or(0.0),
             s["virtual_time_ns"],
         )?;
+    }
+    let p = &s["pcap"];
+    if p.is_object() {
+        let reasons =
+            dataplane::pcap::PcapDrop::ALL.map(|r| format!("{} {}", r.as_str(), p[r.as_str()]));
+        writeln!(
+            to,
+            "  rx pcap: {} records, {} frames delivered, not delivered: {}",
+            p["records"],
+            p["frames"],
+            reasons.join(", ")
+        )?;
+        if let Some(e) = p["first_error"].as_str() {
+            writeln!(to, "    first record not delivered: {e}")?;
+        }
     }
     let drops: Vec<String> = s["drops"]
         .as_object()

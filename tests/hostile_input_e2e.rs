@@ -118,3 +118,149 @@ fn sizes_no_machine_can_hold_are_refused_up_front() {
         );
     }
 }
+
+/// Appends one pcap record (little-endian, microsecond timestamps) with explicit lengths.
+fn pcap_record(out: &mut Vec<u8>, i: u32, incl: u32, data: &[u8]) {
+    out.extend_from_slice(&(1_700_000_000 + i).to_le_bytes());
+    out.extend_from_slice(&(1_000 * i).to_le_bytes());
+    out.extend_from_slice(&incl.to_le_bytes());
+    out.extend_from_slice(&incl.to_le_bytes());
+    out.extend_from_slice(data);
+}
+
+/// A UDP/IPv4 frame of `len` bytes (at least 42) with recognisable payload bytes.
+fn udp_frame(i: u32, len: usize) -> Vec<u8> {
+    let mut f: Vec<u8> = (0..len).map(|j| (j as u32 * 7 + i * 31) as u8).collect();
+    f[..12].copy_from_slice(&[2, 0, 0, 0, 0, 1, 2, 0, 0, 0, 0, 2]);
+    f[12..14].copy_from_slice(&[0x08, 0x00]);
+    let ip_len = (len - 14) as u16;
+    let mut ip = [
+        0x45, 0, 0, 0, 0, 0, 0x40, 0, 64, 17, 0, 0, 192, 168, 1, 2, 10, 9, 0, 1,
+    ];
+    ip[2..4].copy_from_slice(&ip_len.to_be_bytes());
+    let sum = !ip
+        .chunks(2)
+        .map(|c| u32::from(u16::from_be_bytes([c[0], c[1]])))
+        .sum::<u32>()
+        .wrapping_rem(0xffff) as u16;
+    ip[10..12].copy_from_slice(&sum.to_be_bytes());
+    f[14..34].copy_from_slice(&ip);
+    f[34..36].copy_from_slice(&(1000 + i as u16).to_be_bytes());
+    f[36..38].copy_from_slice(&80u16.to_be_bytes());
+    f[38..40].copy_from_slice(&(ip_len - 20).to_be_bytes());
+    f[40..42].copy_from_slice(&[0, 0]);
+    f
+}
+
+/// A hostile capture of 15 records: 7 good frames, runts of 0, 1 and 13 B, intact records of
+/// 70 000 and 300 000 B, a header claiming 2 GB, random bytes where a record should be, and a
+/// truncated last record.
+fn hostile_pcap() -> (Vec<u8>, usize) {
+    let mut b = Vec::new();
+    for v in [0xa1b2_c3d4u32, 0x0004_0002, 0, 0, 65_535, 1] {
+        b.extend_from_slice(&v.to_le_bytes());
+    }
+    b.truncate(24);
+    let mut good = 0;
+    for (i, len) in [
+        (0u32, 60i64),
+        (1, -0),
+        (2, 1000),
+        (3, -1),
+        (4, -13),
+        (5, 1514),
+        (6, -70_000),
+        (7, 61),
+        (8, -300_000),
+        (9, 128),
+        (10, -2_000_000_000),
+        (11, 64),
+        (12, -1),
+        (13, 200),
+        (14, -100),
+    ] {
+        match (i, len) {
+            (10, _) => pcap_record(&mut b, i, 2_000_000_000, &udp_frame(i, 60)),
+            (12, _) => {
+                let mut x = 0x9e37_79b9_7f4a_7c15u64;
+                let mut g: Vec<u8> = (0..1000)
+                    .map(|_| {
+                        x ^= x << 13;
+                        x ^= x >> 7;
+                        x ^= x << 17;
+                        x as u8
+                    })
+                    .collect();
+                g[8..12].copy_from_slice(&u32::MAX.to_le_bytes());
+                b.extend_from_slice(&g);
+            }
+            (14, _) => pcap_record(&mut b, i, 100, &udp_frame(i, 60)[..30]),
+            (_, l) if l > 0 => {
+                pcap_record(&mut b, i, l as u32, &udp_frame(i, l as usize));
+                good += 1;
+            }
+            (_, l) => {
+                let n = (-l) as usize;
+                let data: Vec<u8> = (0..n).map(|j| j as u8).collect();
+                pcap_record(&mut b, i, n as u32, &data);
+            }
+        }
+    }
+    (b, good)
+}
+
+/// Every record of a hostile capture is accounted for in every mode: `wire.rx_frames` plus the
+/// `pcap.*` counters equal the 15 records in the file (damaged ones once vanished and a record
+/// over 256 KiB ended the file), every frame received is transmitted or counted as a drop, and
+/// the summary names the first record not delivered with its byte offset.
+#[test]
+fn every_record_of_a_hostile_rx_pcap_is_accounted_for() {
+    let (bytes, good) = hostile_pcap();
+    let input = tmp("hostile.pcap");
+    std::fs::write(&input, &bytes).unwrap();
+    for mode in ["host", "split", "nic-payload", "nic-inline"] {
+        let out = run_default(&[
+            "--rx-pcap",
+            input.to_str().unwrap(),
+            "--mode",
+            mode,
+            "--json",
+            "-q",
+        ]);
+        let err = String::from_utf8_lossy(&out.stderr);
+        assert_eq!(out.status.code(), Some(0), "{mode}: {err}");
+        let s: serde_json::Value = serde_json::from_slice(&out.stdout).unwrap();
+        let p = &s["pcap"];
+        let n = |v: &serde_json::Value| v.as_u64().unwrap_or_else(|| panic!("{mode}: {s}"));
+        let reasons: Vec<u64> = ["runt", "oversize", "truncated", "damaged"]
+            .iter()
+            .map(|k| n(&p[*k]))
+            .collect();
+        assert_eq!(
+            reasons,
+            [3, 2, 1, 2],
+            "{mode}: runt, oversize, truncated, damaged"
+        );
+        assert_eq!(n(&p["records"]), 15, "{mode}");
+        assert_eq!(n(&p["frames"]), good as u64, "{mode}");
+        let rx_frames = n(&s["wire"]["rx_frames"]);
+        assert_eq!(rx_frames + reasons.iter().sum::<u64>(), 15, "{mode}: {s}");
+        let drops: u64 = s["drops"]
+            .as_object()
+            .unwrap()
+            .values()
+            .map(|v| v.as_u64().unwrap())
+            .sum();
+        assert_eq!(
+            n(&s["packets_rx"]),
+            n(&s["packets_tx"]) + drops,
+            "{mode}: rx = tx + drops: {s}"
+        );
+        let first = p["first_error"].as_str().unwrap();
+        assert!(
+            first.contains("hostile.pcap") && first.contains("record 1 at byte 100"),
+            "{first}"
+        );
+        assert!(err.contains("rx pcap: 15 records"), "{err}");
+    }
+}
