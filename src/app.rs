@@ -48,13 +48,27 @@ pub enum RunError {
     Config(ConfigError),
     /// Setting up the run failed; nothing ran.
     Setup(String),
+    /// The run started but an output it must write failed (a `--tx-pcap` capture, an NF's dump
+    /// file): the results are incomplete, so the run failed.
+    Output(String),
+}
+
+impl RunError {
+    /// The process exit code for this error: 2 when nothing ran (bad config or setup), 1 when
+    /// the run started and failed.
+    pub fn exit_code(&self) -> u8 {
+        match self {
+            RunError::Config(_) | RunError::Setup(_) => 2,
+            RunError::Output(_) => 1,
+        }
+    }
 }
 
 impl std::fmt::Display for RunError {
     fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
         match self {
             RunError::Config(e) => e.fmt(f),
-            RunError::Setup(s) => f.write_str(s),
+            RunError::Setup(s) | RunError::Output(s) => f.write_str(s),
         }
     }
 }
@@ -110,6 +124,16 @@ pub fn load_config(opts: &RunOptions) -> Result<RunConfig, ConfigError> {
 
 /// Runs the config; returns the JSON summary.
 pub fn run(opts: &RunOptions) -> Result<Value, RunError> {
+    if let (Some(rx), Some(tx)) = (&opts.rx_pcap, &opts.tx_pcap)
+        && same_file(rx, tx)
+    {
+        return Err(RunError::Setup(format!(
+            "--rx-pcap {} and --tx-pcap {} are the same file: writing the capture would destroy \
+             the input; give --tx-pcap another path",
+            rx.display(),
+            tx.display()
+        )));
+    }
     #[cfg(feature = "dpdk")]
     if let Some(summary) = crate::dpdk_run::run_if_dpdk(opts)? {
         return Ok(summary);
@@ -164,11 +188,13 @@ pub fn run(opts: &RunOptions) -> Result<Value, RunError> {
             (src, Some(sink))
         }
     };
+    let mut tx_pcap = None;
     let tx: Box<dyn FrameSink> = match (&opts.tx_pcap, checker) {
         (Some(p), chk) => {
-            let pcap: Box<dyn FrameSink> = Box::new(
-                dataplane::pcap::PcapSink::create(p).map_err(|e| RunError::Setup(e.to_string()))?,
-            );
+            let sink =
+                dataplane::pcap::PcapSink::create(p).map_err(|e| RunError::Setup(e.to_string()))?;
+            tx_pcap = Some(sink.counters());
+            let pcap: Box<dyn FrameSink> = Box::new(sink);
             match chk {
                 Some(c) => Box::new(Tee(pcap, c)),
                 None => pcap,
@@ -225,6 +251,7 @@ pub fn run(opts: &RunOptions) -> Result<Value, RunError> {
         &model_sink,
         &control,
         traffic.as_ref(),
+        tx_pcap.as_deref(),
         start,
     );
     let reports: Vec<WorkerReport> = handles
@@ -236,6 +263,16 @@ pub fn run(opts: &RunOptions) -> Result<Value, RunError> {
         .collect::<Result<_, _>>()?;
     let elapsed = start.elapsed().as_secs_f64();
     port.join();
+    // The capture is flushed once the port is joined: a failed write (now or while running,
+    // which stopped the run) fails the run with the file and the OS error.
+    if let Some(c) = &tx_pcap
+        && c.write_errors.load(Ordering::Relaxed) > 0
+    {
+        return Err(RunError::Output(format!(
+            "--tx-pcap: {}; the capture is incomplete, so the run failed",
+            c.first_error().unwrap_or("write failed")
+        )));
+    }
     let traffic_report = traffic.as_ref().map(|t| t.report());
     let nat_report = traffic
         .as_ref()
@@ -274,7 +311,24 @@ fn pcap_json(c: &dataplane::pcap::PcapCounters) -> Value {
     v
 }
 
-/// Waits for the workers, printing the live stats line and enforcing `duration_s`.
+/// True when `a` and `b` name the same existing file (through hard links or symbolic links too).
+pub(crate) fn same_file(a: &std::path::Path, b: &std::path::Path) -> bool {
+    #[cfg(unix)]
+    {
+        use std::os::unix::fs::MetadataExt;
+        match (std::fs::metadata(a), std::fs::metadata(b)) {
+            (Ok(x), Ok(y)) => x.dev() == y.dev() && x.ino() == y.ino(),
+            _ => false,
+        }
+    }
+    #[cfg(not(unix))]
+    {
+        matches!((a.canonicalize(), b.canonicalize()), (Ok(x), Ok(y)) if x == y)
+    }
+}
+
+/// Waits for the workers, printing the live stats line and enforcing `duration_s`; stops the run
+/// when the `--tx-pcap` capture fails to write.
 #[allow(clippy::too_many_arguments)]
 fn supervise(
     cfg: &RunConfig,
@@ -284,6 +338,7 @@ fn supervise(
     model: &ModelSink,
     control: &RunControl,
     traffic: Option<&Traffic>,
+    tx_pcap: Option<&dataplane::pcap::PcapCounters>,
     start: Instant,
 ) {
     // `check` guarantees a finite, non-negative interval; 0 turns the live line off.
@@ -295,7 +350,8 @@ fn supervise(
     while !handles.iter().all(|h| h.is_finished()) {
         std::thread::sleep(Duration::from_millis(20));
         let el = start.elapsed();
-        if cfg.run.duration_s > 0.0 && el.as_secs_f64() >= cfg.run.duration_s {
+        let write_failed = tx_pcap.is_some_and(|c| c.write_errors.load(Ordering::Relaxed) > 0);
+        if write_failed || (cfg.run.duration_s > 0.0 && el.as_secs_f64() >= cfg.run.duration_s) {
             if let Some(t) = traffic {
                 t.stop();
             }

@@ -174,6 +174,36 @@ pub fn check(path: &Path, cfg: &RunConfig, d: &DpdkSection) -> Result<(), Config
             ));
         }
     }
+    // A net_pcap port writing the file another (or the same) port reads would destroy the input.
+    let files = |key: &str| -> Vec<(usize, std::path::PathBuf)> {
+        d.ports
+            .iter()
+            .enumerate()
+            .flat_map(|(i, p)| {
+                p.devargs
+                    .split(',')
+                    .filter_map(|kv| kv.trim().strip_prefix(key)?.strip_prefix('='))
+                    .map(move |f| (i, std::path::PathBuf::from(f)))
+            })
+            .collect()
+    };
+    for (ti, tx) in files("tx_pcap") {
+        if let Some((ri, rx)) = files("rx_pcap")
+            .into_iter()
+            .find(|(_, rx)| crate::app::same_file(rx, &tx))
+        {
+            return Err(config_err(
+                path,
+                &format!("dpdk.ports[{ti}].devargs"),
+                format!(
+                    "tx_pcap={} is the file dpdk.ports[{ri}] reads (rx_pcap={}): writing the \
+                     capture would destroy the input; give tx_pcap another path",
+                    tx.display(),
+                    rx.display()
+                ),
+            ));
+        }
+    }
     for (k, n) in [("dpdk.rx_desc", d.rx_desc), ("dpdk.tx_desc", d.tx_desc)] {
         if !(16..=16384).contains(&n) {
             return Err(config_err(

@@ -438,3 +438,32 @@ fn emulated_nicmem_the_machine_cannot_hold_is_refused() {
     );
     assert!(dpdk_run::load(&opts(DatapathMode::Host)).is_ok());
 }
+
+/// A `net_pcap` port whose `tx_pcap` is the file a port reads is refused before EAL starts (the
+/// capture would overwrite the input).
+#[test]
+fn net_pcap_writing_its_own_input_is_refused() {
+    let input = tmp("loop-in.pcap");
+    dataplane::pcap::write_all(&input, golden_frames()).unwrap();
+    let before = std::fs::read(&input).unwrap();
+    let i = input.display();
+    for ports in [
+        format!("dpdk.ports=[{{devargs=\"net_pcap0,rx_pcap={i},tx_pcap={i}\"}}]"),
+        format!(
+            "dpdk.ports=[{{devargs=\"net_pcap0,rx_pcap={i}\"}},\
+             {{devargs=\"net_pcap1,rx_pcap=/dev/null,tx_pcap={i}\"}}]"
+        ),
+    ] {
+        let e = dpdk_run::load(&RunOptions {
+            config: root().join("configs/dpdk-pcap.toml"),
+            sets: vec![ports.clone()],
+            ..RunOptions::default()
+        })
+        .unwrap_err();
+        assert!(
+            e.key.ends_with("].devargs") && e.msg.contains("destroy the input"),
+            "{e}"
+        );
+    }
+    assert_eq!(std::fs::read(&input).unwrap(), before);
+}

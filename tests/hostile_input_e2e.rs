@@ -264,3 +264,53 @@ fn every_record_of_a_hostile_rx_pcap_is_accounted_for() {
         assert!(err.contains("rx pcap: 15 records"), "{err}");
     }
 }
+
+/// A capture that cannot be written fails the run (rc 1) with the file and the OS error, early
+/// when the writes fail while running and at the end when only the final flush does; it once
+/// ended with rc 0 and no word.
+#[test]
+fn tx_pcap_write_errors_fail_the_run_with_path_and_errno() {
+    if !std::path::Path::new("/dev/full").exists() {
+        return;
+    }
+    for packets in ["100", "200000"] {
+        let out = run_default(&[
+            "--packets",
+            packets,
+            "-q",
+            "--json",
+            "--tx-pcap",
+            "/dev/full",
+        ]);
+        let err = String::from_utf8_lossy(&out.stderr);
+        assert_eq!(out.status.code(), Some(1), "{packets}: {err}");
+        assert!(out.stdout.is_empty(), "no summary of a failed run: {err}");
+        assert!(
+            err.contains("/dev/full") && err.contains("os error 28"),
+            "{packets}: {err}"
+        );
+    }
+}
+
+/// The same file as `--rx-pcap` and `--tx-pcap` (directly or through a link) is refused before
+/// anything is written: it once overwrote the input.
+#[test]
+fn the_same_file_for_rx_and_tx_pcap_is_refused() {
+    let input = tmp("same.pcap");
+    let (bytes, _) = hostile_pcap();
+    std::fs::write(&input, &bytes).unwrap();
+    let link = tmp("same-link.pcap");
+    let _ = std::fs::remove_file(&link);
+    std::fs::hard_link(&input, &link).unwrap();
+    for tx in [&input, &link] {
+        let out = run_default(&[
+            "-q",
+            "--rx-pcap",
+            input.to_str().unwrap(),
+            "--tx-pcap",
+            tx.to_str().unwrap(),
+        ]);
+        assert_refused(&out, &["same file", "same.pcap"]);
+        assert_eq!(std::fs::read(&input).unwrap(), bytes, "input untouched");
+    }
+}

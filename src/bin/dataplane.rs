@@ -163,7 +163,7 @@ fn main() -> ExitCode {
                 }
                 Err(e) => {
                     eprintln!("error: {e}");
-                    ExitCode::from(2)
+                    ExitCode::from(e.exit_code())
                 }
             }
         }
