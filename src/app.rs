@@ -149,6 +149,7 @@ pub fn run(opts: &RunOptions) -> Result<Value, RunError> {
         needs.extend(crate::footprint::nf_needs(&cfg));
         crate::footprint::check(path, &needs, workers, machine)?;
     }
+    cfg.check_outputs(path)?;
     // Build every NF chain first: a bad pipeline fails before any packet moves.
     let chains = (0..workers)
         .map(|w| cfg.build_chain(path, w, workers))
@@ -263,6 +264,7 @@ pub fn run(opts: &RunOptions) -> Result<Value, RunError> {
         .collect::<Result<_, _>>()?;
     let elapsed = start.elapsed().as_secs_f64();
     port.join();
+    nf_output_errors(&reports)?;
     // The capture is flushed once the port is joined: a failed write (now or while running,
     // which stopped the run) fails the run with the file and the OS error.
     if let Some(c) = &tx_pcap
@@ -309,6 +311,27 @@ fn pcap_json(c: &dataplane::pcap::PcapCounters) -> Value {
         v[r.as_str()] = json!(s.dropped(r));
     }
     v
+}
+
+/// Fails the run when a network function could not write its output at the end (a flow
+/// counter's `dump_error`): its results are lost, so the run must not look successful.
+pub(crate) fn nf_output_errors(reports: &[WorkerReport]) -> Result<(), RunError> {
+    let errors: Vec<String> = reports
+        .iter()
+        .flat_map(|r| &r.nf_stats)
+        .filter_map(|(name, stats)| {
+            let e = stats.get("dump_error")?.as_str()?;
+            Some(format!("{name}: cannot write its dump {e}"))
+        })
+        .collect();
+    if errors.is_empty() {
+        Ok(())
+    } else {
+        Err(RunError::Output(format!(
+            "{}; the run's results are incomplete, so it failed",
+            errors.join("; ")
+        )))
+    }
 }
 
 /// True when `a` and `b` name the same existing file (through hard links or symbolic links too).

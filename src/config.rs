@@ -392,6 +392,32 @@ impl RunConfig {
         Ok(())
     }
 
+    /// Checks that the files the pipeline writes at the end of the run can be written, so that a
+    /// run does not go through all its packets to fail at its last step: a flow counter's
+    /// `dump_path` (for each worker's file, `{worker}` substituted) must not be a directory, and
+    /// its folder must exist and accept a new file (probed with a file created and removed).
+    pub fn check_outputs(&self, path: &Path) -> Result<(), ConfigError> {
+        let workers = self.run.workers.max(1);
+        for (i, nf) in self.pipeline.iter().enumerate() {
+            let name = nf.get("name").and_then(|v| v.as_str()).unwrap_or("");
+            if !matches!(name, "flow_counter" | "flow-counter") {
+                continue;
+            }
+            let Some(toml::Value::String(dump)) = nf.get("dump_path") else {
+                continue;
+            };
+            for w in 0..workers {
+                let file = PathBuf::from(dump.replace("{worker}", &w.to_string()));
+                check_writable(&file).map_err(|msg| ConfigError {
+                    file: path.to_path_buf(),
+                    key: format!("pipeline[{i}].dump_path"),
+                    msg: format!("`{}`: {msg}", file.display()),
+                })?;
+            }
+        }
+        Ok(())
+    }
+
     /// The hardware profile: `nic.profile` (built-in name, or a path relative to the config
     /// file's folder or the working directory) with the config's other `[nic]` and `[host]` keys
     /// applied as overrides, then validated. Errors name the file and the key.
@@ -620,6 +646,38 @@ pub const PORT_TRAFFIC_KEYS: [&str; 3] = ["rate_gbps", "nat_return", "return_rat
 /// file).
 pub fn read_config_text(path: &Path) -> Result<String, String> {
     dataplane::textfile::read_bounded(path, dataplane::textfile::MAX_TEXT_FILE)
+}
+
+/// Whether a file can be created or replaced at `file`: not a directory, in an existing folder
+/// that accepts a new file. The error says what is wrong.
+fn check_writable(file: &Path) -> Result<(), String> {
+    if file.is_dir() {
+        return Err("is a directory; give a file name".into());
+    }
+    let dir = match file.parent() {
+        Some(d) if !d.as_os_str().is_empty() => d.to_path_buf(),
+        _ => PathBuf::from("."),
+    };
+    if !dir.is_dir() {
+        return Err(format!(
+            "its folder {} does not exist or is not a folder",
+            dir.display()
+        ));
+    }
+    let probe = dir.join(format!(".nmdp-write-check-{}", std::process::id()));
+    std::fs::OpenOptions::new()
+        .write(true)
+        .create_new(true)
+        .open(&probe)
+        .map_err(|e| format!("cannot create a file in {}: {e}", dir.display()))?;
+    let _ = std::fs::remove_file(&probe);
+    if file.exists() {
+        std::fs::OpenOptions::new()
+            .append(true)
+            .open(file)
+            .map_err(|e| format!("cannot be written: {e}"))?;
+    }
+    Ok(())
 }
 
 /// Longest `run.duration_s`: one year. Longer runs are stopped by hand (0 = no limit).

@@ -392,6 +392,7 @@ pub fn run(cfg: &RunConfig, d: &DpdkSection, opts: &RunOptions) -> Result<Value,
         ));
     }
     let workers = cfg.run.workers;
+    cfg.check_outputs(path)?;
     let chains = (0..workers)
         .map(|w| cfg.build_chain(path, w, workers))
         .collect::<Result<Vec<_>, _>>()?;
@@ -500,6 +501,7 @@ pub fn run(cfg: &RunConfig, d: &DpdkSection, opts: &RunOptions) -> Result<Value,
         })
         .collect::<Result<_, _>>()?;
     let elapsed = start.elapsed().as_secs_f64();
+    crate::app::nf_output_errors(&reports)?;
     Ok(summary(cfg, &handles, caps, &reports, elapsed))
 }
 

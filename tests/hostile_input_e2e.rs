@@ -314,3 +314,58 @@ fn the_same_file_for_rx_and_tx_pcap_is_refused() {
         assert_eq!(std::fs::read(&input).unwrap(), bytes, "input untouched");
     }
 }
+
+/// A flow counter dump that cannot be written fails the run: a missing folder or a directory is
+/// refused before the run (rc 2, the pipeline key), a write that fails at the end fails the run
+/// (rc 1, the file and the OS error). It once ended with rc 0, the error only inside the JSON.
+#[test]
+fn flow_counter_dumps_that_cannot_be_written_fail_the_run() {
+    let cfg = config("flow-counter.toml");
+    let run_fc = |dump: &str| {
+        let set = format!("pipeline=[{{name=\"flow_counter\", flows=1000, dump_path=\"{dump}\"}}]");
+        dataplane(&[
+            "run",
+            cfg.to_str().unwrap(),
+            "--packets",
+            "1000",
+            "-q",
+            "--json",
+            "--set",
+            &set,
+        ])
+    };
+    let not_a_folder = tmp("plain-file");
+    std::fs::write(&not_a_folder, "x").unwrap();
+    for (dump, why) in [
+        ("/nonexistent-nmdp-dir/flows.csv", "does not exist"),
+        (
+            &format!("{}/flows.csv", not_a_folder.display()),
+            "not a folder",
+        ),
+        (std::env::temp_dir().to_str().unwrap(), "is a directory"),
+    ] {
+        let out = run_fc(dump);
+        assert_refused(&out, &["flow-counter.toml", "pipeline[0].dump_path", why]);
+    }
+    if std::path::Path::new("/dev/full").exists() {
+        let out = run_fc("/dev/full");
+        let err = String::from_utf8_lossy(&out.stderr);
+        assert_eq!(out.status.code(), Some(1), "{err}");
+        assert!(out.stdout.is_empty(), "{err}");
+        assert!(
+            err.contains("flow-counter")
+                && err.contains("/dev/full")
+                && err.contains("os error 28"),
+            "{err}"
+        );
+    }
+    let ok = tmp("flows.csv");
+    let out = run_fc(ok.to_str().unwrap());
+    assert_eq!(
+        out.status.code(),
+        Some(0),
+        "{}",
+        String::from_utf8_lossy(&out.stderr)
+    );
+    assert!(std::fs::read_to_string(&ok).unwrap().starts_with("src,dst"));
+}
