@@ -369,3 +369,22 @@ fn flow_counter_dumps_that_cannot_be_written_fail_the_run() {
     );
     assert!(std::fs::read_to_string(&ok).unwrap().starts_with("src,dst"));
 }
+
+/// `dataplane model` refuses loads and frame sizes it cannot describe, naming the range (it
+/// once printed NaN utilisations for `nan` and computed a 100 000 B frame).
+#[test]
+fn model_rejects_impossible_loads_and_frame_sizes() {
+    let model = |extra: &[&str]| {
+        let mut a = vec!["model", "--mode", "host"];
+        a.extend_from_slice(extra);
+        dataplane(&a)
+    };
+    for g in ["-5", "nan", "inf", "0", "1000"] {
+        let out = model(&["--frame-size", "64", "--offered-gbps", g]);
+        assert_refused(&out, &["offered load", "allowed 0 < load <= 100 Gb/s"]);
+    }
+    let out = model(&["--frame-size", "100000"]);
+    assert_refused(&out, &["frame size 100000 B", "allowed 64..=9022 B"]);
+    let out = model(&["--frame-size", "1518", "--offered-gbps", "50"]);
+    assert_eq!(out.status.code(), Some(0));
+}
