@@ -171,6 +171,14 @@ pub fn run(opts: &RunOptions) -> Result<Value, RunError> {
             })?,
         )
     } else {
+        // The generator does not run, but a bad [traffic] section is still a bad config.
+        crate::traffic::generator_config(&cfg.generator_table(), cfg.vnic.max_frame).map_err(
+            |(key, msg)| ConfigError {
+                file: path.to_path_buf(),
+                key,
+                msg: format!("{msg} ([traffic] is checked with --rx-pcap too)"),
+            },
+        )?;
         None
     };
     let mut rx_pcap = None;

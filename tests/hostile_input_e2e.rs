@@ -388,3 +388,40 @@ fn model_rejects_impossible_loads_and_frame_sizes() {
     let out = model(&["--frame-size", "1518", "--offered-gbps", "50"]);
     assert_eq!(out.status.code(), Some(0));
 }
+
+/// A frame size the port cannot carry is refused with the range `vnic.max_frame` allows (the
+/// message once said 64..=16388 where 1518 was the limit), and `[traffic]` is checked even when
+/// `--rx-pcap` replaces the generator (it was once ignored).
+#[test]
+fn frame_size_errors_state_the_real_bound_and_traffic_is_checked_with_rx_pcap() {
+    for (sets, allowed) in [
+        (vec!["traffic.frame_size=20000"], "allowed 64..=1518 B"),
+        (vec!["traffic.frame_size=20"], "allowed 64..=1518 B"),
+        (
+            vec!["traffic.frame_size=20000", "vnic.max_frame=9018"],
+            "allowed 64..=9022 B",
+        ),
+        (
+            vec!["traffic.size_mix=\"imix\"", "vnic.max_frame=1000"],
+            "allowed 64..=1004 B",
+        ),
+    ] {
+        let mut args = vec!["--packets", "10", "-q"];
+        for s in &sets {
+            args.extend(["--set", s]);
+        }
+        let out = run_default(&args);
+        assert_refused(&out, &["default.toml", "traffic.", allowed]);
+        let err = String::from_utf8_lossy(&out.stderr);
+        assert!(!err.contains("16388"), "{err}");
+    }
+    let input = tmp("one-frame.pcap");
+    dataplane::pcap::write_all(&input, [udp_frame(0, 60)]).unwrap();
+    let pcap = input.to_str().unwrap();
+    let out = run_default(&["-q", "--rx-pcap", pcap, "--set", "traffic.frame_size=20000"]);
+    assert_refused(&out, &["traffic.frame_size", "--rx-pcap"]);
+    let out = run_default(&["-q", "--rx-pcap", pcap, "--set", "traffic.flows=0"]);
+    assert_refused(&out, &["traffic.flows"]);
+    let out = run_default(&["-q", "--rx-pcap", pcap]);
+    assert_eq!(out.status.code(), Some(0));
+}
