@@ -140,6 +140,7 @@ pub fn run(opts: &RunOptions) -> Result<Value, RunError> {
     }
     let cfg = load_config(opts)?;
     let path = opts.config.as_path();
+    let warnings = print_warnings(&cfg, path);
     let workers = cfg.run.workers;
     let profile = cfg.profile(path)?;
     let offered = cfg.offered_gbps(path, &profile)?;
@@ -300,7 +301,18 @@ pub fn run(opts: &RunOptions) -> Result<Value, RunError> {
     if let Some(c) = &rx_pcap {
         out["pcap"] = pcap_json(c);
     }
+    out["warnings"] = json!(warnings);
     Ok(out)
+}
+
+/// Prints the config's warnings ([`RunConfig::warnings`]) to stderr and returns them (for the
+/// summary's `warnings`).
+pub(crate) fn print_warnings(cfg: &RunConfig, path: &std::path::Path) -> Vec<String> {
+    let warnings = cfg.warnings(path);
+    for w in &warnings {
+        eprintln!("warning: config {}: {w}", path.display());
+    }
+    warnings
 }
 
 /// The `pcap` object of a run replaying `--rx-pcap`: the records read (`records`, per pass

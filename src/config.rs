@@ -175,6 +175,9 @@ pub struct RunConfig {
     /// `[[pipeline]]`: the NF chain, each entry a `name` plus that function's parameters.
     #[serde(default)]
     pub pipeline: Vec<toml::Table>,
+    /// The config file set no key at all (see [`RunConfig::warnings`]).
+    #[serde(skip)]
+    file_sets_nothing: bool,
 }
 
 impl RunConfig {
@@ -189,11 +192,14 @@ impl RunConfig {
         let mut table: toml::Table = text
             .parse()
             .map_err(|e: toml::de::Error| err("", format!("not valid TOML: {}", e.message())))?;
+        let file_sets_nothing = table.is_empty();
         for o in overrides {
             dataplane::model::overrides::apply_assignment(&mut table, o)
                 .map_err(|m| err(o.split('=').next().unwrap_or(""), m))?;
         }
-        Self::from_table(path, table)
+        let mut cfg = Self::from_table(path, table)?;
+        cfg.file_sets_nothing = file_sets_nothing;
+        Ok(cfg)
     }
 
     /// Checks a parsed table (after overrides).
@@ -418,6 +424,83 @@ impl RunConfig {
         Ok(())
     }
 
+    /// The `nic.profile` the config names (default [`DEFAULT_PROFILE`]), its TOML table before
+    /// the config's `[nic]` and `[host]` overrides, and whether it is a built-in profile.
+    fn profile_table(&self, path: &Path) -> Result<(String, toml::Table, bool), ConfigError> {
+        let err = |msg: String| ConfigError {
+            file: path.to_path_buf(),
+            key: "nic.profile".into(),
+            msg,
+        };
+        let spec = match self.nic.get("profile") {
+            Some(toml::Value::String(s)) => s.clone(),
+            _ => DEFAULT_PROFILE.to_string(),
+        };
+        let builtin = dataplane::model::profile::BUILTIN_PROFILES
+            .iter()
+            .find(|(n, _)| *n == spec);
+        let text = match builtin {
+            Some((_, text)) => text.to_string(),
+            None => {
+                let rel = path.parent().map(|d| d.join(&spec));
+                let file = match rel {
+                    Some(r) if r.exists() => r,
+                    _ => PathBuf::from(&spec),
+                };
+                read_config_text(&file).map_err(|e| {
+                    err(format!(
+                        "`{spec}` is neither a built-in profile ({}) nor a readable profile \
+                         file: {e}",
+                        builtin_names()
+                    ))
+                })?
+            }
+        };
+        let table: toml::Table = text.parse().map_err(|e: toml::de::Error| {
+            err(format!("profile `{spec}`: not valid TOML: {}", e.message()))
+        })?;
+        Ok((spec, table, builtin.is_some()))
+    }
+
+    /// What the config does that its author may not expect, one sentence each (the run prints
+    /// them as warnings; nothing here is an error):
+    /// - `datapath.tx_inline` above `datapath.split_offset` in `nic-inline`: only the header
+    ///   segment can be inlined, so the effective inline size is `split_offset` (decided as a
+    ///   warning rather than an error: the config still runs exactly as the warning says);
+    /// - a config file that sets no key, and an empty `[[pipeline]]`: frames are forwarded
+    ///   unchanged;
+    /// - a `nic.profile` file that sets no key: every profile key takes its default.
+    pub fn warnings(&self, path: &Path) -> Vec<String> {
+        let mut w = Vec::new();
+        let d = &self.datapath;
+        if d.mode == DatapathMode::NicInline && d.tx_inline > d.split_offset {
+            w.push(format!(
+                "datapath.tx_inline = {} exceeds the header segment (datapath.split_offset = {}): \
+                 nic-inline inlines {} B per packet",
+                d.tx_inline, d.split_offset, d.split_offset
+            ));
+        }
+        if self.file_sets_nothing {
+            w.push("the file sets no key: every key takes its default".into());
+        }
+        if self.pipeline.is_empty() {
+            w.push(format!(
+                "no [[pipeline]]: frames are forwarded unchanged, as with a single io_fwd; add \
+                 [[pipeline]] entries ({}) to process them",
+                nfs::NF_NAMES.join(", ")
+            ));
+        }
+        if let Ok((spec, table, false)) = self.profile_table(path)
+            && table.is_empty()
+        {
+            w.push(format!(
+                "nic.profile `{spec}` sets no key: every profile key takes its default (the \
+                 values of {DEFAULT_PROFILE})"
+            ));
+        }
+        w
+    }
+
     /// The hardware profile: `nic.profile` (built-in name, or a path relative to the config
     /// file's folder or the working directory) with the config's other `[nic]` and `[host]` keys
     /// applied as overrides, then validated. Errors name the file and the key.
@@ -427,39 +510,7 @@ impl RunConfig {
             key: key.to_string(),
             msg,
         };
-        let spec = match self.nic.get("profile") {
-            Some(toml::Value::String(s)) => s.clone(),
-            _ => DEFAULT_PROFILE.to_string(),
-        };
-        let text = match dataplane::model::profile::BUILTIN_PROFILES
-            .iter()
-            .find(|(n, _)| *n == spec)
-        {
-            Some((_, text)) => text.to_string(),
-            None => {
-                let rel = path.parent().map(|d| d.join(&spec));
-                let file = match rel {
-                    Some(r) if r.exists() => r,
-                    _ => PathBuf::from(&spec),
-                };
-                read_config_text(&file).map_err(|e| {
-                    err(
-                        "nic.profile",
-                        format!(
-                            "`{spec}` is neither a built-in profile ({}) nor a readable profile \
-                             file: {e}",
-                            builtin_names()
-                        ),
-                    )
-                })?
-            }
-        };
-        let mut table: toml::Table = text.parse().map_err(|e: toml::de::Error| {
-            err(
-                "nic.profile",
-                format!("profile `{spec}`: not valid TOML: {}", e.message()),
-            )
-        })?;
+        let (spec, mut table, _) = self.profile_table(path)?;
         let mut nic = self.nic.clone();
         nic.remove("profile");
         merge(&mut table, "nic", nic);
@@ -787,6 +838,58 @@ mod tests {
             };
             assert_eq!(got.to_string(), max, "{key} at its maximum is accepted");
         }
+    }
+
+    /// Configs that run, but not as their author may expect, say so: an inline size the header
+    /// segment cannot hold, no pipeline, an empty config or profile file.
+    #[test]
+    fn surprising_configs_are_warned_about() {
+        let p = Path::new("t.toml");
+        let macswap = "[[pipeline]]\nname = \"macswap\"\n";
+        assert!(load_str(macswap, &[]).unwrap().warnings(p).is_empty());
+        let w = load_str(macswap, &["datapath.tx_inline=128"])
+            .unwrap()
+            .warnings(p);
+        assert_eq!(w.len(), 1, "{w:?}");
+        assert!(
+            w[0].contains("datapath.tx_inline = 128") && w[0].contains("inlines 64 B"),
+            "{w:?}"
+        );
+        // Only nic-inline inlines.
+        let host = load_str(macswap, &["datapath.tx_inline=128", "datapath.mode=host"]).unwrap();
+        assert!(host.warnings(p).is_empty());
+        let w = load_str("", &[]).unwrap().warnings(p);
+        assert!(
+            w.len() == 1 && w[0].contains("no [[pipeline]]") && w[0].contains("unchanged"),
+            "{w:?}"
+        );
+
+        let dir = std::env::temp_dir().join(format!("nmdp-config-warn-{}", std::process::id()));
+        std::fs::create_dir_all(&dir).unwrap();
+        let empty = dir.join("empty.toml");
+        std::fs::write(&empty, "# nothing here\n").unwrap();
+        let c = RunConfig::load(&empty, &[]).unwrap();
+        let w = c.warnings(&empty);
+        assert!(w.iter().any(|m| m.contains("sets no key")), "{w:?}");
+        assert!(w.iter().any(|m| m.contains("no [[pipeline]]")), "{w:?}");
+        // An override alone does not make the file set something.
+        let c = RunConfig::load(&empty, &["run.workers=2".into()]).unwrap();
+        assert!(c.warnings(&empty).iter().any(|m| m.contains("sets no key")));
+
+        let cfg = dir.join("with-profile.toml");
+        std::fs::write(&cfg, format!("[nic]\nprofile = \"empty.toml\"\n{macswap}")).unwrap();
+        let c = RunConfig::load(&cfg, &[]).unwrap();
+        let w = c.warnings(&cfg);
+        assert!(
+            w.len() == 1 && w[0].contains("nic.profile `empty.toml` sets no key"),
+            "{w:?}"
+        );
+        // ... and the defaults it gets are the default profile's, as the warning says.
+        assert_eq!(
+            c.profile(&cfg).unwrap(),
+            load_str("", &[]).unwrap().profile(p).unwrap()
+        );
+        std::fs::remove_dir_all(&dir).unwrap();
     }
 
     #[test]

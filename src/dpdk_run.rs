@@ -384,6 +384,7 @@ fn inject(cfg: &RunConfig, q: &mut dyn Queue, n: u32) -> Result<(), RunError> {
 /// they apply, plus `driver`, `ports`, `xstats`).
 pub fn run(cfg: &RunConfig, d: &DpdkSection, opts: &RunOptions) -> Result<Value, RunError> {
     let path = opts.config.as_path();
+    let warnings = crate::app::print_warnings(cfg, path);
     if opts.rx_pcap.is_some() || opts.tx_pcap.is_some() {
         return Err(RunError::Setup(
             "--rx-pcap/--tx-pcap are for the virtual NIC; on DPDK use a port \
@@ -502,7 +503,9 @@ pub fn run(cfg: &RunConfig, d: &DpdkSection, opts: &RunOptions) -> Result<Value,
         .collect::<Result<_, _>>()?;
     let elapsed = start.elapsed().as_secs_f64();
     crate::app::nf_output_errors(&reports)?;
-    Ok(summary(cfg, &handles, caps, &reports, elapsed))
+    let mut out = summary(cfg, &handles, caps, &reports, elapsed);
+    out["warnings"] = json!(warnings);
+    Ok(out)
 }
 
 fn summary(

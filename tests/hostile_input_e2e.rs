@@ -425,3 +425,37 @@ fn frame_size_errors_state_the_real_bound_and_traffic_is_checked_with_rx_pcap() 
     let out = run_default(&["-q", "--rx-pcap", pcap]);
     assert_eq!(out.status.code(), Some(0));
 }
+
+/// An empty config runs as plain forwarding, and says so (on stderr and in the summary's
+/// `warnings`); so does an inline size the header segment cannot hold. Both once ran without a
+/// word.
+#[test]
+fn empty_configs_and_clamped_inline_sizes_are_warned_about() {
+    let empty = tmp("empty.toml");
+    std::fs::write(&empty, "").unwrap();
+    let out = dataplane(&[
+        "run",
+        empty.to_str().unwrap(),
+        "--packets",
+        "100",
+        "-q",
+        "--json",
+    ]);
+    let err = String::from_utf8_lossy(&out.stderr);
+    assert_eq!(out.status.code(), Some(0), "{err}");
+    assert!(
+        err.contains("warning: config")
+            && err.contains("empty.toml")
+            && err.contains("no [[pipeline]]"),
+        "{err}"
+    );
+    let s: serde_json::Value = serde_json::from_slice(&out.stdout).unwrap();
+    assert_eq!(s["warnings"].as_array().unwrap().len(), 2, "{s}");
+    let out = run_default(&["--packets", "100", "-q", "--set", "datapath.tx_inline=200"]);
+    let err = String::from_utf8_lossy(&out.stderr);
+    assert_eq!(out.status.code(), Some(0), "{err}");
+    assert!(
+        err.contains("datapath.tx_inline = 200") && err.contains("inlines 64 B"),
+        "{err}"
+    );
+}
