@@ -6,7 +6,8 @@
 //! the buffers, pool free lists and NF tables are allocated (and, being zeroed, written) when the
 //! run starts, so such a run used to grow to tens of gigabytes and then abort in the allocator.
 //! [`check`] refuses it up front with the key that asks for the most and what it would need:
-//! `vnic.cache_size = 100000000 needs 291.4 GiB per worker, this machine has 23.5 GiB`.
+//! `vnic.cache_size = 100000000 needs 292.8 GiB of host memory per worker; the whole run needs
+//! 292.8 GiB and this machine has 23.5 GiB; lower it`.
 //!
 //! The estimate counts the bytes that are written (zeroed buffers, free lists, tables), which is
 //! what a machine must hold; address space that is reserved but never touched is not counted.
