@@ -388,8 +388,10 @@ struct Reader {
     path: PathBuf,
     r: BufReader<File>,
     fmt: FileFormat,
-    /// Length of the file when it was opened.
+    /// Length of the file when it was opened (`u64::MAX` for a stream).
     file_len: u64,
+    /// A regular file (records can be checked ahead and damage skipped); false for a stream.
+    seekable: bool,
     /// Index of the next record.
     index: u64,
     /// File offset of the next record.
@@ -409,7 +411,10 @@ impl Reader {
             source,
         };
         let file = File::open(path).map_err(|e| io("open", e))?;
-        let file_len = file.metadata().map_err(|e| io("read", e))?.len();
+        let meta = file.metadata().map_err(|e| io("read", e))?;
+        // A pipe or FIFO has no length and cannot seek: records are read as they come.
+        let seekable = meta.is_file();
+        let file_len = if seekable { meta.len() } else { u64::MAX };
         let mut r = BufReader::with_capacity(256 * 1024, file);
         let mut h = [0u8; GLOBAL_HEADER_LEN];
         let len = fill(&mut r, &mut h).map_err(|e| io("read", e))?;
@@ -419,6 +424,7 @@ impl Reader {
             r,
             fmt,
             file_len,
+            seekable,
             index: 0,
             offset: GLOBAL_HEADER_LEN as u64,
             scan: vec![0; RESYNC_WINDOW + RECORD_HEADER_LEN],
@@ -609,6 +615,9 @@ impl Reader {
                 snapped: orig > incl32,
             }));
         }
+        if !self.seekable {
+            return Err(self.skip_unseekable(start, incl, buf.len()));
+        }
         // The record does not fit the buffer or the file. Intact but too large for a frame buffer
         // if it fits the file and the next record starts where it ends; otherwise its header is
         // damaged (or the file was cut inside it).
@@ -662,6 +671,44 @@ impl Reader {
                 },
                 ends_pass: true,
             }),
+        }
+    }
+
+    /// A record too large for a frame buffer in a stream that cannot seek (a pipe): skipped by
+    /// reading it when its length is plausible (oversize, or truncated if the stream ends inside
+    /// it); otherwise the stream is out of sync and the pass ends (damaged).
+    fn skip_unseekable(&mut self, start: u64, incl: usize, max: usize) -> RecordFault {
+        if incl > MAX_PLAUSIBLE_RECORD {
+            return RecordFault {
+                reason: PcapDrop::Damaged,
+                error: PcapError::DamagedRecord {
+                    path: self.path.clone(),
+                    index: self.index,
+                    offset: start,
+                    len: incl,
+                    resumed_at: None,
+                },
+                ends_pass: true,
+            };
+        }
+        match io::copy(&mut (&mut self.r).take(incl as u64), &mut io::sink()) {
+            Ok(n) if n == incl as u64 => {
+                let fault = RecordFault {
+                    reason: PcapDrop::Oversize,
+                    error: PcapError::RecordTooLarge {
+                        path: self.path.clone(),
+                        index: self.index,
+                        offset: start,
+                        len: incl,
+                        max,
+                    },
+                    ends_pass: false,
+                };
+                self.advance(start + (RECORD_HEADER_LEN + incl) as u64);
+                fault
+            }
+            Ok(_) => self.truncated(start),
+            Err(e) => self.io_err(e),
         }
     }
 
@@ -1674,5 +1721,30 @@ mod tests {
         assert_eq!((c.runt, c.bad_records), (256, 256), "{c:?}");
         let e = src.counters().first_error().unwrap().to_string();
         assert!(e.contains(&format!("at byte {hole} has 0 bytes")), "{e}");
+    }
+
+    /// A capture read from a pipe (no length, no seeking) replays as before: good frames arrive,
+    /// an oversize record is skipped by reading it, and a truncated end is counted.
+    #[cfg(unix)]
+    #[test]
+    fn a_capture_from_a_pipe_replays_and_counts() {
+        let p = TempPath::new("fifo");
+        let made = std::process::Command::new("mkfifo")
+            .arg(&p.0)
+            .status()
+            .is_ok_and(|s| s.success());
+        if !made {
+            return;
+        }
+        let frames = vec![frame(0, 60), frame(1, 70_000), frame(2, 61)];
+        let mut bytes = raw_pcap(false, MAGIC_MICROS, 1, &frames);
+        bytes.truncate(bytes.len() - 10);
+        let path = p.0.clone();
+        let writer = std::thread::spawn(move || std::fs::write(path, bytes).unwrap());
+        let mut src = PcapSource::open(&p.0).unwrap();
+        assert_eq!(replay(&mut src), vec![frames[0].clone()]);
+        writer.join().unwrap();
+        let c = src.counters().snapshot();
+        assert_eq!((c.oversize, c.truncated, c.bad_records), (1, 1, 2), "{c:?}");
     }
 }
