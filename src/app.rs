@@ -48,13 +48,27 @@ pub enum RunError {
     Config(ConfigError),
     /// Setting up the run failed; nothing ran.
     Setup(String),
+    /// The run started but an output it must write failed (a `--tx-pcap` capture, an NF's dump
+    /// file): the results are incomplete, so the run failed.
+    Output(String),
+}
+
+impl RunError {
+    /// The process exit code for this error: 2 when nothing ran (bad config or setup), 1 when
+    /// the run started and failed.
+    pub fn exit_code(&self) -> u8 {
+        match self {
+            RunError::Config(_) | RunError::Setup(_) => 2,
+            RunError::Output(_) => 1,
+        }
+    }
 }
 
 impl std::fmt::Display for RunError {
     fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
         match self {
             RunError::Config(e) => e.fmt(f),
-            RunError::Setup(s) => f.write_str(s),
+            RunError::Setup(s) | RunError::Output(s) => f.write_str(s),
         }
     }
 }
@@ -110,15 +124,33 @@ pub fn load_config(opts: &RunOptions) -> Result<RunConfig, ConfigError> {
 
 /// Runs the config; returns the JSON summary.
 pub fn run(opts: &RunOptions) -> Result<Value, RunError> {
+    if let (Some(rx), Some(tx)) = (&opts.rx_pcap, &opts.tx_pcap)
+        && same_file(rx, tx)
+    {
+        return Err(RunError::Setup(format!(
+            "--rx-pcap {} and --tx-pcap {} are the same file: writing the capture would destroy \
+             the input; give --tx-pcap another path",
+            rx.display(),
+            tx.display()
+        )));
+    }
     #[cfg(feature = "dpdk")]
     if let Some(summary) = crate::dpdk_run::run_if_dpdk(opts)? {
         return Ok(summary);
     }
     let cfg = load_config(opts)?;
     let path = opts.config.as_path();
+    let warnings = print_warnings(&cfg, path);
     let workers = cfg.run.workers;
     let profile = cfg.profile(path)?;
     let offered = cfg.offered_gbps(path, &profile)?;
+    // Refuse sizes the machine cannot hold before the NF tables and pools are allocated.
+    if let Some(machine) = crate::footprint::machine_memory() {
+        let mut needs = crate::footprint::vnic_needs(&cfg, &profile);
+        needs.extend(crate::footprint::nf_needs(&cfg));
+        crate::footprint::check(path, &needs, workers, machine)?;
+    }
+    cfg.check_outputs(path)?;
     // Build every NF chain first: a bad pipeline fails before any packet moves.
     let chains = (0..workers)
         .map(|w| cfg.build_chain(path, w, workers))
@@ -140,15 +172,24 @@ pub fn run(opts: &RunOptions) -> Result<Value, RunError> {
             })?,
         )
     } else {
+        // The generator does not run, but a bad [traffic] section is still a bad config.
+        crate::traffic::generator_config(&cfg.generator_table(), cfg.vnic.max_frame).map_err(
+            |(key, msg)| ConfigError {
+                file: path.to_path_buf(),
+                key,
+                msg: format!("{msg} ([traffic] is checked with --rx-pcap too)"),
+            },
+        )?;
         None
     };
+    let mut rx_pcap = None;
     let (rx, checker): (Box<dyn FrameSource>, Option<Box<dyn FrameSink>>) = match &opts.rx_pcap {
-        Some(p) => (
-            Box::new(
-                dataplane::pcap::PcapSource::open(p).map_err(|e| RunError::Setup(e.to_string()))?,
-            ),
-            None,
-        ),
+        Some(p) => {
+            let src =
+                dataplane::pcap::PcapSource::open(p).map_err(|e| RunError::Setup(e.to_string()))?;
+            rx_pcap = Some(src.counters());
+            (Box::new(src), None)
+        }
         None => {
             let t = traffic.as_mut().expect("traffic built when no rx pcap");
             let (Some(src), Some(sink)) = (t.take_source(), t.take_sink()) else {
@@ -157,11 +198,13 @@ pub fn run(opts: &RunOptions) -> Result<Value, RunError> {
             (src, Some(sink))
         }
     };
+    let mut tx_pcap = None;
     let tx: Box<dyn FrameSink> = match (&opts.tx_pcap, checker) {
         (Some(p), chk) => {
-            let pcap: Box<dyn FrameSink> = Box::new(
-                dataplane::pcap::PcapSink::create(p).map_err(|e| RunError::Setup(e.to_string()))?,
-            );
+            let sink =
+                dataplane::pcap::PcapSink::create(p).map_err(|e| RunError::Setup(e.to_string()))?;
+            tx_pcap = Some(sink.counters());
+            let pcap: Box<dyn FrameSink> = Box::new(sink);
             match chk {
                 Some(c) => Box::new(Tee(pcap, c)),
                 None => pcap,
@@ -217,6 +260,7 @@ pub fn run(opts: &RunOptions) -> Result<Value, RunError> {
         &model_sink,
         &control,
         traffic.as_ref(),
+        tx_pcap.as_deref(),
         start,
     );
     let reports: Vec<WorkerReport> = handles
@@ -228,11 +272,22 @@ pub fn run(opts: &RunOptions) -> Result<Value, RunError> {
         .collect::<Result<_, _>>()?;
     let elapsed = start.elapsed().as_secs_f64();
     port.join();
+    nf_output_errors(&reports)?;
+    // The capture is flushed once the port is joined: a failed write (now or while running,
+    // which stopped the run) fails the run with the file and the OS error.
+    if let Some(c) = &tx_pcap
+        && c.write_errors.load(Ordering::Relaxed) > 0
+    {
+        return Err(RunError::Output(format!(
+            "--tx-pcap: {}; the capture is incomplete, so the run failed",
+            c.first_error().unwrap_or("write failed")
+        )));
+    }
     let traffic_report = traffic.as_ref().map(|t| t.report());
     let nat_report = traffic
         .as_ref()
         .and_then(|t| Some((t.nat_config()?, t.nat_report()?)));
-    Ok(summary(
+    let mut out = summary(
         &cfg,
         &profile,
         offered,
@@ -241,10 +296,81 @@ pub fn run(opts: &RunOptions) -> Result<Value, RunError> {
         traffic_report.as_ref(),
         nat_report.as_ref(),
         elapsed,
-    ))
+    );
+    if let Some(c) = &rx_pcap {
+        out["pcap"] = pcap_json(c);
+    }
+    out["warnings"] = json!(warnings);
+    Ok(out)
 }
 
-/// Waits for the workers, printing the live stats line and enforcing `duration_s`.
+/// Prints the config's warnings ([`RunConfig::warnings`]) to stderr and returns them (for the
+/// summary's `warnings`).
+pub(crate) fn print_warnings(cfg: &RunConfig, path: &std::path::Path) -> Vec<String> {
+    let warnings = cfg.warnings(path);
+    for w in &warnings {
+        eprintln!("warning: config {}: {w}", path.display());
+    }
+    warnings
+}
+
+/// The `pcap` object of a run replaying `--rx-pcap`: the records read (`records`, per pass
+/// summed), the frames delivered to the wire, the records not delivered by reason (`runt`,
+/// `oversize`, `truncated`, `damaged`: `wire.rx_frames` plus these equal `records`), and the
+/// first such record with its byte offset (`first_error`, null when none).
+fn pcap_json(c: &dataplane::pcap::PcapCounters) -> Value {
+    let s = c.snapshot();
+    let mut v = json!({
+        "records": s.frames + s.bad_records,
+        "frames": s.frames,
+        "snapped": s.snapped_records,
+        "first_error": c.first_error(),
+    });
+    for r in dataplane::pcap::PcapDrop::ALL {
+        v[r.as_str()] = json!(s.dropped(r));
+    }
+    v
+}
+
+/// Fails the run when a network function could not write its output at the end (a flow
+/// counter's `dump_error`): its results are lost, so the run must not look successful.
+pub(crate) fn nf_output_errors(reports: &[WorkerReport]) -> Result<(), RunError> {
+    let errors: Vec<String> = reports
+        .iter()
+        .flat_map(|r| &r.nf_stats)
+        .filter_map(|(name, stats)| {
+            let e = stats.get("dump_error")?.as_str()?;
+            Some(format!("{name}: cannot write its dump {e}"))
+        })
+        .collect();
+    if errors.is_empty() {
+        Ok(())
+    } else {
+        Err(RunError::Output(format!(
+            "{}; the run's results are incomplete, so it failed",
+            errors.join("; ")
+        )))
+    }
+}
+
+/// True when `a` and `b` name the same existing file (through hard links or symbolic links too).
+pub(crate) fn same_file(a: &std::path::Path, b: &std::path::Path) -> bool {
+    #[cfg(unix)]
+    {
+        use std::os::unix::fs::MetadataExt;
+        match (std::fs::metadata(a), std::fs::metadata(b)) {
+            (Ok(x), Ok(y)) => x.dev() == y.dev() && x.ino() == y.ino(),
+            _ => false,
+        }
+    }
+    #[cfg(not(unix))]
+    {
+        matches!((a.canonicalize(), b.canonicalize()), (Ok(x), Ok(y)) if x == y)
+    }
+}
+
+/// Waits for the workers, printing the live stats line and enforcing `duration_s`; stops the run
+/// when the `--tx-pcap` capture fails to write.
 #[allow(clippy::too_many_arguments)]
 fn supervise(
     cfg: &RunConfig,
@@ -254,6 +380,7 @@ fn supervise(
     model: &ModelSink,
     control: &RunControl,
     traffic: Option<&Traffic>,
+    tx_pcap: Option<&dataplane::pcap::PcapCounters>,
     start: Instant,
 ) {
     // `check` guarantees a finite, non-negative interval; 0 turns the live line off.
@@ -265,7 +392,8 @@ fn supervise(
     while !handles.iter().all(|h| h.is_finished()) {
         std::thread::sleep(Duration::from_millis(20));
         let el = start.elapsed();
-        if cfg.run.duration_s > 0.0 && el.as_secs_f64() >= cfg.run.duration_s {
+        let write_failed = tx_pcap.is_some_and(|c| c.write_errors.load(Ordering::Relaxed) > 0);
+        if write_failed || (cfg.run.duration_s > 0.0 && el.as_secs_f64() >= cfg.run.duration_s) {
             if let Some(t) = traffic {
                 t.stop();
             }
@@ -664,6 +792,21 @@ pub fn print_summary(s: &Value, to: &mut dyn std::io::Write) -> std::io::Result<
             s["throughput_gbps"].as_f64().unwrap_or(0.0),
             s["virtual_time_ns"],
         )?;
+    }
+    let p = &s["pcap"];
+    if p.is_object() {
+        let reasons =
+            dataplane::pcap::PcapDrop::ALL.map(|r| format!("{} {}", r.as_str(), p[r.as_str()]));
+        writeln!(
+            to,
+            "  rx pcap: {} records, {} frames delivered, not delivered: {}",
+            p["records"],
+            p["frames"],
+            reasons.join(", ")
+        )?;
+        if let Some(e) = p["first_error"].as_str() {
+            writeln!(to, "    first record not delivered: {e}")?;
+        }
     }
     let drops: Vec<String> = s["drops"]
         .as_object()

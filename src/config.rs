@@ -170,6 +170,9 @@ pub struct RunConfig {
     /// `[[pipeline]]`: the NF chain, each entry a `name` plus that function's parameters.
     #[serde(default)]
     pub pipeline: Vec<toml::Table>,
+    /// The config file set no key at all (see [`RunConfig::warnings`]).
+    #[serde(skip)]
+    file_sets_nothing: bool,
 }
 
 impl RunConfig {
@@ -180,16 +183,18 @@ impl RunConfig {
             key: key.to_string(),
             msg,
         };
-        let text =
-            std::fs::read_to_string(path).map_err(|e| err("", format!("cannot read: {e}")))?;
+        let text = read_config_text(path).map_err(|e| err("", e))?;
         let mut table: toml::Table = text
             .parse()
             .map_err(|e: toml::de::Error| err("", format!("not valid TOML: {}", e.message())))?;
+        let file_sets_nothing = table.is_empty();
         for o in overrides {
             dataplane::model::overrides::apply_assignment(&mut table, o)
                 .map_err(|m| err(o.split('=').next().unwrap_or(""), m))?;
         }
-        Self::from_table(path, table)
+        let mut cfg = Self::from_table(path, table)?;
+        cfg.file_sets_nothing = file_sets_nothing;
+        Ok(cfg)
     }
 
     /// Checks a parsed table (after overrides).
@@ -221,17 +226,26 @@ impl RunConfig {
                 format!("{} out of range; allowed 1..=64", r.workers),
             );
         }
-        if !(r.duration_s >= 0.0 && r.duration_s.is_finite()) {
-            return bad("run.duration_s", "must be a finite number >= 0".into());
-        }
-        if !(r.stats_interval_s >= 0.0 && r.stats_interval_s.is_finite()) {
-            return bad(
+        for (key, secs, max) in [
+            ("run.duration_s", r.duration_s, MAX_DURATION_S),
+            (
                 "run.stats_interval_s",
-                "must be a finite number >= 0".into(),
-            );
-        }
-        if !(r.drain_timeout_s >= 0.0 && r.drain_timeout_s.is_finite()) {
-            return bad("run.drain_timeout_s", "must be a finite number >= 0".into());
+                r.stats_interval_s,
+                MAX_STATS_INTERVAL_S,
+            ),
+            (
+                "run.drain_timeout_s",
+                r.drain_timeout_s,
+                MAX_DRAIN_TIMEOUT_S,
+            ),
+        ] {
+            // NaN fails both comparisons.
+            if !(0.0..=max).contains(&secs) {
+                return bad(
+                    key,
+                    format!("{secs} s out of range; allowed 0..={max} seconds"),
+                );
+            }
         }
         let v = &self.vnic;
         if !(60..=9018).contains(&v.max_frame) {
@@ -383,6 +397,109 @@ impl RunConfig {
         Ok(())
     }
 
+    /// Checks that the files the pipeline writes at the end of the run can be written, so that a
+    /// run does not go through all its packets to fail at its last step: a flow counter's
+    /// `dump_path` (for each worker's file, `{worker}` substituted) must not be a directory, and
+    /// its folder must exist and accept a new file (probed with a file created and removed).
+    pub fn check_outputs(&self, path: &Path) -> Result<(), ConfigError> {
+        let workers = self.run.workers.max(1);
+        for (i, nf) in self.pipeline.iter().enumerate() {
+            let name = nf.get("name").and_then(|v| v.as_str()).unwrap_or("");
+            if !matches!(name, "flow_counter" | "flow-counter") {
+                continue;
+            }
+            let Some(toml::Value::String(dump)) = nf.get("dump_path") else {
+                continue;
+            };
+            for w in 0..workers {
+                let file = PathBuf::from(dump.replace("{worker}", &w.to_string()));
+                check_writable(&file).map_err(|msg| ConfigError {
+                    file: path.to_path_buf(),
+                    key: format!("pipeline[{i}].dump_path"),
+                    msg: format!("`{}`: {msg}", file.display()),
+                })?;
+            }
+        }
+        Ok(())
+    }
+
+    /// The `nic.profile` the config names (default [`DEFAULT_PROFILE`]), its TOML table before
+    /// the config's `[nic]` and `[host]` overrides, and whether it is a built-in profile.
+    fn profile_table(&self, path: &Path) -> Result<(String, toml::Table, bool), ConfigError> {
+        let err = |msg: String| ConfigError {
+            file: path.to_path_buf(),
+            key: "nic.profile".into(),
+            msg,
+        };
+        let spec = match self.nic.get("profile") {
+            Some(toml::Value::String(s)) => s.clone(),
+            _ => DEFAULT_PROFILE.to_string(),
+        };
+        let builtin = dataplane::model::profile::BUILTIN_PROFILES
+            .iter()
+            .find(|(n, _)| *n == spec);
+        let text = match builtin {
+            Some((_, text)) => text.to_string(),
+            None => {
+                let rel = path.parent().map(|d| d.join(&spec));
+                let file = match rel {
+                    Some(r) if r.exists() => r,
+                    _ => PathBuf::from(&spec),
+                };
+                read_config_text(&file).map_err(|e| {
+                    err(format!(
+                        "`{spec}` is neither a built-in profile ({}) nor a readable profile \
+                         file: {e}",
+                        builtin_names()
+                    ))
+                })?
+            }
+        };
+        let table: toml::Table = text.parse().map_err(|e: toml::de::Error| {
+            err(format!("profile `{spec}`: not valid TOML: {}", e.message()))
+        })?;
+        Ok((spec, table, builtin.is_some()))
+    }
+
+    /// What the config does that its author may not expect, one sentence each (the run prints
+    /// them as warnings; nothing here is an error):
+    /// - `datapath.tx_inline` above `datapath.split_offset` in `nic-inline`: only the header
+    ///   segment can be inlined, so the effective inline size is `split_offset` (decided as a
+    ///   warning rather than an error: the config still runs exactly as the warning says);
+    /// - a config file that sets no key, and an empty `[[pipeline]]`: frames are forwarded
+    ///   unchanged;
+    /// - a `nic.profile` file that sets no key: every profile key takes its default.
+    pub fn warnings(&self, path: &Path) -> Vec<String> {
+        let mut w = Vec::new();
+        let d = &self.datapath;
+        if d.mode == DatapathMode::NicInline && d.tx_inline > d.split_offset {
+            w.push(format!(
+                "datapath.tx_inline = {} exceeds the header segment (datapath.split_offset = {}): \
+                 nic-inline inlines {} B per packet",
+                d.tx_inline, d.split_offset, d.split_offset
+            ));
+        }
+        if self.file_sets_nothing {
+            w.push("the file sets no key: every key takes its default".into());
+        }
+        if self.pipeline.is_empty() {
+            w.push(format!(
+                "no [[pipeline]]: frames are forwarded unchanged, as with a single io_fwd; add \
+                 [[pipeline]] entries ({}) to process them",
+                nfs::NF_NAMES.join(", ")
+            ));
+        }
+        if let Ok((spec, table, false)) = self.profile_table(path)
+            && table.is_empty()
+        {
+            w.push(format!(
+                "nic.profile `{spec}` sets no key: every profile key takes its default (the \
+                 values of {DEFAULT_PROFILE})"
+            ));
+        }
+        w
+    }
+
     /// The hardware profile: `nic.profile` (built-in name, or a path relative to the config
     /// file's folder or the working directory) with the config's other `[nic]` and `[host]` keys
     /// applied as overrides, then validated. Errors name the file and the key.
@@ -392,38 +509,7 @@ impl RunConfig {
             key: key.to_string(),
             msg,
         };
-        let spec = match self.nic.get("profile") {
-            Some(toml::Value::String(s)) => s.clone(),
-            _ => DEFAULT_PROFILE.to_string(),
-        };
-        let text = match dataplane::model::profile::BUILTIN_PROFILES
-            .iter()
-            .find(|(n, _)| *n == spec)
-        {
-            Some((_, text)) => text.to_string(),
-            None => {
-                let rel = path.parent().map(|d| d.join(&spec));
-                let file = match rel {
-                    Some(r) if r.exists() => r,
-                    _ => PathBuf::from(&spec),
-                };
-                std::fs::read_to_string(&file).map_err(|e| {
-                    err(
-                        "nic.profile",
-                        format!(
-                            "`{spec}` is neither a built-in profile ({}) nor a readable file: {e}",
-                            builtin_names()
-                        ),
-                    )
-                })?
-            }
-        };
-        let mut table: toml::Table = text.parse().map_err(|e: toml::de::Error| {
-            err(
-                "nic.profile",
-                format!("profile `{spec}`: not valid TOML: {}", e.message()),
-            )
-        })?;
+        let (spec, mut table, _) = self.profile_table(path)?;
         let mut nic = self.nic.clone();
         nic.remove("profile");
         merge(&mut table, "nic", nic);
@@ -605,6 +691,52 @@ impl RunConfig {
 /// wires between the port's sink and source).
 pub const PORT_TRAFFIC_KEYS: [&str; 3] = ["rate_gbps", "nat_return", "return_ratio"];
 
+/// Reads a config or profile file: a regular file of at most
+/// [`dataplane::textfile::MAX_TEXT_FILE`] bytes (never an unbounded read of `/dev/zero` or a huge
+/// file).
+pub fn read_config_text(path: &Path) -> Result<String, String> {
+    dataplane::textfile::read_bounded(path, dataplane::textfile::MAX_TEXT_FILE)
+}
+
+/// Whether a file can be created or replaced at `file`: not a directory, in an existing folder
+/// that accepts a new file. The error says what is wrong.
+fn check_writable(file: &Path) -> Result<(), String> {
+    if file.is_dir() {
+        return Err("is a directory; give a file name".into());
+    }
+    let dir = match file.parent() {
+        Some(d) if !d.as_os_str().is_empty() => d.to_path_buf(),
+        _ => PathBuf::from("."),
+    };
+    if !dir.is_dir() {
+        return Err(format!(
+            "its folder {} does not exist or is not a folder",
+            dir.display()
+        ));
+    }
+    let probe = dir.join(format!(".nmdp-write-check-{}", std::process::id()));
+    std::fs::OpenOptions::new()
+        .write(true)
+        .create_new(true)
+        .open(&probe)
+        .map_err(|e| format!("cannot create a file in {}: {e}", dir.display()))?;
+    let _ = std::fs::remove_file(&probe);
+    if file.exists() {
+        std::fs::OpenOptions::new()
+            .append(true)
+            .open(file)
+            .map_err(|e| format!("cannot be written: {e}"))?;
+    }
+    Ok(())
+}
+
+/// Longest `run.duration_s`: one year. Longer runs are stopped by hand (0 = no limit).
+pub const MAX_DURATION_S: f64 = 365.0 * 86_400.0;
+/// Longest `run.stats_interval_s`: one day.
+pub const MAX_STATS_INTERVAL_S: f64 = 86_400.0;
+/// Longest `run.drain_timeout_s`: one hour; a queue that has not drained by then never will.
+pub const MAX_DRAIN_TIMEOUT_S: f64 = 3_600.0;
+
 /// The hardware profile used when `nic.profile` is not set.
 pub const DEFAULT_PROFILE: &str = "cx5-gen3x16-100g";
 
@@ -680,6 +812,83 @@ mod tests {
             e.to_string().contains("pipeline[0]") && e.msg.contains("macswap"),
             "{e}"
         );
+    }
+
+    /// Durations far beyond any run (1e20 s does not fit a `Duration`, which panicked when the
+    /// run converted it) and non-numbers are config errors naming the key and the range.
+    #[test]
+    fn durations_are_range_checked() {
+        for (key, max) in [
+            ("run.duration_s", "31536000"),
+            ("run.stats_interval_s", "86400"),
+            ("run.drain_timeout_s", "3600"),
+        ] {
+            let (section, name) = key.split_once('.').unwrap();
+            for v in ["1e20", "1e300", "-1", "nan", "inf"] {
+                let e = load_str(&format!("[{section}]\n{name} = {v}\n"), &[]).unwrap_err();
+                assert_eq!(e.key, key, "{v}: {e}");
+                assert!(e.msg.contains(&format!("0..={max}")), "{key}={v}: {e}");
+            }
+            let c = load_str("", &[&format!("{key}={max}")]).unwrap();
+            let got = match key {
+                "run.duration_s" => c.run.duration_s,
+                "run.stats_interval_s" => c.run.stats_interval_s,
+                _ => c.run.drain_timeout_s,
+            };
+            assert_eq!(got.to_string(), max, "{key} at its maximum is accepted");
+        }
+    }
+
+    /// Configs that run, but not as their author may expect, say so: an inline size the header
+    /// segment cannot hold, no pipeline, an empty config or profile file.
+    #[test]
+    fn surprising_configs_are_warned_about() {
+        let p = Path::new("t.toml");
+        let macswap = "[[pipeline]]\nname = \"macswap\"\n";
+        assert!(load_str(macswap, &[]).unwrap().warnings(p).is_empty());
+        let w = load_str(macswap, &["datapath.tx_inline=128"])
+            .unwrap()
+            .warnings(p);
+        assert_eq!(w.len(), 1, "{w:?}");
+        assert!(
+            w[0].contains("datapath.tx_inline = 128") && w[0].contains("inlines 64 B"),
+            "{w:?}"
+        );
+        // Only nic-inline inlines.
+        let host = load_str(macswap, &["datapath.tx_inline=128", "datapath.mode=host"]).unwrap();
+        assert!(host.warnings(p).is_empty());
+        let w = load_str("", &[]).unwrap().warnings(p);
+        assert!(
+            w.len() == 1 && w[0].contains("no [[pipeline]]") && w[0].contains("unchanged"),
+            "{w:?}"
+        );
+
+        let dir = std::env::temp_dir().join(format!("nmdp-config-warn-{}", std::process::id()));
+        std::fs::create_dir_all(&dir).unwrap();
+        let empty = dir.join("empty.toml");
+        std::fs::write(&empty, "# nothing here\n").unwrap();
+        let c = RunConfig::load(&empty, &[]).unwrap();
+        let w = c.warnings(&empty);
+        assert!(w.iter().any(|m| m.contains("sets no key")), "{w:?}");
+        assert!(w.iter().any(|m| m.contains("no [[pipeline]]")), "{w:?}");
+        // An override alone does not make the file set something.
+        let c = RunConfig::load(&empty, &["run.workers=2".into()]).unwrap();
+        assert!(c.warnings(&empty).iter().any(|m| m.contains("sets no key")));
+
+        let cfg = dir.join("with-profile.toml");
+        std::fs::write(&cfg, format!("[nic]\nprofile = \"empty.toml\"\n{macswap}")).unwrap();
+        let c = RunConfig::load(&cfg, &[]).unwrap();
+        let w = c.warnings(&cfg);
+        assert!(
+            w.len() == 1 && w[0].contains("nic.profile `empty.toml` sets no key"),
+            "{w:?}"
+        );
+        // ... and the defaults it gets are the default profile's, as the warning says.
+        assert_eq!(
+            c.profile(&cfg).unwrap(),
+            load_str("", &[]).unwrap().profile(p).unwrap()
+        );
+        std::fs::remove_dir_all(&dir).unwrap();
     }
 
     #[test]

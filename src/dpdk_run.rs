@@ -122,8 +122,7 @@ fn config_err(path: &Path, key: &str, msg: String) -> ConfigError {
 /// `--mode`, ...). `Ok(None)` when the file has no `[dpdk]` section.
 pub fn load(opts: &RunOptions) -> Result<Option<(RunConfig, DpdkSection)>, ConfigError> {
     let path = opts.config.as_path();
-    let text = std::fs::read_to_string(path)
-        .map_err(|e| config_err(path, "", format!("cannot read: {e}")))?;
+    let text = crate::config::read_config_text(path).map_err(|e| config_err(path, "", e))?;
     let mut table: toml::Table = text.parse().map_err(|e: toml::de::Error| {
         config_err(path, "", format!("not valid TOML: {}", e.message()))
     })?;
@@ -174,6 +173,36 @@ pub fn check(path: &Path, cfg: &RunConfig, d: &DpdkSection) -> Result<(), Config
             ));
         }
     }
+    // A net_pcap port writing the file another (or the same) port reads would destroy the input.
+    let files = |key: &str| -> Vec<(usize, std::path::PathBuf)> {
+        d.ports
+            .iter()
+            .enumerate()
+            .flat_map(|(i, p)| {
+                p.devargs
+                    .split(',')
+                    .filter_map(|kv| kv.trim().strip_prefix(key)?.strip_prefix('='))
+                    .map(move |f| (i, std::path::PathBuf::from(f)))
+            })
+            .collect()
+    };
+    for (ti, tx) in files("tx_pcap") {
+        if let Some((ri, rx)) = files("rx_pcap")
+            .into_iter()
+            .find(|(_, rx)| crate::app::same_file(rx, &tx))
+        {
+            return Err(config_err(
+                path,
+                &format!("dpdk.ports[{ti}].devargs"),
+                format!(
+                    "tx_pcap={} is the file dpdk.ports[{ri}] reads (rx_pcap={}): writing the \
+                     capture would destroy the input; give tx_pcap another path",
+                    tx.display(),
+                    rx.display()
+                ),
+            ));
+        }
+    }
     for (k, n) in [("dpdk.rx_desc", d.rx_desc), ("dpdk.tx_desc", d.tx_desc)] {
         if !(16..=16384).contains(&n) {
             return Err(config_err(
@@ -183,12 +212,31 @@ pub fn check(path: &Path, cfg: &RunConfig, d: &DpdkSection) -> Result<(), Config
             ));
         }
     }
-    if nicmem::parse_size(&d.emulated_nicmem).is_none() {
+    let Some(emulated) = nicmem::parse_size(&d.emulated_nicmem) else {
         return Err(config_err(
             path,
             "dpdk.emulated_nicmem",
             format!("`{}` is not a size; use e.g. \"256KiB\"", d.emulated_nicmem),
         ));
+    };
+    // Refuse sizes the machine cannot hold before EAL starts and the NF tables are allocated:
+    // the NF tables per worker and, in the nicmem modes, the emulated nicmem of every port (host
+    // memory; mempools come from EAL's own memory, whose failures are already errors).
+    if let Some(machine) = crate::footprint::machine_memory() {
+        let mut needs = crate::footprint::nf_needs(cfg);
+        if cfg.datapath.mode.uses_nicmem() && !d.mlx5_nicmem {
+            needs.push(crate::footprint::Need {
+                key: "dpdk.emulated_nicmem".into(),
+                value: format!(
+                    "\"{}\" for each of {} ports",
+                    d.emulated_nicmem,
+                    d.ports.len()
+                ),
+                bytes: (emulated as u64).saturating_mul(d.ports.len() as u64),
+                per_worker: false,
+            });
+        }
+        crate::footprint::check(path, &needs, cfg.run.workers, machine)?;
     }
     if !d.worker_cores.is_empty() && d.worker_cores.len() < cfg.run.workers as usize {
         return Err(config_err(
@@ -336,6 +384,7 @@ fn inject(cfg: &RunConfig, q: &mut dyn Queue, n: u32) -> Result<(), RunError> {
 /// they apply, plus `driver`, `ports`, `xstats`).
 pub fn run(cfg: &RunConfig, d: &DpdkSection, opts: &RunOptions) -> Result<Value, RunError> {
     let path = opts.config.as_path();
+    let warnings = crate::app::print_warnings(cfg, path);
     if opts.rx_pcap.is_some() || opts.tx_pcap.is_some() {
         return Err(RunError::Setup(
             "--rx-pcap/--tx-pcap are for the virtual NIC; on DPDK use a port \
@@ -344,6 +393,7 @@ pub fn run(cfg: &RunConfig, d: &DpdkSection, opts: &RunOptions) -> Result<Value,
         ));
     }
     let workers = cfg.run.workers;
+    cfg.check_outputs(path)?;
     let chains = (0..workers)
         .map(|w| cfg.build_chain(path, w, workers))
         .collect::<Result<Vec<_>, _>>()?;
@@ -451,7 +501,10 @@ pub fn run(cfg: &RunConfig, d: &DpdkSection, opts: &RunOptions) -> Result<Value,
         })
         .collect::<Result<_, _>>()?;
     let elapsed = start.elapsed().as_secs_f64();
-    Ok(summary(cfg, &handles, caps, &reports, elapsed))
+    crate::app::nf_output_errors(&reports)?;
+    let mut out = summary(cfg, &handles, caps, &reports, elapsed);
+    out["warnings"] = json!(warnings);
+    Ok(out)
 }
 
 fn summary(

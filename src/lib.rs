@@ -8,4 +8,5 @@ pub mod config;
 pub mod dpdk_gen;
 #[cfg(feature = "dpdk")]
 pub mod dpdk_run;
+pub mod footprint;
 pub mod traffic;

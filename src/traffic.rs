@@ -46,15 +46,7 @@ impl Traffic {
         max_frame: usize,
         nat: Option<&NatReturnConfig>,
     ) -> Result<Self, (String, String)> {
-        let mut cfg: GeneratorConfig =
-            serde_path_to_error::deserialize(toml::Value::Table(table.clone())).map_err(|e| {
-                (
-                    format!("traffic.{}", e.path())
-                        .trim_end_matches('.')
-                        .to_string(),
-                    e.inner().message().trim().to_string(),
-                )
-            })?;
+        let mut cfg = generator_config(table, max_frame)?;
         if packets > 0 {
             cfg.count = Some(packets);
         }
@@ -62,19 +54,6 @@ impl Traffic {
             return Err((
                 "run.packets".into(),
                 "0 (unlimited) with run.duration_s = 0 would run forever; set one of them".into(),
-            ));
-        }
-        cfg.validate()
-            .map_err(|e| (format!("traffic.{}", e.key), e.to_string()))?;
-        let len = cfg.frame_size as usize - 4;
-        if len > max_frame {
-            return Err((
-                "traffic.frame_size".into(),
-                format!(
-                    "{} B frames carry {len} B, more than vnic.max_frame = {max_frame}; allowed up to {}",
-                    cfg.frame_size,
-                    max_frame + 4
-                ),
             ));
         }
         let stop = Arc::new(AtomicBool::new(false));
@@ -138,6 +117,50 @@ impl Traffic {
     pub fn nat_config(&self) -> Option<NatReturnConfig> {
         self.nat.as_ref().map(|h| h.config)
     }
+}
+
+/// Parses and checks the generator's `[traffic]` table (without the run's keys, see
+/// [`crate::config::RunConfig::generator_table`]) for a port whose frames carry at most
+/// `max_frame` bytes. Frame sizes are checked against the range the port takes, the protocol's
+/// smallest frame up to `max_frame` plus the 4 B FCS, before the generator's own wider range.
+/// Errors are `(dotted key, message)`.
+pub fn generator_config(
+    table: &toml::Table,
+    max_frame: usize,
+) -> Result<GeneratorConfig, (String, String)> {
+    let cfg: GeneratorConfig = serde_path_to_error::deserialize(toml::Value::Table(table.clone()))
+        .map_err(|e| {
+            (
+                format!("traffic.{}", e.path())
+                    .trim_end_matches('.')
+                    .to_string(),
+                e.inner().message().trim().to_string(),
+            )
+        })?;
+    let (min, max) = (cfg.min_frame_size(), max_frame as u32 + 4);
+    let range = format!(
+        "allowed {min}..={max} B including the 4 B FCS ({} frames need {min} B; \
+         vnic.max_frame = {max_frame} B without FCS)",
+        format!("{:?}", cfg.proto).to_uppercase()
+    );
+    match &cfg.size_mix {
+        None if !(min..=max).contains(&cfg.frame_size) => {
+            return Err((
+                "traffic.frame_size".into(),
+                format!("{} B out of range; {range}", cfg.frame_size),
+            ));
+        }
+        Some(m) if m.entries.iter().any(|e| !(min..=max).contains(&e.0)) => {
+            return Err((
+                "traffic.size_mix".into(),
+                format!("`{m}` has sizes out of range; {range}"),
+            ));
+        }
+        _ => {}
+    }
+    cfg.validate()
+        .map_err(|e| (format!("traffic.{}", e.key), e.to_string()))?;
+    Ok(cfg)
 }
 
 /// The report as JSON (the run summary's `traffic` object).

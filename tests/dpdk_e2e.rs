@@ -337,3 +337,95 @@ fn bad_dpdk_sections_fail_before_anything_runs() {
         .is_none()
     );
 }
+
+/// The issue's reproduction through the binary: a port that fails to configure (`net_null` with
+/// `size=0` cannot set up its Rx queue) ends the run with rc 2 and the failing call, instead of
+/// deadlocking on the control-plane lock. A separate process, killed if it never exits, so that
+/// a regression fails this test instead of hanging it.
+#[test]
+fn a_port_that_fails_to_configure_ends_the_run_with_its_error() {
+    let mut child = std::process::Command::new(env!("CARGO_BIN_EXE_dataplane"))
+        .arg("run")
+        .arg(root().join("configs/dpdk-null.toml"))
+        .args([
+            "--duration",
+            "1",
+            "-q",
+            "--set",
+            "dpdk.worker_cores=[]",
+            "--set",
+        ])
+        .arg(
+            "dpdk.ports=[{devargs=\"net_null0,size=0,copy=1\"},\
+             {devargs=\"net_null1,size=64,copy=1\"}]",
+        )
+        .stdout(std::process::Stdio::piped())
+        .stderr(std::process::Stdio::piped())
+        .spawn()
+        .unwrap();
+    let deadline = std::time::Instant::now() + std::time::Duration::from_secs(120);
+    while child.try_wait().unwrap().is_none() {
+        if std::time::Instant::now() > deadline {
+            let _ = child.kill();
+            panic!("dataplane run never exited (deadlock)");
+        }
+        std::thread::sleep(std::time::Duration::from_millis(50));
+    }
+    let out = child.wait_with_output().unwrap();
+    let err = String::from_utf8_lossy(&out.stderr);
+    assert_eq!(out.status.code(), Some(2), "{err}");
+    assert!(
+        err.contains("net_null0") && err.contains("rte_eth_rx_queue_setup"),
+        "{err}"
+    );
+}
+
+/// Emulated nicmem the machine cannot hold is a config error naming the key, before EAL starts
+/// (it once aborted the run allocating it); in host mode the size is not used.
+#[test]
+fn emulated_nicmem_the_machine_cannot_hold_is_refused() {
+    let opts = |mode| RunOptions {
+        config: root().join("configs/dpdk-null.toml"),
+        mode: Some(mode),
+        sets: vec!["dpdk.emulated_nicmem=\"1048576GiB\"".into()],
+        ..RunOptions::default()
+    };
+    let e = dpdk_run::load(&opts(DatapathMode::NicPayload)).unwrap_err();
+    assert_eq!(e.key, "dpdk.emulated_nicmem", "{e}");
+    assert!(
+        e.msg
+            .contains("\"1048576GiB\" for each of 2 ports needs 2.0 PiB")
+            && e.msg.contains("this machine has"),
+        "{e}"
+    );
+    assert!(dpdk_run::load(&opts(DatapathMode::Host)).is_ok());
+}
+
+/// A `net_pcap` port whose `tx_pcap` is the file a port reads is refused before EAL starts (the
+/// capture would overwrite the input).
+#[test]
+fn net_pcap_writing_its_own_input_is_refused() {
+    let input = tmp("loop-in.pcap");
+    dataplane::pcap::write_all(&input, golden_frames()).unwrap();
+    let before = std::fs::read(&input).unwrap();
+    let i = input.display();
+    for ports in [
+        format!("dpdk.ports=[{{devargs=\"net_pcap0,rx_pcap={i},tx_pcap={i}\"}}]"),
+        format!(
+            "dpdk.ports=[{{devargs=\"net_pcap0,rx_pcap={i}\"}},\
+             {{devargs=\"net_pcap1,rx_pcap=/dev/null,tx_pcap={i}\"}}]"
+        ),
+    ] {
+        let e = dpdk_run::load(&RunOptions {
+            config: root().join("configs/dpdk-pcap.toml"),
+            sets: vec![ports.clone()],
+            ..RunOptions::default()
+        })
+        .unwrap_err();
+        assert!(
+            e.key.ends_with("].devargs") && e.msg.contains("destroy the input"),
+            "{e}"
+        );
+    }
+    assert_eq!(std::fs::read(&input).unwrap(), before);
+}

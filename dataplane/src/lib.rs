@@ -17,6 +17,7 @@ pub mod rss;
 pub mod runloop;
 pub mod steer;
 pub mod testkit;
+pub mod textfile;
 pub mod verdict;
 pub mod wire;
 

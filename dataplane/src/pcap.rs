@@ -16,18 +16,23 @@
 //!
 //! Error policy: a bad or truncated global header, a wrong link type or an unreadable file is a
 //! [`PcapError`] from [`PcapSource::open`], before any packet moves. Damage inside the file is
-//! found only while replaying; it is counted in [`PcapCounters::bad_records`] (the first such
-//! error is kept for diagnostics) and the replay goes on with the next record when the record
-//! boundaries are still known (an oversized record is skipped) or ends the current pass when they
-//! are not (a truncated record, an implausible length).
+//! found only while replaying, and no record vanishes: each record that is not delivered is
+//! counted by reason ([`PcapDrop`]: runt, oversize, truncated, damaged) and the first is kept
+//! with its byte offset ([`PcapCounters::first_error`]). A record too short for an Ethernet
+//! header or too long for a frame buffer is skipped when its boundaries check out (the next
+//! record header starts where it ends); a header that describes no record fitting the file is
+//! damage, and the reader resynchronises at the next offset where a plausible header starts
+//! whose record is followed by another boundary, counting the skipped bytes as one damaged
+//! record (or ends the pass when nothing lines up again); a record cut by the end of the file is
+//! truncated.
 
 use crate::wire::{FrameSink, FrameSource};
 use std::fmt;
 use std::fs::File;
 use std::io::{self, BufReader, BufWriter, Read, Seek, SeekFrom, Write};
 use std::path::{Path, PathBuf};
-use std::sync::Arc;
 use std::sync::atomic::{AtomicU64, Ordering};
+use std::sync::{Arc, OnceLock};
 
 /// Microsecond-resolution magic number, as written in the file's own byte order.
 pub const MAGIC_MICROS: u32 = 0xa1b2_c3d4;
@@ -44,8 +49,9 @@ pub const RECORD_HEADER_LEN: usize = 16;
 /// Records shorter than an Ethernet header are not frames a port can receive; the source skips
 /// them (counted as bad records).
 pub const MIN_REPLAY_FRAME: usize = 14;
-/// Records longer than this are taken as a sign of a corrupt file (no capture tool writes them;
-/// tcpdump's largest default snaplen is 262 144), so the replay pass stops instead of skipping.
+/// Largest captured length a record header is believed without checking where the record ends
+/// (tcpdump's largest default snaplen is 262 144): longer claims count as damage unless the file
+/// continues with a record boundary exactly where they end.
 pub const MAX_PLAUSIBLE_RECORD: usize = 262_144;
 
 /// Everything that can go wrong with a pcap file. Every variant names the file.
@@ -105,8 +111,24 @@ pub enum PcapError {
         path: PathBuf,
         /// Zero-based index of the record in the file.
         index: u64,
+        /// Byte offset of the record header in the file.
+        offset: u64,
         /// Its length after FCS stripping.
         len: usize,
+    },
+    /// A record header that describes no record fitting the file: the bytes from `offset` on
+    /// are not records up to `resumed_at` (or the end of the file).
+    DamagedRecord {
+        /// The file.
+        path: PathBuf,
+        /// Zero-based index of the record in the file (a damaged stretch counts as one).
+        index: u64,
+        /// Byte offset of the damaged header in the file.
+        offset: u64,
+        /// The captured length the header claims.
+        len: usize,
+        /// Byte offset where records line up again; `None` when nothing does before the end.
+        resumed_at: Option<u64>,
     },
     /// A record claims more bytes than the reader accepts.
     RecordTooLarge {
@@ -160,11 +182,35 @@ impl fmt::Display for PcapError {
                 "pcap file {}: record {index} at byte {offset} is truncated",
                 path.display()
             ),
-            Self::RuntRecord { path, index, len } => write!(
+            Self::RuntRecord {
+                path,
+                index,
+                offset,
+                len,
+            } => write!(
                 f,
-                "pcap file {}: record {index} has {len} bytes, less than an Ethernet header",
+                "pcap file {}: record {index} at byte {offset} has {len} bytes, less than an \
+                 Ethernet header",
                 path.display()
             ),
+            Self::DamagedRecord {
+                path,
+                index,
+                offset,
+                len,
+                resumed_at,
+            } => {
+                write!(
+                    f,
+                    "pcap file {}: record {index} at byte {offset} is damaged (claims {len} \
+                     bytes, which no record boundary follows); ",
+                    path.display()
+                )?;
+                match resumed_at {
+                    Some(at) => write!(f, "records resume at byte {at}"),
+                    None => write!(f, "no record follows up to the end of the file"),
+                }
+            }
             Self::RecordTooLarge {
                 path,
                 index,
@@ -293,131 +339,383 @@ struct Record {
     snapped: bool,
 }
 
-/// Why a record could not be delivered.
-enum RecordFault {
-    /// The record was skipped; the next record can be read.
-    Skipped(PcapError),
-    /// The stream is out of sync or ended early; this pass is over.
-    Fatal(PcapError),
+/// Why a record of a capture could not be delivered as a frame: the `pcap.*` counters of a run.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub enum PcapDrop {
+    /// Shorter than an Ethernet header ([`MIN_REPLAY_FRAME`]); skipped.
+    Runt,
+    /// Longer than a frame buffer (the record itself is intact); skipped.
+    Oversize,
+    /// The file ends inside the record (a capture cut short); the pass ends.
+    Truncated,
+    /// The record header does not describe a record that fits the file: bytes that are not
+    /// records. The reader resynchronises at the next offset where records line up again (the
+    /// damaged bytes count as one record), or the pass ends when none does.
+    Damaged,
 }
+
+impl PcapDrop {
+    /// Every reason, in counter order.
+    pub const ALL: [PcapDrop; 4] = [Self::Runt, Self::Oversize, Self::Truncated, Self::Damaged];
+
+    /// The counter name (`runt`, `oversize`, `truncated`, `damaged`).
+    pub fn as_str(self) -> &'static str {
+        match self {
+            Self::Runt => "runt",
+            Self::Oversize => "oversize",
+            Self::Truncated => "truncated",
+            Self::Damaged => "damaged",
+        }
+    }
+}
+
+/// A record that could not be delivered: why, the error describing it, and whether the pass is
+/// over (the record boundaries are lost).
+struct RecordFault {
+    reason: PcapDrop,
+    error: PcapError,
+    ends_pass: bool,
+}
+
+/// Largest original length a resynchronised record header may claim (jumbo frames and TSO
+/// captures stay far below).
+const MAX_PLAUSIBLE_ORIG: u32 = 1 << 20;
+/// Bytes scanned per read while resynchronising.
+const RESYNC_WINDOW: usize = 64 * 1024;
 
 /// A sequential record reader over an open file.
 struct Reader {
     path: PathBuf,
     r: BufReader<File>,
     fmt: FileFormat,
+    /// Length of the file when it was opened (`u64::MAX` for a stream).
+    file_len: u64,
+    /// A regular file (records can be checked ahead and damage skipped); false for a stream.
+    seekable: bool,
     /// Index of the next record.
     index: u64,
     /// File offset of the next record.
     offset: u64,
+    /// Scratch for resynchronisation (allocated once, at open).
+    scan: Vec<u8>,
+    /// Seconds field of the last record read whole (what a resynchronised header is compared
+    /// with).
+    last_secs: Option<u32>,
 }
 
 impl Reader {
     fn open(path: &Path) -> Result<Self, PcapError> {
-        let file = File::open(path).map_err(|source| PcapError::Io {
+        let io = |op, source| PcapError::Io {
             path: path.to_owned(),
-            op: "open",
+            op,
             source,
-        })?;
+        };
+        let file = File::open(path).map_err(|e| io("open", e))?;
+        let meta = file.metadata().map_err(|e| io("read", e))?;
+        // A pipe or FIFO has no length and cannot seek: records are read as they come.
+        let seekable = meta.is_file();
+        let file_len = if seekable { meta.len() } else { u64::MAX };
         let mut r = BufReader::with_capacity(256 * 1024, file);
         let mut h = [0u8; GLOBAL_HEADER_LEN];
-        let len = fill(&mut r, &mut h).map_err(|source| PcapError::Io {
-            path: path.to_owned(),
-            op: "read",
-            source,
-        })?;
+        let len = fill(&mut r, &mut h).map_err(|e| io("read", e))?;
         let fmt = FileFormat::parse(path, &h, len)?;
         Ok(Self {
             path: path.to_owned(),
             r,
             fmt,
+            file_len,
+            seekable,
             index: 0,
             offset: GLOBAL_HEADER_LEN as u64,
+            scan: vec![0; RESYNC_WINDOW + RECORD_HEADER_LEN],
+            last_secs: None,
         })
     }
 
     /// Goes back to the first record.
     fn rewind(&mut self) -> Result<(), PcapError> {
-        self.r
-            .seek(SeekFrom::Start(GLOBAL_HEADER_LEN as u64))
+        self.seek(GLOBAL_HEADER_LEN as u64)
             .map_err(|source| PcapError::Io {
                 path: self.path.clone(),
                 op: "read",
                 source,
             })?;
         self.index = 0;
-        self.offset = GLOBAL_HEADER_LEN as u64;
+        self.last_secs = None;
         Ok(())
     }
 
-    fn io_err(&self, source: io::Error) -> RecordFault {
-        RecordFault::Fatal(PcapError::Io {
-            path: self.path.clone(),
-            op: "read",
-            source,
-        })
+    fn seek(&mut self, offset: u64) -> io::Result<()> {
+        self.r.seek(SeekFrom::Start(offset))?;
+        self.offset = offset;
+        Ok(())
     }
 
-    fn truncated(&self) -> RecordFault {
-        RecordFault::Fatal(PcapError::TruncatedRecord {
-            path: self.path.clone(),
-            index: self.index,
-            offset: self.offset,
-        })
+    /// Reads up to `buf.len()` bytes at `offset` (the reader is left positioned after them).
+    fn read_at(&mut self, offset: u64, buf: &mut [u8]) -> io::Result<usize> {
+        self.r.seek(SeekFrom::Start(offset))?;
+        fill(&mut self.r, buf)
+    }
+
+    fn io_err(&self, source: io::Error) -> RecordFault {
+        RecordFault {
+            reason: PcapDrop::Damaged,
+            error: PcapError::Io {
+                path: self.path.clone(),
+                op: "read",
+                source,
+            },
+            ends_pass: true,
+        }
+    }
+
+    fn truncated(&self, offset: u64) -> RecordFault {
+        RecordFault {
+            reason: PcapDrop::Truncated,
+            error: PcapError::TruncatedRecord {
+                path: self.path.clone(),
+                index: self.index,
+                offset,
+            },
+            ends_pass: true,
+        }
+    }
+
+    /// Captured and original length of a record header.
+    fn lengths(&self, h: &[u8]) -> (u32, u32) {
+        (self.fmt.u32(&h[8..]), self.fmt.u32(&h[12..]))
+    }
+
+    /// Whether 16 bytes look like a record header: a sub-second field below one second (in
+    /// nanoseconds, so that microsecond files that misuse the field still pass), a non-zero
+    /// captured length a capture tool writes, and an original length at least as large. (Zeroed
+    /// bytes, a common kind of damage, are not a header.)
+    fn plausible(&self, h: &[u8]) -> bool {
+        let (incl, orig) = self.lengths(h);
+        self.fmt.u32(&h[4..]) < 1_000_000_000
+            && (1..=MAX_PLAUSIBLE_RECORD).contains(&(incl as usize))
+            && (incl..=MAX_PLAUSIBLE_ORIG).contains(&orig)
+    }
+
+    /// Whether two record times (seconds) are within a day of each other.
+    fn close_in_time(a: u32, b: u32) -> bool {
+        a.wrapping_sub(b).min(b.wrapping_sub(a)) <= 86_400
+    }
+
+    /// Whether a header is also close to the records read so far: a sub-second field
+    /// valid for the file's resolution and a time within a day of the last record read whole.
+    fn in_sequence(&self, h: &[u8]) -> bool {
+        let subsec_max = if self.fmt.nanos {
+            1_000_000_000
+        } else {
+            1_000_000
+        };
+        let secs = self.fmt.u32(h);
+        self.fmt.u32(&h[4..]) < subsec_max
+            && self
+                .last_secs
+                .is_some_and(|last| Self::close_in_time(secs, last))
+    }
+
+    /// Whether a record stamped `secs` that ends at `end` is followed by the end of the file or
+    /// by a plausible record header stamped within a day of it.
+    fn boundary_ok(&mut self, end: u64, secs: u32) -> io::Result<bool> {
+        if end == self.file_len {
+            return Ok(true);
+        }
+        if end + RECORD_HEADER_LEN as u64 > self.file_len {
+            return Ok(false);
+        }
+        let mut h = [0u8; RECORD_HEADER_LEN];
+        let got = self.read_at(end, &mut h)?;
+        Ok(got == RECORD_HEADER_LEN
+            && self.plausible(&h)
+            && Self::close_in_time(self.fmt.u32(&h), secs))
+    }
+
+    /// The first offset at or after `from` where a plausible record header starts whose record
+    /// fits the file and which either continues the sequence of records read so far
+    /// ([`Reader::in_sequence`]) or is followed by a record boundary ([`Reader::boundary_ok`]).
+    fn resync(&mut self, from: u64) -> io::Result<Option<u64>> {
+        let last = self.file_len.saturating_sub(RECORD_HEADER_LEN as u64);
+        let mut base = from;
+        let mut scan = std::mem::take(&mut self.scan);
+        let found = 'outer: loop {
+            if base > last {
+                break None;
+            }
+            let got = match self.read_at(base, &mut scan) {
+                Ok(n) => n,
+                Err(e) => {
+                    self.scan = scan;
+                    return Err(e);
+                }
+            };
+            if got < RECORD_HEADER_LEN {
+                break None;
+            }
+            for i in 0..=got - RECORD_HEADER_LEN {
+                let h = &scan[i..i + RECORD_HEADER_LEN];
+                if !self.plausible(h) {
+                    continue;
+                }
+                let at = base + i as u64;
+                let end = at + (RECORD_HEADER_LEN as u64) + u64::from(self.lengths(h).0);
+                if end <= self.file_len && self.in_sequence(h) {
+                    break 'outer Some(at);
+                }
+                if end <= self.file_len {
+                    let secs = self.fmt.u32(h);
+                    match self.boundary_ok(end, secs) {
+                        Ok(true) => break 'outer Some(at),
+                        Ok(false) => {}
+                        Err(e) => {
+                            self.scan = scan;
+                            return Err(e);
+                        }
+                    }
+                }
+            }
+            base += (got - RECORD_HEADER_LEN + 1) as u64;
+        };
+        self.scan = scan;
+        Ok(found)
     }
 
     /// Reads the next record into `buf`. `Ok(None)` at a clean end of file.
     fn next(&mut self, buf: &mut [u8]) -> Result<Option<Record>, RecordFault> {
+        let start = self.offset;
         let mut h = [0u8; RECORD_HEADER_LEN];
         let got = fill(&mut self.r, &mut h).map_err(|e| self.io_err(e))?;
         if got == 0 {
             return Ok(None);
         }
         if got < RECORD_HEADER_LEN {
-            return Err(self.truncated());
+            return Err(self.truncated(start));
         }
-        let incl = self.fmt.u32(&h[8..]) as usize;
-        let orig = self.fmt.u32(&h[12..]) as usize;
-        if incl > buf.len() {
-            let err = PcapError::RecordTooLarge {
-                path: self.path.clone(),
-                index: self.index,
-                offset: self.offset,
-                len: incl,
-                max: buf.len(),
+        let (incl32, orig) = self.lengths(&h);
+        let incl = incl32 as usize;
+        let end = start + (RECORD_HEADER_LEN + incl) as u64;
+        if incl <= buf.len() && end <= self.file_len {
+            let got = fill(&mut self.r, &mut buf[..incl]).map_err(|e| self.io_err(e))?;
+            if got < incl {
+                // The file shrank while it was being read.
+                return Err(self.truncated(start));
+            }
+            self.advance(end);
+            self.last_secs = Some(self.fmt.u32(&h));
+            // The FCS (if the file has one) is present only when the capture was not cut short.
+            let len = if self.fmt.fcs_len > 0 && incl32 == orig {
+                incl.saturating_sub(self.fmt.fcs_len)
+            } else {
+                incl
             };
-            if incl > MAX_PLAUSIBLE_RECORD {
-                return Err(RecordFault::Fatal(err));
-            }
-            // Skip the data so the next record header lines up again.
-            let skipped = io::copy(&mut (&mut self.r).take(incl as u64), &mut io::sink())
-                .map_err(|e| self.io_err(e))?;
-            if skipped < incl as u64 {
-                return Err(self.truncated());
-            }
-            self.advance(incl);
-            return Err(RecordFault::Skipped(err));
+            return Ok(Some(Record {
+                len,
+                snapped: orig > incl32,
+            }));
         }
-        let got = fill(&mut self.r, &mut buf[..incl]).map_err(|e| self.io_err(e))?;
-        if got < incl {
-            return Err(self.truncated());
+        if !self.seekable {
+            return Err(self.skip_unseekable(start, incl, buf.len()));
         }
-        self.advance(incl);
-        // The FCS (if the file has one) is present only when the capture was not cut short.
-        let len = if self.fmt.fcs_len > 0 && incl == orig {
-            incl.saturating_sub(self.fmt.fcs_len)
-        } else {
-            incl
-        };
-        Ok(Some(Record {
-            len,
-            snapped: orig > incl,
-        }))
+        // The record does not fit the buffer or the file. Intact but too large for a frame buffer
+        // if it fits the file and the next record starts where it ends; otherwise its header is
+        // damaged (or the file was cut inside it).
+        let secs = self.fmt.u32(&h);
+        if end <= self.file_len && self.boundary_ok(end, secs).map_err(|e| self.io_err(e))? {
+            self.seek(end).map_err(|e| self.io_err(e))?;
+            let fault = RecordFault {
+                reason: PcapDrop::Oversize,
+                error: PcapError::RecordTooLarge {
+                    path: self.path.clone(),
+                    index: self.index,
+                    offset: start,
+                    len: incl,
+                    max: buf.len(),
+                },
+                ends_pass: false,
+            };
+            self.advance(end);
+            return Err(fault);
+        }
+        match self.resync(start + 1).map_err(|e| self.io_err(e))? {
+            Some(at) => {
+                self.seek(at).map_err(|e| self.io_err(e))?;
+                let fault = RecordFault {
+                    reason: PcapDrop::Damaged,
+                    error: PcapError::DamagedRecord {
+                        path: self.path.clone(),
+                        index: self.index,
+                        offset: start,
+                        len: incl,
+                        resumed_at: Some(at),
+                    },
+                    ends_pass: false,
+                };
+                self.advance(at);
+                Err(fault)
+            }
+            // Nothing lines up after it: a plausible record cut by the end of the file is a
+            // truncated capture; anything else is damage up to the end of the file.
+            None if end > self.file_len && incl <= MAX_PLAUSIBLE_RECORD => {
+                Err(self.truncated(start))
+            }
+            None => Err(RecordFault {
+                reason: PcapDrop::Damaged,
+                error: PcapError::DamagedRecord {
+                    path: self.path.clone(),
+                    index: self.index,
+                    offset: start,
+                    len: incl,
+                    resumed_at: None,
+                },
+                ends_pass: true,
+            }),
+        }
     }
 
-    fn advance(&mut self, incl: usize) {
+    /// A record too large for a frame buffer in a stream that cannot seek (a pipe): skipped by
+    /// reading it when its length is plausible (oversize, or truncated if the stream ends inside
+    /// it); otherwise the stream is out of sync and the pass ends (damaged).
+    fn skip_unseekable(&mut self, start: u64, incl: usize, max: usize) -> RecordFault {
+        if incl > MAX_PLAUSIBLE_RECORD {
+            return RecordFault {
+                reason: PcapDrop::Damaged,
+                error: PcapError::DamagedRecord {
+                    path: self.path.clone(),
+                    index: self.index,
+                    offset: start,
+                    len: incl,
+                    resumed_at: None,
+                },
+                ends_pass: true,
+            };
+        }
+        match io::copy(&mut (&mut self.r).take(incl as u64), &mut io::sink()) {
+            Ok(n) if n == incl as u64 => {
+                let fault = RecordFault {
+                    reason: PcapDrop::Oversize,
+                    error: PcapError::RecordTooLarge {
+                        path: self.path.clone(),
+                        index: self.index,
+                        offset: start,
+                        len: incl,
+                        max,
+                    },
+                    ends_pass: false,
+                };
+                self.advance(start + (RECORD_HEADER_LEN + incl) as u64);
+                fault
+            }
+            Ok(_) => self.truncated(start),
+            Err(e) => self.io_err(e),
+        }
+    }
+
+    /// Moves past a record (or damaged bytes) ending at `end`.
+    fn advance(&mut self, end: u64) {
         self.index += 1;
-        self.offset += (RECORD_HEADER_LEN + incl) as u64;
+        self.offset = end;
     }
 }
 
@@ -430,8 +728,17 @@ pub struct PcapCounters {
     pub frames: AtomicU64,
     /// Bytes of those frames.
     pub bytes: AtomicU64,
-    /// Records that could not be replayed (truncated, oversized); source only.
+    /// Records that could not be replayed, all reasons (the sum of `runt`, `oversize`,
+    /// `truncated` and `damaged`); source only.
     pub bad_records: AtomicU64,
+    /// Records shorter than an Ethernet header ([`PcapDrop::Runt`]); source only.
+    pub runt: AtomicU64,
+    /// Records longer than a frame buffer ([`PcapDrop::Oversize`]); source only.
+    pub oversize: AtomicU64,
+    /// Records cut by the end of the file ([`PcapDrop::Truncated`]); source only.
+    pub truncated: AtomicU64,
+    /// Damaged stretches of the file ([`PcapDrop::Damaged`]); source only.
+    pub damaged: AtomicU64,
     /// Records whose captured length was shorter than the original frame (replayed as
     /// captured); source only.
     pub snapped_records: AtomicU64,
@@ -439,6 +746,9 @@ pub struct PcapCounters {
     pub passes: AtomicU64,
     /// Failed writes (the sink keeps the first error); sink only.
     pub write_errors: AtomicU64,
+    /// The first damaged record (source) or failed write (sink), with the file, the record and
+    /// its byte offset or the OS error; set once.
+    first_error: OnceLock<String>,
 }
 
 /// How often (in frames) the local counters are published to [`PcapCounters`].
@@ -451,14 +761,44 @@ pub struct PcapStats {
     pub frames: u64,
     /// Bytes of those frames.
     pub bytes: u64,
-    /// Records that could not be replayed.
+    /// Records that could not be replayed (all reasons).
     pub bad_records: u64,
+    /// Records shorter than an Ethernet header.
+    pub runt: u64,
+    /// Records longer than a frame buffer.
+    pub oversize: u64,
+    /// Records cut by the end of the file.
+    pub truncated: u64,
+    /// Damaged stretches of the file.
+    pub damaged: u64,
     /// Records replayed shorter than their original length.
     pub snapped_records: u64,
     /// Completed passes over the file.
     pub passes: u64,
     /// Failed writes.
     pub write_errors: u64,
+}
+
+impl PcapStats {
+    /// Records not delivered for `reason`.
+    pub fn dropped(&self, reason: PcapDrop) -> u64 {
+        match reason {
+            PcapDrop::Runt => self.runt,
+            PcapDrop::Oversize => self.oversize,
+            PcapDrop::Truncated => self.truncated,
+            PcapDrop::Damaged => self.damaged,
+        }
+    }
+
+    fn count(&mut self, reason: PcapDrop) {
+        self.bad_records += 1;
+        match reason {
+            PcapDrop::Runt => self.runt += 1,
+            PcapDrop::Oversize => self.oversize += 1,
+            PcapDrop::Truncated => self.truncated += 1,
+            PcapDrop::Damaged => self.damaged += 1,
+        }
+    }
 }
 
 impl PcapCounters {
@@ -468,16 +808,29 @@ impl PcapCounters {
             frames: self.frames.load(Ordering::Relaxed),
             bytes: self.bytes.load(Ordering::Relaxed),
             bad_records: self.bad_records.load(Ordering::Relaxed),
+            runt: self.runt.load(Ordering::Relaxed),
+            oversize: self.oversize.load(Ordering::Relaxed),
+            truncated: self.truncated.load(Ordering::Relaxed),
+            damaged: self.damaged.load(Ordering::Relaxed),
             snapped_records: self.snapped_records.load(Ordering::Relaxed),
             passes: self.passes.load(Ordering::Relaxed),
             write_errors: self.write_errors.load(Ordering::Relaxed),
         }
     }
 
+    /// The first damaged record or failed write, if any (the rest are only counted).
+    pub fn first_error(&self) -> Option<&str> {
+        self.first_error.get().map(String::as_str)
+    }
+
     fn publish(&self, s: &PcapStats) {
         self.frames.store(s.frames, Ordering::Relaxed);
         self.bytes.store(s.bytes, Ordering::Relaxed);
         self.bad_records.store(s.bad_records, Ordering::Relaxed);
+        self.runt.store(s.runt, Ordering::Relaxed);
+        self.oversize.store(s.oversize, Ordering::Relaxed);
+        self.truncated.store(s.truncated, Ordering::Relaxed);
+        self.damaged.store(s.damaged, Ordering::Relaxed);
         self.snapped_records
             .store(s.snapped_records, Ordering::Relaxed);
         self.passes.store(s.passes, Ordering::Relaxed);
@@ -487,10 +840,13 @@ impl PcapCounters {
 
 /// Replays a pcap file as the frames arriving at a port.
 ///
-/// Frames longer than the caller's buffer or shorter than [`MIN_REPLAY_FRAME`] are skipped and
-/// counted as bad records. The file is
-/// replayed `loops` times (see [`PcapSource::with_loops`]); a pass that yields no frame at all
-/// ends the replay, so a file of only bad records cannot spin forever.
+/// Every record that is not delivered is counted by reason ([`PcapDrop`]): runts and records
+/// longer than the caller's buffer are skipped, damaged bytes are skipped up to the next offset
+/// where records line up again, and a record cut by the end of the file ends the pass. So per
+/// pass, frames delivered plus the four counters equal the records in the file (a damaged
+/// stretch counting as one). The file is replayed `loops` times (see
+/// [`PcapSource::with_loops`]); a pass that yields no frame at all ends the replay, so a file of
+/// only bad records cannot spin forever.
 pub struct PcapSource {
     reader: Reader,
     /// Passes to play in total; 0 = until stopped.
@@ -539,7 +895,8 @@ impl PcapSource {
         self.reader.fmt.big_endian
     }
 
-    /// The shared counters (frames, bytes, bad records, passes), for live stats and the summary.
+    /// The shared counters (frames, bytes, records not delivered by reason, passes), for live
+    /// stats and the summary.
     pub fn counters(&self) -> Arc<PcapCounters> {
         self.counters.clone()
     }
@@ -549,9 +906,10 @@ impl PcapSource {
         self.first_error.as_ref()
     }
 
-    fn record_fault(&mut self, e: PcapError) {
-        self.local.bad_records += 1;
+    fn record_fault(&mut self, reason: PcapDrop, e: PcapError) {
+        self.local.count(reason);
         if self.first_error.is_none() {
+            let _ = self.counters.first_error.set(e.to_string());
             self.first_error = Some(e);
         }
     }
@@ -563,7 +921,7 @@ impl PcapSource {
         if !more || self.pass_frames == 0 {
             self.done = true;
         } else if let Err(e) = self.reader.rewind() {
-            self.record_fault(e);
+            self.record_fault(PcapDrop::Damaged, e);
             self.done = true;
         }
         self.pass_frames = 0;
@@ -574,14 +932,16 @@ impl PcapSource {
 impl FrameSource for PcapSource {
     fn next_frame(&mut self, buf: &mut [u8]) -> Option<usize> {
         while !self.done {
+            let at = self.reader.offset;
             match self.reader.next(buf) {
                 Ok(Some(rec)) if rec.len < MIN_REPLAY_FRAME => {
                     let e = PcapError::RuntRecord {
                         path: self.reader.path.clone(),
                         index: self.reader.index - 1,
+                        offset: at,
                         len: rec.len,
                     };
-                    self.record_fault(e);
+                    self.record_fault(PcapDrop::Runt, e);
                 }
                 Ok(Some(rec)) => {
                     self.pass_frames += 1;
@@ -594,10 +954,11 @@ impl FrameSource for PcapSource {
                     return Some(rec.len);
                 }
                 Ok(None) => self.end_pass(),
-                Err(RecordFault::Skipped(e)) => self.record_fault(e),
-                Err(RecordFault::Fatal(e)) => {
-                    self.record_fault(e);
-                    self.end_pass();
+                Err(f) => {
+                    self.record_fault(f.reason, f.error);
+                    if f.ends_pass {
+                        self.end_pass();
+                    }
                 }
             }
         }
@@ -649,8 +1010,9 @@ impl fmt::Debug for Timestamps {
 /// `LINKTYPE_ETHERNET`, snaplen 65535) that Wireshark and tcpdump read.
 ///
 /// Write errors cannot be returned from [`FrameSink::deliver`]; they are counted in
-/// [`PcapCounters::write_errors`], the first is kept ([`PcapSink::error`]) and later frames are
-/// dropped. [`PcapSink::close`] returns it.
+/// [`PcapCounters::write_errors`], the first is kept ([`PcapSink::error`], and as text in
+/// [`PcapCounters::first_error`], published at once so that a run can stop on it) and later
+/// frames are dropped. [`PcapSink::close`] returns it.
 pub struct PcapSink {
     path: PathBuf,
     w: BufWriter<File>,
@@ -735,11 +1097,15 @@ impl PcapSink {
     fn fail(&mut self, op: &'static str, source: io::Error) {
         self.local.write_errors += 1;
         if self.error.is_none() {
-            self.error = Some(PcapError::Io {
+            let e = PcapError::Io {
                 path: self.path.clone(),
                 op,
                 source,
-            });
+            };
+            let _ = self.counters.first_error.set(e.to_string());
+            self.error = Some(e);
+            // Published now, so that whoever watches the counters can stop the run.
+            self.counters.publish(&self.local);
         }
     }
 
@@ -814,7 +1180,7 @@ pub fn read_all(path: impl AsRef<Path>) -> Result<Vec<Vec<u8>>, PcapError> {
         match reader.next(&mut buf) {
             Ok(Some(rec)) => frames.push(buf[..rec.len].to_vec()),
             Ok(None) => return Ok(frames),
-            Err(RecordFault::Skipped(e) | RecordFault::Fatal(e)) => return Err(e),
+            Err(f) => return Err(f.error),
         }
     }
 }
@@ -1196,5 +1562,189 @@ mod tests {
             }
             let _ = read_all(&p.0);
         }
+    }
+
+    /// One record with explicit header lengths (little-endian, microseconds).
+    fn record(out: &mut Vec<u8>, i: u32, incl: u32, orig: u32, data: &[u8]) -> u64 {
+        let at = out.len() as u64;
+        out.extend_from_slice(&1_700_000_000u32.wrapping_add(i).to_le_bytes());
+        out.extend_from_slice(&(1_000 * i).to_le_bytes());
+        out.extend_from_slice(&incl.to_le_bytes());
+        out.extend_from_slice(&orig.to_le_bytes());
+        out.extend_from_slice(data);
+        at
+    }
+
+    /// A hostile capture: good frames mixed with runts, intact records too large for a frame
+    /// buffer (one beyond `MAX_PLAUSIBLE_RECORD`), a header claiming 2 GB, random bytes where a
+    /// record should be, and a truncated last record. Every record is accounted for (frames plus
+    /// the four counters equal the 15 records), good frames after the damage still arrive, and
+    /// the errors name byte offsets.
+    #[test]
+    fn every_damaged_record_is_counted_by_reason_and_good_ones_still_arrive() {
+        let p = TempPath::new("hostile");
+        let mut b = raw_pcap(false, MAGIC_MICROS, 1, &[]);
+        let mut good = Vec::new();
+        let mut add_good = |b: &mut Vec<u8>, i: u32, len: usize| {
+            let f = frame(i as usize, len);
+            record(b, i, len as u32, len as u32, &f);
+            good.push(f);
+        };
+        add_good(&mut b, 0, 60);
+        let runt_at = record(&mut b, 1, 0, 0, &[]);
+        add_good(&mut b, 2, 100);
+        record(&mut b, 3, 1, 1, &frame(3, 1));
+        record(&mut b, 4, 13, 13, &frame(4, 13));
+        add_good(&mut b, 5, 14);
+        record(&mut b, 6, 70_000, 70_000, &frame(6, 70_000));
+        add_good(&mut b, 7, 61);
+        let big_at = record(&mut b, 8, 300_000, 300_000, &frame(8, 300_000));
+        add_good(&mut b, 9, 62);
+        let claim_at = record(&mut b, 10, 2_000_000_000, 2_000_000_000, &frame(10, 60));
+        let after_claim = b.len() as u64;
+        add_good(&mut b, 11, 63);
+        let garbage_at = b.len() as u64;
+        let mut x = 0x9e37_79b9_7f4a_7c15u64;
+        let mut garbage: Vec<u8> = (0..1000)
+            .map(|_| {
+                x ^= x << 13;
+                x ^= x >> 7;
+                x ^= x << 17;
+                x as u8
+            })
+            .collect();
+        garbage[8..12].copy_from_slice(&u32::MAX.to_le_bytes());
+        b.extend_from_slice(&garbage);
+        let after_garbage = b.len() as u64;
+        add_good(&mut b, 13, 64);
+        let cut_at = record(&mut b, 14, 100, 100, &frame(14, 30));
+        std::fs::write(&p.0, &b).unwrap();
+
+        let mut src = PcapSource::open(&p.0).unwrap();
+        assert_eq!(replay(&mut src), good);
+        let c = src.counters().snapshot();
+        let by_reason: Vec<u64> = PcapDrop::ALL.iter().map(|&r| c.dropped(r)).collect();
+        assert_eq!(
+            by_reason,
+            [3, 2, 1, 2],
+            "runt, oversize, truncated, damaged"
+        );
+        assert_eq!(c.frames + c.bad_records, 15, "every record accounted for");
+        assert_eq!(c.bad_records, by_reason.iter().sum::<u64>());
+        let first = src.counters().first_error().unwrap().to_string();
+        assert!(
+            first.contains("record 1 ") && first.contains(&format!("at byte {runt_at}")),
+            "{first}"
+        );
+        assert!(big_at > 0);
+
+        // The damage is reported where it is and where records resume.
+        let mut r = Reader::open(&p.0).unwrap();
+        let mut buf = vec![0u8; MAX_WIRE_FRAME];
+        let mut damaged = Vec::new();
+        loop {
+            match r.next(&mut buf) {
+                Ok(Some(_)) => {}
+                Ok(None) => break,
+                Err(f) => {
+                    if let PcapError::DamagedRecord {
+                        offset, resumed_at, ..
+                    } = f.error
+                    {
+                        damaged.push((offset, resumed_at));
+                    }
+                    if f.ends_pass {
+                        assert!(matches!(
+                            f.error,
+                            PcapError::TruncatedRecord { offset, .. } if offset == cut_at
+                        ));
+                        break;
+                    }
+                }
+            }
+        }
+        assert_eq!(
+            damaged,
+            [
+                (claim_at, Some(after_claim)),
+                (garbage_at, Some(after_garbage))
+            ]
+        );
+
+        // Every pass counts again.
+        let mut src = PcapSource::open(&p.0).unwrap().with_loops(2);
+        assert_eq!(replay(&mut src).len(), 2 * good.len());
+        let c = src.counters().snapshot();
+        assert_eq!((c.frames + c.bad_records, c.passes), (30, 2));
+    }
+
+    /// Random bytes right after a valid global header: one damaged stretch, no frame, no spin.
+    #[test]
+    fn a_file_of_random_bytes_is_one_damaged_stretch() {
+        let p = TempPath::new("random");
+        let mut b = raw_pcap(false, MAGIC_NANOS, 1, &[]);
+        let mut x = 0x1234_5678_9abc_def1u64;
+        b.extend((0..100_000).map(|_| {
+            x ^= x << 13;
+            x ^= x >> 7;
+            x ^= x << 17;
+            (x >> 24) as u8
+        }));
+        std::fs::write(&p.0, &b).unwrap();
+        let mut src = PcapSource::open(&p.0).unwrap().with_loops(0);
+        let got = replay(&mut src);
+        let c = src.counters().snapshot();
+        assert_eq!(c.frames + c.bad_records, (got.len() + 1) as u64, "{c:?}");
+        assert!(c.damaged + c.truncated >= 1, "{c:?}");
+        assert!(
+            src.counters().first_error().unwrap().contains("at byte 24"),
+            "{:?}",
+            src.counters().first_error()
+        );
+    }
+
+    /// Zeroed bytes where records should be (a capture whose tail was preallocated, a hole) are
+    /// zero-length records as the format reads them: each 16 bytes one runt, counted, and the
+    /// frames after the hole still arrive.
+    #[test]
+    fn zeroed_bytes_are_counted_as_zero_length_runts() {
+        let p = TempPath::new("zeros");
+        let frames: Vec<Vec<u8>> = (0..4).map(|i| frame(i, 60 + i)).collect();
+        let mut b = raw_pcap(false, MAGIC_MICROS, 1, &frames[..2]);
+        let hole = b.len() as u64;
+        b.extend(std::iter::repeat_n(0u8, 4096));
+        b.extend_from_slice(&raw_pcap(false, MAGIC_MICROS, 1, &frames[2..])[24..]);
+        std::fs::write(&p.0, &b).unwrap();
+        let mut src = PcapSource::open(&p.0).unwrap();
+        assert_eq!(replay(&mut src), frames);
+        let c = src.counters().snapshot();
+        assert_eq!((c.runt, c.bad_records), (256, 256), "{c:?}");
+        let e = src.counters().first_error().unwrap().to_string();
+        assert!(e.contains(&format!("at byte {hole} has 0 bytes")), "{e}");
+    }
+
+    /// A capture read from a pipe (no length, no seeking) replays as before: good frames arrive,
+    /// an oversize record is skipped by reading it, and a truncated end is counted.
+    #[cfg(unix)]
+    #[test]
+    fn a_capture_from_a_pipe_replays_and_counts() {
+        let p = TempPath::new("fifo");
+        let made = std::process::Command::new("mkfifo")
+            .arg(&p.0)
+            .status()
+            .is_ok_and(|s| s.success());
+        if !made {
+            return;
+        }
+        let frames = vec![frame(0, 60), frame(1, 70_000), frame(2, 61)];
+        let mut bytes = raw_pcap(false, MAGIC_MICROS, 1, &frames);
+        bytes.truncate(bytes.len() - 10);
+        let path = p.0.clone();
+        let writer = std::thread::spawn(move || std::fs::write(path, bytes).unwrap());
+        let mut src = PcapSource::open(&p.0).unwrap();
+        assert_eq!(replay(&mut src), vec![frames[0].clone()]);
+        writer.join().unwrap();
+        let c = src.counters().snapshot();
+        assert_eq!((c.oversize, c.truncated, c.bad_records), (1, 1, 2), "{c:?}");
     }
 }

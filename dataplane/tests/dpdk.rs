@@ -292,3 +292,31 @@ fn eal_initialises_once_and_ports_fail_clearly() {
     let p = DpdkPort::open(&ring_cfg("net_ring_q", DatapathMode::Host)).unwrap();
     assert_eq!(p.capabilities().queues, 1);
 }
+
+/// A port whose queue setup fails after its mempools exist (`net_null` with `size=0` cannot set
+/// up an Rx queue) returns the error: the pools it built are freed on the error path while the
+/// control-plane lock is held, which once deadlocked the opening thread. The open runs on a
+/// helper thread so that a regression shows up as a failed test instead of a hung one.
+#[test]
+fn a_port_that_fails_to_configure_returns_its_error() {
+    eal();
+    for (i, mode) in DatapathMode::ALL.into_iter().enumerate() {
+        let (tx, rx) = std::sync::mpsc::channel();
+        let cfg = ring_cfg(&format!("net_null_bad{i},size=0,copy=1"), mode);
+        std::thread::spawn(move || {
+            let r = DpdkPort::open(&cfg).map(|_| ());
+            let _ = tx.send(r);
+        });
+        let r = rx
+            .recv_timeout(Duration::from_secs(120))
+            .unwrap_or_else(|_| panic!("{mode}: DpdkPort::open never returned (deadlock)"));
+        let e = r.expect_err("a net_null port with size=0 cannot set up its Rx queue");
+        assert!(
+            e.to_string().contains("rte_eth_rx_queue_setup"),
+            "{mode}: {e}"
+        );
+    }
+    // The lock is free again: another port opens on this thread.
+    let p = DpdkPort::open(&ring_cfg("net_ring_ok", DatapathMode::Host)).unwrap();
+    assert_eq!(p.capabilities().queues, 1);
+}

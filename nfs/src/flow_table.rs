@@ -359,8 +359,7 @@ impl<V: TableValue> FlowTable<V> {
         seed: u64,
     ) -> Result<Self, HugeMemError> {
         let capacity = capacity.max(1);
-        let want_buckets = ((capacity as f64) / (SLOTS as f64 * MAX_LOAD)).ceil() as usize;
-        let nb = want_buckets.max(1).next_power_of_two();
+        let nb = Self::buckets_for(capacity);
         Ok(Self {
             sigs: HugeArray::zeroed(nb)?,
             entries: HugeArray::zeroed(nb * SLOTS)?,
@@ -376,6 +375,22 @@ impl<V: TableValue> FlowTable<V> {
             bfs: vec![BfsNode::default(); BFS_NODES],
             stats: FlowTableStats::default(),
         })
+    }
+
+    /// Buckets of a table of `capacity` flows: at most [`MAX_LOAD`] full at capacity, rounded up
+    /// to a power of two.
+    fn buckets_for(capacity: usize) -> usize {
+        let want = ((capacity.max(1) as f64) / (SLOTS as f64 * MAX_LOAD)).ceil() as usize;
+        want.max(1)
+            .checked_next_power_of_two()
+            .unwrap_or(usize::MAX / 2 + 1)
+    }
+
+    /// Bytes the entry arrays of a table of `capacity` flows take (what [`FlowTable::try_new`]
+    /// allocates for them), for checking a config against the machine before building it.
+    pub fn memory_for(capacity: usize) -> u64 {
+        let slots = (Self::buckets_for(capacity) as u64).saturating_mul(SLOTS as u64);
+        slots.saturating_mul(2 + std::mem::size_of::<Entry<V::Raw>>() as u64)
     }
 
     /// [`FlowTable::try_new`] for tables whose memory is sure to be there (tests, benches);

@@ -15,7 +15,7 @@ use std::fmt;
 use std::sync::atomic::{AtomicU64, Ordering};
 use std::sync::{Arc, Mutex};
 
-use crate::memory::RawMem;
+use crate::memory::{HostAllocError, RawMem};
 use crate::region::{Backing, ProtectionDomain, Region, RegionKind};
 
 /// Allocation granularity and alignment inside the SRAM.
@@ -35,6 +35,8 @@ pub enum NicMemError {
     },
     /// Zero-byte allocation.
     ZeroSize,
+    /// The host memory that models the device's SRAM could not be allocated.
+    Host(HostAllocError),
 }
 
 impl fmt::Display for NicMemError {
@@ -49,6 +51,7 @@ impl fmt::Display for NicMemError {
                 "nicmem exhausted: asked for {requested} B, {free} B free of {capacity} B"
             ),
             NicMemError::ZeroSize => write!(f, "zero-byte nicmem allocation"),
+            NicMemError::Host(e) => write!(f, "nicmem of {} B: {e}", e.bytes),
         }
     }
 }
@@ -111,14 +114,25 @@ pub fn parse_size(s: &str) -> Option<usize> {
 
 impl NicMem {
     /// A device with `capacity` bytes of SRAM.
+    ///
+    /// # Panics
+    /// If the host cannot provide `capacity` bytes to model the SRAM; capacities that come from
+    /// user input go through [`NicMem::try_new`].
     pub fn new(capacity: usize) -> Self {
+        Self::try_new(capacity).unwrap_or_else(|e| panic!("{e}"))
+    }
+
+    /// A device with `capacity` bytes of SRAM, or [`NicMemError::Host`] when the host memory that
+    /// models it cannot be allocated (any size: never a panic or an abort).
+    pub fn try_new(capacity: usize) -> Result<Self, NicMemError> {
+        let sram = RawMem::try_zeroed(capacity).map_err(NicMemError::Host)?;
         let mut free = BTreeMap::new();
         if capacity > 0 {
             free.insert(0, capacity);
         }
-        Self {
+        Ok(Self {
             shared: Arc::new(NicMemShared {
-                sram: RawMem::zeroed(capacity),
+                sram,
                 capacity,
                 list: Mutex::new(FreeList {
                     free,
@@ -129,7 +143,7 @@ impl NicMem {
                 cpu_read: AtomicU64::new(0),
                 cpu_reads: AtomicU64::new(0),
             }),
-        }
+        })
     }
 
     /// Capacity in bytes.
@@ -359,5 +373,27 @@ mod tests {
         assert_eq!(parse_size("4096"), Some(4096));
         assert_eq!(parse_size("4 MiB"), Some(4 << 20));
         assert_eq!(parse_size("lots"), None);
+    }
+
+    /// A capacity the host cannot hold is an error from `try_new`, never a panic or an abort
+    /// (`usize::MAX` once panicked with a `LayoutError`).
+    #[test]
+    fn try_new_reports_capacities_the_host_cannot_hold() {
+        for cap in [usize::MAX, isize::MAX as usize - 8192] {
+            match NicMem::try_new(cap) {
+                Err(NicMemError::Host(e)) => assert_eq!(e.bytes, cap),
+                Err(other) => panic!("{cap}: unexpected {other}"),
+                Ok(_) => panic!("{cap} B of nicmem allocated"),
+            }
+        }
+        let e = NicMem::try_new(usize::MAX).err().unwrap().to_string();
+        assert!(e.contains("nicmem of 18446744073709551615 B"), "{e}");
+        assert_eq!(NicMem::try_new(4096).unwrap().capacity(), 4096);
+        assert!(
+            Region::try_host(usize::MAX, ProtectionDomain::new())
+                .err()
+                .unwrap()
+                .impossible
+        );
     }
 }

@@ -18,7 +18,7 @@ mod region;
 
 pub use allocator::{NICMEM_ALIGN, NicMem, NicMemError, NicMemStats, parse_size};
 pub use hugemem::{Align32, HUGE_PAGE, HugeArray, HugeMemError, PageKind, Zeroable};
-pub use memory::{MEM_ALIGN, RawMem};
+pub use memory::{HostAllocError, MEM_ALIGN, RawMem};
 pub use pool::{
     Buf, BufPool, Host, MAX_CACHES, MemClass, Nic, PoolCache, PoolError, PoolLayout, PoolStats,
 };

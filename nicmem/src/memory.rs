@@ -25,18 +25,67 @@ unsafe impl Send for RawMem {}
 // SAFETY: as above; `&RawMem` only exposes raw access under the callers' ownership contract.
 unsafe impl Sync for RawMem {}
 
+/// A backing allocation the host could not provide.
+#[derive(Clone, Debug, PartialEq, Eq)]
+pub struct HostAllocError {
+    /// Bytes asked for.
+    pub bytes: usize,
+    /// True when the size cannot be allocated by any machine (it overflows the address space
+    /// once rounded to [`MEM_ALIGN`]); false when the allocator refused it.
+    pub impossible: bool,
+}
+
+impl std::fmt::Display for HostAllocError {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        let gib = self.bytes as f64 / f64::from(1u32 << 30);
+        if self.impossible {
+            write!(
+                f,
+                "cannot allocate {} B ({gib:.1} GiB) of host memory: larger than the address \
+                 space allows",
+                self.bytes
+            )
+        } else {
+            write!(
+                f,
+                "cannot allocate {} B ({gib:.1} GiB) of host memory: the system refused it",
+                self.bytes
+            )
+        }
+    }
+}
+
+impl std::error::Error for HostAllocError {}
+
 impl RawMem {
     /// Allocates `len` zero bytes (at least one byte is allocated so the layout is never empty).
+    ///
+    /// # Panics
+    /// If the host cannot provide the memory (with the message of [`HostAllocError`]); callers
+    /// whose size comes from user input use [`RawMem::try_zeroed`].
     pub fn zeroed(len: usize) -> Self {
-        let layout = Self::layout(len);
-        // SAFETY: the layout has a non-zero size (`max(1)`) and a valid power-of-two alignment.
-        let raw = unsafe { alloc_zeroed(layout) };
-        let ptr = NonNull::new(raw).unwrap_or_else(|| std::alloc::handle_alloc_error(layout));
-        Self { ptr, len }
+        Self::try_zeroed(len).unwrap_or_else(|e| panic!("{e}"))
     }
 
-    fn layout(len: usize) -> Layout {
-        Layout::from_size_align(len.max(1), MEM_ALIGN).expect("allocation size overflows isize")
+    /// Allocates `len` zero bytes, or says why the host cannot: a size beyond the address space,
+    /// or an allocation the system refused. Never aborts the process.
+    pub fn try_zeroed(len: usize) -> Result<Self, HostAllocError> {
+        let layout = Self::layout(len).ok_or(HostAllocError {
+            bytes: len,
+            impossible: true,
+        })?;
+        // SAFETY: the layout has a non-zero size (`max(1)`) and a valid power-of-two alignment.
+        let raw = unsafe { alloc_zeroed(layout) };
+        let ptr = NonNull::new(raw).ok_or(HostAllocError {
+            bytes: len,
+            impossible: false,
+        })?;
+        Ok(Self { ptr, len })
+    }
+
+    /// The layout of a `len`-byte allocation; `None` when it overflows `isize` once aligned.
+    fn layout(len: usize) -> Option<Layout> {
+        Layout::from_size_align(len.max(1), MEM_ALIGN).ok()
     }
 
     /// Pointer to the first byte (for pools that hand out disjoint ranges under their own
@@ -81,8 +130,11 @@ impl RawMem {
 
 impl Drop for RawMem {
     fn drop(&mut self) {
-        // SAFETY: `ptr` came from `alloc_zeroed` with exactly this layout and is freed once.
-        unsafe { dealloc(self.ptr.as_ptr(), Self::layout(self.len)) }
+        if let Some(layout) = Self::layout(self.len) {
+            // SAFETY: `ptr` came from `alloc_zeroed` with exactly this layout (it was valid when
+            // allocated, so it is again) and is freed once.
+            unsafe { dealloc(self.ptr.as_ptr(), layout) }
+        }
     }
 }
 
@@ -104,5 +156,23 @@ mod tests {
         // SAFETY: in bounds, no other view exists in this test.
         let b = unsafe { m.bytes(0, 10_000) };
         assert!(b.iter().all(|&x| x == 0));
+    }
+
+    /// Sizes no machine can hold are errors, not a `LayoutError` panic or an allocator abort.
+    #[test]
+    fn impossible_sizes_are_errors() {
+        for len in [usize::MAX, usize::MAX - MEM_ALIGN, isize::MAX as usize] {
+            let e = RawMem::try_zeroed(len).unwrap_err();
+            assert_eq!(e.bytes, len);
+            assert!(e.impossible, "{len}");
+            assert!(
+                e.to_string().contains("larger than the address space"),
+                "{e}"
+            );
+        }
+        // Fits the address space but no machine has it: the allocator refuses, no abort.
+        let e = RawMem::try_zeroed(isize::MAX as usize - 2 * MEM_ALIGN).unwrap_err();
+        assert!(!e.impossible);
+        assert!(e.to_string().contains("the system refused it"), "{e}");
     }
 }

@@ -73,6 +73,8 @@ pub enum PoolError {
     BadGeometry { buf_size: usize, count: usize },
     /// Too many caches on one pool.
     TooManyCaches,
+    /// The host cannot allocate the free list of `count` buffers.
+    NoMemory { count: usize },
 }
 
 impl fmt::Display for PoolError {
@@ -91,6 +93,10 @@ impl fmt::Display for PoolError {
                 write!(f, "bad pool geometry: {count} buffers of {buf_size} B")
             }
             PoolError::TooManyCaches => write!(f, "more than {MAX_CACHES} caches on one pool"),
+            PoolError::NoMemory { count } => write!(
+                f,
+                "cannot allocate the free list of {count} buffers: the host refused the memory"
+            ),
         }
     }
 }
@@ -228,6 +234,14 @@ impl<K: MemClass> BufPool<K> {
         if buf_size == 0 || count == 0 || slots == 0 || count > u32::MAX as usize - 1 {
             return Err(PoolError::BadGeometry { buf_size, count });
         }
+        // `ArrayQueue::new` allocates its slots (a stamp word and a `u32`, 16 B) infallibly and
+        // aborts when the host refuses; ask for the same size first so that a count the host
+        // cannot hold is an error instead.
+        let mut probe: Vec<[u64; 2]> = Vec::new();
+        probe
+            .try_reserve_exact(count)
+            .map_err(|_| PoolError::NoMemory { count })?;
+        drop(probe);
         let free = ArrayQueue::new(count);
         for i in 0..count as u32 {
             // Cannot fail: the queue holds exactly `count` entries.
@@ -320,7 +334,8 @@ impl<K: MemClass> BufPool<K> {
             .ok_or(PoolError::TooManyCaches)?;
         sh.cache_len[slot].store(0, Ordering::Relaxed);
         sh.take_refs(1);
-        let size = size.max(2);
+        // A cache never holds more than the pool's buffers (and `size + 1` cannot overflow).
+        let size = size.clamp(2, (sh.count as usize).max(2));
         Ok(PoolCache {
             shared: self.shared,
             stack: Vec::with_capacity(size + 1),
@@ -1078,5 +1093,20 @@ mod tests {
         b[0].device_read(0, &mut out).unwrap();
         assert_eq!(out, [0]);
         assert!(pool.stats().aliased);
+    }
+
+    /// A cache size beyond the pool (up to `usize::MAX`) is capped at the pool's buffers
+    /// instead of overflowing: every buffer is still handed out once, then none.
+    #[test]
+    fn oversized_caches_are_capped_at_the_pool() {
+        let pool = host_pool(4);
+        let mut c = pool.cache(usize::MAX).unwrap();
+        let bufs: Vec<_> = (0..4).map(|_| c.alloc().expect("a buffer")).collect();
+        assert!(c.alloc().is_none());
+        for b in bufs {
+            c.free(b);
+        }
+        drop(c);
+        assert_eq!(pool.stats().in_use, 0);
     }
 }

@@ -11,7 +11,7 @@ use std::sync::Arc;
 use std::sync::atomic::{AtomicU32, AtomicU64, Ordering};
 
 use crate::allocator::NicMemWindow;
-use crate::memory::RawMem;
+use crate::memory::{HostAllocError, RawMem};
 
 /// Where a region's bytes live.
 #[derive(Clone, Copy, Debug, PartialEq, Eq, Hash)]
@@ -95,13 +95,24 @@ pub struct Region {
 
 impl Region {
     /// Registers `len` bytes of fresh, zeroed host memory to `owner`.
+    ///
+    /// # Panics
+    /// If the host cannot provide the memory; sizes that come from user input go through
+    /// [`Region::try_host`].
     pub fn host(len: usize, owner: ProtectionDomain) -> Self {
-        Self::register(
+        Self::try_host(len, owner).unwrap_or_else(|e| panic!("{e}"))
+    }
+
+    /// Registers `len` bytes of fresh, zeroed host memory to `owner`, or says why the host
+    /// cannot provide them (any size: never a panic or an abort).
+    pub fn try_host(len: usize, owner: ProtectionDomain) -> Result<Self, HostAllocError> {
+        let mem = RawMem::try_zeroed(len)?;
+        Ok(Self::register(
             RegionKind::Host,
             len,
             owner,
-            Backing::Host(RawMem::zeroed(len)),
-        )
+            Backing::Host(mem),
+        ))
     }
 
     pub(crate) fn register(

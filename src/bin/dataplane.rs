@@ -64,7 +64,7 @@ enum Cmd {
         /// Datapath mode: host, split, nic-payload, nic-inline.
         #[arg(long, value_parser = parse_mode)]
         mode: DatapathMode,
-        /// Frame size in bytes including the 4 B FCS (64..).
+        /// Frame size in bytes including the 4 B FCS (64..=9022).
         #[arg(long)]
         frame_size: u32,
         /// Split offset H (default: the profile's nic.descriptors.split_offset).
@@ -73,8 +73,8 @@ enum Cmd {
         /// Tx inline size I (default: the profile's nic.descriptors.txq_inline_min).
         #[arg(long)]
         inline: Option<u32>,
-        /// Offered load in Gb/s (default: the line rate).
-        #[arg(long)]
+        /// Offered load in Gb/s, 0 < R <= the line rate (default: the line rate).
+        #[arg(long, allow_negative_numbers = true)]
         offered_gbps: Option<f64>,
         /// Override a profile key, e.g. --set nic.pcie.mps=128 (repeatable).
         #[arg(long = "set", value_name = "KEY=VALUE")]
@@ -163,7 +163,7 @@ fn main() -> ExitCode {
                 }
                 Err(e) => {
                     eprintln!("error: {e}");
-                    ExitCode::from(2)
+                    ExitCode::from(e.exit_code())
                 }
             }
         }

@@ -341,6 +341,10 @@ impl BreakdownInput {
     }
 }
 
+/// Largest frame the model describes, without FCS: a 9018 B jumbo frame, the largest
+/// `vnic.max_frame` the dataplane accepts.
+pub const MAX_FRAME_NO_FCS: u32 = 9018;
+
 /// One line of the breakdown: an operation's per-packet cost.
 #[derive(Clone, Debug, PartialEq, Serialize)]
 pub struct BreakdownItem {
@@ -438,10 +442,20 @@ impl Breakdown {
         let d = &nic.descriptors;
         let costs = OpCosts::new(profile)?;
         let f = input.frame_len;
-        if f < nic.min_frame_bytes {
+        let max = MAX_FRAME_NO_FCS + nic.fcs_bytes;
+        if !(nic.min_frame_bytes..=max).contains(&f) {
             return Err(format!(
-                "frame length {f} B is below the minimum frame of {} B",
-                nic.min_frame_bytes
+                "frame size {f} B out of range; allowed {}..={max} B including the {} B FCS \
+                 (from the profile's minimum frame to a {MAX_FRAME_NO_FCS} B jumbo frame)",
+                nic.min_frame_bytes, nic.fcs_bytes
+            ));
+        }
+        if let Some(g) = input.offered_gbps
+            && !(g > 0.0 && g <= nic.line_rate_gbps)
+        {
+            return Err(format!(
+                "offered load {g} Gb/s out of range; allowed 0 < load <= {} Gb/s (the line rate)",
+                nic.line_rate_gbps
             ));
         }
         if input.split_offset == 0 {
@@ -1246,6 +1260,27 @@ mod tests {
         assert!(i.down < m.down && m.down < h.down && h.down < s.down);
         let cut = 1.0 - (m.up + m.down).to_f64() / (h.up + h.down).to_f64();
         assert_eq!(format!("{:.0}", 100.0 * cut), "89");
+    }
+
+    /// Frame sizes beyond a jumbo frame and offered loads that are not a rate up to the line
+    /// rate are errors naming the range (they were once computed into NaN or negative rates).
+    #[test]
+    fn out_of_range_inputs_are_errors() {
+        let p = HardwareProfile::default();
+        for f in [63, 9023, 100_000] {
+            let e = Breakdown::compute(&p, &BreakdownInput::new(&p, Host, f)).unwrap_err();
+            assert!(e.contains("allowed 64..=9022 B"), "{f}: {e}");
+        }
+        assert!(Breakdown::compute(&p, &BreakdownInput::new(&p, Host, 9022)).is_ok());
+        for g in [-5.0, 0.0, f64::NAN, f64::INFINITY, 100.5] {
+            let mut i = BreakdownInput::new(&p, Host, 64);
+            i.offered_gbps = Some(g);
+            let e = Breakdown::compute(&p, &i).unwrap_err();
+            assert!(e.contains("allowed 0 < load <= 100 Gb/s"), "{g}: {e}");
+        }
+        let mut i = BreakdownInput::new(&p, Host, 64);
+        i.offered_gbps = Some(100.0);
+        assert!(Breakdown::compute(&p, &i).is_ok());
     }
 
     #[test]

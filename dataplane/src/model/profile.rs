@@ -567,8 +567,8 @@ impl HardwareProfile {
     /// Loads a profile file, applies `key=value` overrides (as for `--set`), then validates.
     pub fn load_with_overrides(path: impl AsRef<Path>, sets: &[String]) -> Result<Self, String> {
         let path = path.as_ref();
-        let text = std::fs::read_to_string(path)
-            .map_err(|e| format!("{}: cannot read hardware profile: {e}", path.display()))?;
+        let text = crate::textfile::read_bounded(path, crate::textfile::MAX_TEXT_FILE)
+            .map_err(|e| format!("{}: hardware profile: {e}", path.display()))?;
         Self::from_text_with_overrides(&text, sets).map_err(|e| format!("{}: {e}", path.display()))
     }
 

@@ -13,7 +13,8 @@
 use std::cell::Cell;
 use std::ffi::CString;
 use std::fmt;
-use std::sync::{Mutex, OnceLock};
+use std::marker::PhantomData;
+use std::sync::{Mutex, MutexGuard, OnceLock};
 
 /// Why EAL could not be initialised.
 #[derive(Clone, Debug, PartialEq, Eq)]
@@ -45,15 +46,50 @@ pub struct Eal {
 
 static EAL: OnceLock<Result<Eal, EalError>> = OnceLock::new();
 /// Serialises control-plane calls (probe, configure, start, stop, close, mempool create/free):
-/// DPDK's control path is not thread-safe, and tests create ports from several threads.
-pub(crate) static CONTROL: Mutex<()> = Mutex::new(());
+/// DPDK's control path is not thread-safe, and tests create ports from several threads. Taken
+/// only through [`control_lock`].
+static CONTROL: Mutex<()> = Mutex::new(());
+
+thread_local! {
+    /// How many [`ControlGuard`]s the calling thread holds (0: it does not hold [`CONTROL`]).
+    static CONTROL_DEPTH: Cell<u32> = const { Cell::new(0) };
+}
+
+/// Holds the control-plane lock; released when the thread's outermost guard is dropped.
+///
+/// The lock is re-entrant on the thread that holds it. Setup runs under the lock and its error
+/// paths drop what they built so far, e.g. a mempool, whose `Drop` frees it under the lock
+/// again; with a plain mutex a port that failed to configure deadlocked its own thread.
+pub(crate) struct ControlGuard {
+    /// The mutex guard, held by the outermost guard only.
+    _outer: Option<MutexGuard<'static, ()>>,
+    /// The depth count is per thread, so a guard must be dropped on the thread that took it.
+    _not_send: PhantomData<*const ()>,
+}
+
+impl Drop for ControlGuard {
+    fn drop(&mut self) {
+        CONTROL_DEPTH.with(|d| d.set(d.get().saturating_sub(1)));
+    }
+}
+
+/// Takes the control-plane lock, or nests inside the one the calling thread already holds.
+pub(crate) fn control_lock() -> ControlGuard {
+    let depth = CONTROL_DEPTH.with(|d| d.get());
+    let outer = (depth == 0).then(|| CONTROL.lock().unwrap_or_else(|e| e.into_inner()));
+    CONTROL_DEPTH.with(|d| d.set(depth + 1));
+    ControlGuard {
+        _outer: outer,
+        _not_send: PhantomData,
+    }
+}
 
 impl Eal {
     /// Initialises EAL with `args` (without the program name), or returns the EAL a previous
     /// call initialised. A failed initialisation is remembered too: EAL cannot be retried.
     pub fn init(args: &[String]) -> Result<&'static Eal, EalError> {
         EAL.get_or_init(|| {
-            let _g = CONTROL.lock().unwrap_or_else(|e| e.into_inner());
+            let _g = control_lock();
             Self::do_init(args)
         })
         .as_ref()

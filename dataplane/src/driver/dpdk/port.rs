@@ -9,7 +9,7 @@ use std::sync::atomic::{AtomicBool, AtomicPtr, AtomicU32, AtomicU64, Ordering};
 use dpdk_sys as sys;
 use nicmem::{NicMem, ProtectionDomain, Region};
 
-use super::eal::{CONTROL, Eal};
+use super::eal::{Eal, control_lock};
 use super::mlx5;
 use super::queue::{DpdkQueue, QueueSetup, RxStop};
 use super::spill::{ExtRegion, HostMem, create_spill_pool};
@@ -172,7 +172,7 @@ impl Mempool {
 impl Drop for Mempool {
     fn drop(&mut self) {
         unregister_nic_pool(self.mp.as_ptr());
-        let _g = CONTROL.lock().unwrap_or_else(|e| e.into_inner());
+        let _g = control_lock();
         // SAFETY: the pool was created by us and is freed once; the port that used it was closed
         // first (field order in `PortShared`), so no PMD still references it. Mbufs still held
         // by software at this point would dangle, which is why ports outlive their queues.
@@ -373,7 +373,7 @@ pub(crate) struct PortShared {
 
 impl Drop for PortShared {
     fn drop(&mut self) {
-        let _g = CONTROL.lock().unwrap_or_else(|e| e.into_inner());
+        let _g = control_lock();
         // SAFETY: the port was started by us; every queue handle is gone (this is the last
         // reference), so no thread polls it. Close returns mbufs held in its rings to the pools.
         unsafe {
@@ -447,7 +447,7 @@ impl DpdkPort {
                 "not initialised: call Eal::init(eal_args) before opening ports".into(),
             ));
         }
-        let _g = CONTROL.lock().unwrap_or_else(|e| e.into_inner());
+        let _g = control_lock();
         let name = cfg
             .devargs
             .split(',')
@@ -651,7 +651,10 @@ impl DpdkPort {
                 NicmemSource::Emulated { bytes } => *bytes,
                 NicmemSource::Device(_) => 0,
             };
-            nicmem = Some(NicMem::new(bytes));
+            nicmem = Some(
+                NicMem::try_new(bytes)
+                    .map_err(|e| DpdkError::Mempool(format!("emulated nicmem for {name}: {e}")))?,
+            );
         }
 
         let headroom = sys::NMDP_PKTMBUF_HEADROOM;
@@ -1043,7 +1046,7 @@ mod tests {
         // SAFETY: plain query of the initialised EAL.
         let va = unsafe { sys::rte_eal_iova_mode() } == sys::rte_iova_mode_RTE_IOVA_VA;
         let pool = {
-            let _g = CONTROL.lock().unwrap_or_else(|e| e.into_inner());
+            let _g = control_lock();
             create_pool(7, 0, 't', 64, 0, 2176, 0).expect("pool")
         };
         let mp = pool.as_ptr();

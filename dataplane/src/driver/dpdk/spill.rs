@@ -193,7 +193,7 @@ pub(crate) fn spill_stats(mp: *mut sys::rte_mempool) -> Option<SpillStats> {
 #[cfg(test)]
 mod tests {
     use super::*;
-    use crate::driver::dpdk::eal::CONTROL;
+    use crate::driver::dpdk::eal::control_lock;
     use crate::driver::dpdk::test_eal as eal;
 
     fn alloc(mp: *mut sys::rte_mempool) -> Option<*mut sys::rte_mbuf> {
@@ -218,7 +218,7 @@ mod tests {
     #[test]
     fn spill_pool_prefers_nicmem_and_spills_to_host() {
         eal();
-        let _g = CONTROL.lock().unwrap_or_else(|e| e.into_inner());
+        let _g = control_lock();
         // SAFETY: reading the process's user mempool-ops choice.
         let before = unsafe { sys::rte_mbuf_best_mempool_ops() };
         // SAFETY: as above; a C string owned by DPDK.
@@ -281,7 +281,7 @@ mod tests {
     #[test]
     fn spill_pool_needs_both_sides() {
         eal();
-        let _g = CONTROL.lock().unwrap_or_else(|e| e.into_inner());
+        let _g = control_lock();
         let mut mem = vec![0u8; 1024];
         let region = ExtRegion {
             base: mem.as_mut_ptr(),

@@ -167,7 +167,8 @@ impl VnicPort {
     /// Builds a port with index `port_id` attached to `link`.
     pub fn new(name: &str, port_id: u16, cfg: VnicConfig, link: Link) -> Result<Self, VnicError> {
         Self::validate(&cfg)?;
-        let nicmem = NicMem::new(cfg.nicmem_bytes);
+        let nicmem = NicMem::try_new(cfg.nicmem_bytes)
+            .map_err(|e| VnicError::Memory(format!("nicmem of {} B: {e}", cfg.nicmem_bytes)))?;
         let q = cfg.queues as usize;
         let rss = Rss::new(&DEFAULT_RSS_KEY, cfg.queues);
         let alive = Arc::new(());
@@ -317,13 +318,18 @@ impl VnicPort {
             cfg.max_frame
         });
         let pay_size = round64(cfg.max_frame.saturating_sub(cfg.split_offset).max(1));
-        let hregion = Region::host(hdr_size * count, pd);
+        let bytes = |size: usize| {
+            size.checked_mul(count).ok_or_else(|| {
+                VnicError::Memory(format!("queue {qid}: {count} buffers of {size} B overflow"))
+            })
+        };
+        let hregion = Region::try_host(bytes(hdr_size)?, pd).map_err(|e| mem(&e))?;
         table.register(&hregion);
         let header: BufPool<Host> =
             BufPool::new(&format!("p{port_id}q{qid}-hdr"), hregion, hdr_size, count)
                 .map_err(|e| mem(&e))?;
         let host_payload = if splits {
-            let r = Region::host(pay_size * count, pd);
+            let r = Region::try_host(bytes(pay_size)?, pd).map_err(|e| mem(&e))?;
             table.register(&r);
             Some(
                 BufPool::<Host>::new(&format!("p{port_id}q{qid}-payload"), r, pay_size, count)
