@@ -18,7 +18,14 @@
 //! Every packet of a burst belongs to one [`PacketOwner`] (one driver's buffers). Dropping a burst
 //! that still holds packets returns them to that owner, so buffers are never lost; the run loop
 //! instead hands packets back to its queues in bulk (the fast, per-core path).
+//!
+//! **Described on demand.** A driver whose buffers carry their own metadata (a DPDK mbuf) may push
+//! bare handles ([`Burst::push_handles`]) with a function that describes them; the header place
+//! and lengths are then filled in, for the whole rest of the burst at once, the first time any
+//! per-packet field is read. A chain that never looks at a packet (`io_fwd`) costs nothing per
+//! packet beyond the handle, as in testpmd's io mode, on the same path as every other chain.
 
+use std::cell::{Cell, UnsafeCell};
 use std::sync::Arc;
 
 use crate::packet::{NicPayload, PacketOwner, PayloadLoc, PayloadRef, PayloadRing};
@@ -67,6 +74,73 @@ pub struct TxView<'a> {
     pub ring: &'a [PayloadRing],
 }
 
+/// Where a [`Describe`] function writes the fields of the packets it describes; every slice has
+/// the length of the handle slice it was given.
+pub struct DescribeOut<'a> {
+    /// Header segment starts.
+    pub hdr: &'a mut [*mut u8],
+    /// Header segment lengths.
+    pub hdr_len: &'a mut [u16],
+    /// Headroom before each header.
+    pub headroom: &'a mut [u16],
+    /// Frame lengths.
+    pub frame_len: &'a mut [u32],
+    /// Payload rings.
+    pub ring: &'a mut [PayloadRing],
+    /// RSS hashes.
+    pub rss: &'a mut [u32],
+}
+
+/// A driver's function that fills in the fields of packets pushed as bare handles (see
+/// [`Burst::push_handles`]). It must write, for every handle, what [`Burst::push`] would have
+/// been given for it.
+pub type Describe = fn(handles: &[usize], out: DescribeOut<'_>);
+
+/// Where a driver's per-buffer metadata keeps a packet's header place, for handles that are
+/// pointers to that metadata (DPDK's `rte_mbuf`: `buf_addr`, `data_off`, `data_len`,
+/// `pkt_len`). With it, [`Burst::packets_mut`] reaches each header straight from its handle (the
+/// way DPDK's own loops do), without describing the burst first.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub struct HandleLayout {
+    /// Offset of the buffer's start address (a pointer).
+    pub buf_addr: usize,
+    /// Offset of the header's offset in the buffer (`u16`).
+    pub data_off: usize,
+    /// Offset of the header segment's length (`u16`).
+    pub data_len: usize,
+    /// Offset of the frame's length (`u32`).
+    pub pkt_len: usize,
+}
+
+impl HandleLayout {
+    /// The header start and length, and the frame length, of the packet behind `h`.
+    ///
+    /// # Safety
+    /// `h` must point to live metadata laid out as `self` says.
+    #[inline(always)]
+    unsafe fn read(&self, h: usize) -> (*mut u8, usize, usize) {
+        let p = h as *const u8;
+        // SAFETY: per the caller's contract, the fields are at these offsets of live metadata.
+        unsafe {
+            let base = p.add(self.buf_addr).cast::<*mut u8>().read_unaligned();
+            let off = p.add(self.data_off).cast::<u16>().read_unaligned();
+            let len = p.add(self.data_len).cast::<u16>().read_unaligned();
+            let frame = p.add(self.pkt_len).cast::<u32>().read_unaligned();
+            (base.add(off as usize), len as usize, frame as usize)
+        }
+    }
+}
+
+/// The per-packet fields a burst may fill in lazily.
+struct Desc {
+    hdr: [*mut u8; MAX_BURST],
+    hdr_len: [u16; MAX_BURST],
+    headroom: [u16; MAX_BURST],
+    frame_len: [u32; MAX_BURST],
+    ring: [PayloadRing; MAX_BURST],
+    rss: [u32; MAX_BURST],
+}
+
 /// Appends received packets to a burst (see [`Burst::rx_writer`]).
 pub struct RxWriter<'a> {
     n: usize,
@@ -79,6 +153,9 @@ pub struct RxWriter<'a> {
     ring: *mut PayloadRing,
     rss: *mut u32,
     len: &'a mut usize,
+    described: &'a Cell<usize>,
+    bytes: &'a mut u64,
+    added: u64,
 }
 
 impl RxWriter<'_> {
@@ -111,6 +188,7 @@ impl RxWriter<'_> {
             *self.ring.add(i) = p.ring;
             *self.rss.add(i) = p.rss_hash;
         }
+        self.added += u64::from(p.frame_len);
         self.n = i + 1;
         true
     }
@@ -118,7 +196,135 @@ impl RxWriter<'_> {
     /// Sets the burst's length to include every packet pushed.
     #[inline(always)]
     pub fn finish(self) {
+        if self.described.get() == *self.len {
+            self.described.set(self.n);
+        }
         *self.len = self.n;
+        *self.bytes += self.added;
+    }
+}
+
+/// How many packets ahead [`PacketsMut`] prefetches headers.
+pub const PREFETCH_AHEAD: usize = 4;
+
+/// One live packet of a burst, from [`Burst::packets_mut`].
+pub struct PacketMut<'a> {
+    index: usize,
+    header: &'a mut [u8],
+    frame_len: usize,
+    rx_port: u16,
+    verdict: &'a mut Verdict,
+}
+
+impl PacketMut<'_> {
+    /// The packet's index in the burst.
+    #[inline(always)]
+    pub fn index(&self) -> usize {
+        self.index
+    }
+
+    /// The header segment, writable.
+    #[inline(always)]
+    pub fn header(&mut self) -> &mut [u8] {
+        self.header
+    }
+
+    /// The frame length (header + payload, without FCS).
+    #[inline(always)]
+    pub fn frame_len(&self) -> usize {
+        self.frame_len
+    }
+
+    /// The port the packet arrived on.
+    #[inline(always)]
+    pub fn rx_port(&self) -> u16 {
+        self.rx_port
+    }
+
+    /// The packet's verdict.
+    #[inline(always)]
+    pub fn verdict(&self) -> Verdict {
+        *self.verdict
+    }
+
+    /// Sets the packet's verdict.
+    #[inline(always)]
+    pub fn set_verdict(&mut self, v: Verdict) {
+        *self.verdict = v;
+    }
+
+    /// Drops the packet for `reason`.
+    #[inline(always)]
+    pub fn drop_packet(&mut self, reason: DropReason) {
+        *self.verdict = Verdict::drop(reason);
+    }
+}
+
+/// The live packets of a burst (see [`Burst::packets_mut`]).
+pub struct PacketsMut<'a> {
+    i: usize,
+    len: usize,
+    /// Bare handles: read each header from its metadata instead of the arrays.
+    locate: Option<HandleLayout>,
+    handle: *const usize,
+    hdr: *const *mut u8,
+    hdr_len: *const u16,
+    frame_len: *const u32,
+    port: *const u16,
+    verdict: *mut Verdict,
+    _burst: std::marker::PhantomData<&'a mut Burst>,
+}
+
+impl<'a> Iterator for PacketsMut<'a> {
+    type Item = PacketMut<'a>;
+
+    #[inline(always)]
+    fn next(&mut self) -> Option<PacketMut<'a>> {
+        while self.i < self.len {
+            let i = self.i;
+            self.i += 1;
+            // SAFETY: `i < len <= MAX_BURST` indexes every array; the iterator holds the burst
+            // mutably for `'a` and described every packet when it was made. Each packet's
+            // verdict slot and header buffer are distinct, so the `&mut` items never overlap,
+            // and the header pointers satisfy `Burst::push`'s contract.
+            // With `locate`, every handle points to metadata laid out as it says
+            // (`push_handles_in_place`'s contract), whose header fields satisfy `push`'s.
+            unsafe {
+                let verdict = &mut *self.verdict.add(i);
+                let (hdr, hdr_len, frame_len) = match self.locate {
+                    Some(l) => {
+                        if i + PREFETCH_AHEAD < self.len {
+                            prefetch_read(l.read(*self.handle.add(i + PREFETCH_AHEAD)).0);
+                        }
+                        if verdict.is_drop() {
+                            continue;
+                        }
+                        l.read(*self.handle.add(i))
+                    }
+                    None => {
+                        if i + PREFETCH_AHEAD < self.len {
+                            prefetch_read(*self.hdr.add(i + PREFETCH_AHEAD));
+                        }
+                        if verdict.is_drop() {
+                            continue;
+                        }
+                        (
+                            *self.hdr.add(i),
+                            *self.hdr_len.add(i) as usize,
+                            *self.frame_len.add(i) as usize,
+                        )
+                    }
+                };
+                return Some(PacketMut {
+                    index: i,
+                    header: std::slice::from_raw_parts_mut(hdr, hdr_len),
+                    frame_len,
+                    rx_port: *self.port.add(i),
+                    verdict,
+                });
+            }
+        }
+        None
     }
 }
 
@@ -131,20 +337,26 @@ pub struct Burst {
     /// burst's values back at Tx.
     reshaped: bool,
     owner: Option<Arc<dyn PacketOwner>>,
+    /// Packets `0..described` have their fields in `desc`; the rest are bare handles that
+    /// `describe` fills in when a field is first read.
+    described: Cell<usize>,
+    describe: Option<Describe>,
+    /// Where the metadata behind bare handles keeps the header place (see [`HandleLayout`]).
+    locate: Option<HandleLayout>,
+    /// Frame bytes of every packet in the burst (kept up to date by every change of a frame's
+    /// length, so a driver counts transmitted bytes without reading each packet).
+    bytes: u64,
     handle: [usize; MAX_BURST],
-    hdr: [*mut u8; MAX_BURST],
-    hdr_len: [u16; MAX_BURST],
-    headroom: [u16; MAX_BURST],
-    frame_len: [u32; MAX_BURST],
-    ring: [PayloadRing; MAX_BURST],
-    rss: [u32; MAX_BURST],
     port: [u16; MAX_BURST],
     verdict: [Verdict; MAX_BURST],
+    desc: UnsafeCell<Desc>,
 }
 
 // SAFETY: a burst exclusively owns the header bytes its pointers name (no other burst or handle
 // refers to a packet while this burst holds it), and its owner is `Send + Sync`; moving the
-// whole burst to another thread moves that exclusive ownership with it.
+// whole burst to another thread moves that exclusive ownership with it. (The interior
+// mutability of the lazily described fields keeps `Burst` out of `Sync`, so no two threads ever
+// reach it at once.)
 unsafe impl Send for Burst {}
 
 impl std::fmt::Debug for Burst {
@@ -165,15 +377,21 @@ impl Burst {
             cap: cap.clamp(1, MAX_BURST),
             reshaped: false,
             owner: None,
+            described: Cell::new(0),
+            describe: None,
+            locate: None,
+            bytes: 0,
             handle: [0; MAX_BURST],
-            hdr: [std::ptr::null_mut(); MAX_BURST],
-            hdr_len: [0; MAX_BURST],
-            headroom: [0; MAX_BURST],
-            frame_len: [0; MAX_BURST],
-            ring: [PayloadRing::None; MAX_BURST],
-            rss: [0; MAX_BURST],
             port: [0; MAX_BURST],
             verdict: [Verdict::tx(0); MAX_BURST],
+            desc: UnsafeCell::new(Desc {
+                hdr: [std::ptr::null_mut(); MAX_BURST],
+                hdr_len: [0; MAX_BURST],
+                headroom: [0; MAX_BURST],
+                frame_len: [0; MAX_BURST],
+                ring: [PayloadRing::None; MAX_BURST],
+                rss: [0; MAX_BURST],
+            }),
         }
     }
 
@@ -201,37 +419,93 @@ impl Burst {
         self.cap - self.len
     }
 
+    /// The per-packet fields, every packet described first.
+    #[inline(always)]
+    fn d(&self) -> &Desc {
+        if self.described.get() < self.len {
+            self.describe_rest();
+        }
+        // SAFETY: every packet is described, so no `describe_rest` writes the fields while this
+        // reference lives (it only writes packets past `described`, and only `&mut` methods add
+        // packets); writes through `&mut self` cannot overlap a `&self` borrow.
+        unsafe { &*self.desc.get() }
+    }
+
+    /// The per-packet fields for writing, every packet described first.
+    #[inline(always)]
+    fn d_mut(&mut self) -> &mut Desc {
+        if self.described.get() < self.len {
+            self.describe_rest();
+        }
+        self.desc.get_mut()
+    }
+
+    /// Fills in the fields of the packets pushed as bare handles.
+    #[cold]
+    #[inline(never)]
+    fn describe_rest(&self) {
+        let (from, to) = (self.described.get(), self.len);
+        if let Some(f) = self.describe {
+            // SAFETY: no reference to the fields of packets `from..to` exists: `d()` hands out
+            // references only once every packet is described, and per-packet accessors return
+            // copies. `Burst` is not `Sync`, so no other thread runs this concurrently.
+            let d = unsafe { &mut *self.desc.get() };
+            f(
+                &self.handle[from..to],
+                DescribeOut {
+                    hdr: &mut d.hdr[from..to],
+                    hdr_len: &mut d.hdr_len[from..to],
+                    headroom: &mut d.headroom[from..to],
+                    frame_len: &mut d.frame_len[from..to],
+                    ring: &mut d.ring[from..to],
+                    rss: &mut d.rss[from..to],
+                },
+            );
+        }
+        self.described.set(to);
+    }
+
+    /// True when every packet's fields are filled in (a driver may then read them without the
+    /// cost of describing).
+    #[inline]
+    pub fn is_described(&self) -> bool {
+        self.described.get() >= self.len
+    }
+
     // ---- what network functions use --------------------------------------------------------
 
     /// The header segment of packet `i` (host memory).
     #[inline]
     pub fn header(&self, i: usize) -> &[u8] {
         assert!(i < self.len, "packet {i} of a burst of {}", self.len);
-        // SAFETY: `push` vouched that `hdr[i]` points to `hdr_len[i]` bytes exclusively owned by
-        // this packet while the burst holds it (and `prepend`/`trim_front` keep that true);
-        // `&self` rules out a `&mut` view for the slice's lifetime.
-        unsafe { std::slice::from_raw_parts(self.hdr[i], self.hdr_len[i] as usize) }
+        let d = self.d();
+        // SAFETY: `push` (or the driver's describe function) vouched that `hdr[i]` points to
+        // `hdr_len[i]` bytes exclusively owned by this packet while the burst holds it (and
+        // `prepend`/`trim_front` keep that true); `&self` rules out a `&mut` view for the
+        // slice's lifetime.
+        unsafe { std::slice::from_raw_parts(d.hdr[i], d.hdr_len[i] as usize) }
     }
 
     /// The header segment of packet `i`, writable: what network functions rewrite.
     #[inline]
     pub fn header_mut(&mut self, i: usize) -> &mut [u8] {
         assert!(i < self.len, "packet {i} of a burst of {}", self.len);
+        let d = self.d_mut();
         // SAFETY: as in `header`; `&mut self` proves no other view of any header exists, and
         // the headers of different packets are different buffers, so they never overlap.
-        unsafe { std::slice::from_raw_parts_mut(self.hdr[i], self.hdr_len[i] as usize) }
+        unsafe { std::slice::from_raw_parts_mut(d.hdr[i], d.hdr_len[i] as usize) }
     }
 
     /// Bytes in the header segment of packet `i`.
     #[inline]
     pub fn header_len(&self, i: usize) -> usize {
-        self.hdr_len[..self.len][i] as usize
+        self.d().hdr_len[..self.len][i] as usize
     }
 
     /// Frame length of packet `i` (header + payload, without FCS).
     #[inline]
     pub fn frame_len(&self, i: usize) -> usize {
-        self.frame_len[..self.len][i] as usize
+        self.d().frame_len[..self.len][i] as usize
     }
 
     /// Bytes in the payload segment of packet `i`.
@@ -243,13 +517,13 @@ impl Burst {
     /// Which ring served the payload of packet `i`.
     #[inline]
     pub fn ring(&self, i: usize) -> PayloadRing {
-        self.ring[..self.len][i]
+        self.d().ring[..self.len][i]
     }
 
     /// The NIC's RSS hash of packet `i` (0 when the port does not hash).
     #[inline]
     pub fn rss_hash(&self, i: usize) -> u32 {
-        self.rss[..self.len][i]
+        self.d().rss[..self.len][i]
     }
 
     /// The port packet `i` arrived on (an index in the run's port list).
@@ -359,7 +633,44 @@ impl Burst {
         let v = self.verdicts();
         let first = *v.first()?;
         let p = first.tx_port()?;
-        v.iter().all(|&x| x == first).then_some(p)
+        // No early exit: a whole-burst compare the compiler turns into a few vector compares.
+        let same = v
+            .iter()
+            .fold(true, |all, &x| all & (x.raw() == first.raw()));
+        same.then_some(p)
+    }
+
+    /// The live packets (verdict not a drop) one by one, each with its header, frame length and
+    /// verdict, prefetching the headers a few packets ahead: the fast way for a network
+    /// function to walk a burst once (one check per burst, none per packet).
+    #[inline]
+    pub fn packets_mut(&mut self) -> PacketsMut<'_> {
+        let len = self.len;
+        // Bare handles with a known metadata layout are read in the same pass; anything else is
+        // described first.
+        let locate = if self.is_described() {
+            None
+        } else {
+            self.locate
+        };
+        let d = if locate.is_some() {
+            self.desc.get_mut()
+        } else {
+            self.d_mut()
+        };
+        let (hdr, hdr_len, frame_len) = (d.hdr.as_ptr(), d.hdr_len.as_ptr(), d.frame_len.as_ptr());
+        PacketsMut {
+            i: 0,
+            len,
+            locate,
+            handle: self.handle.as_ptr(),
+            hdr,
+            hdr_len,
+            frame_len,
+            port: self.port.as_ptr(),
+            verdict: self.verdict.as_mut_ptr(),
+            _burst: std::marker::PhantomData,
+        }
     }
 
     /// Hints the CPU to fetch the header of packet `i` into cache (no effect past the end).
@@ -367,7 +678,7 @@ impl Burst {
     #[inline]
     pub fn prefetch(&self, i: usize) {
         if i < self.len {
-            prefetch_read(self.hdr[i]);
+            prefetch_read(self.d().hdr[i]);
         }
     }
 
@@ -377,17 +688,19 @@ impl Burst {
     /// headroom is smaller than `n`.
     pub fn prepend(&mut self, i: usize, n: usize) -> Option<&mut [u8]> {
         assert!(i < self.len, "packet {i} of a burst of {}", self.len);
-        let room = self.headroom[i] as usize;
-        let new_len = self.hdr_len[i] as usize + n;
+        let d = self.d_mut();
+        let room = d.headroom[i] as usize;
+        let new_len = d.hdr_len[i] as usize + n;
         if n > room || new_len > u16::MAX as usize {
             return None;
         }
-        // SAFETY: the driver vouched (in `push`) that `headroom[i]` writable bytes before
-        // `hdr[i]` belong to this packet's buffer, and `n <= headroom[i]`.
-        self.hdr[i] = unsafe { self.hdr[i].sub(n) };
-        self.headroom[i] = (room - n) as u16;
-        self.hdr_len[i] = new_len as u16;
-        self.frame_len[i] += n as u32;
+        // SAFETY: the driver vouched (in `push` or its describe function) that `headroom[i]`
+        // writable bytes before `hdr[i]` belong to this packet's buffer, and `n <= headroom[i]`.
+        d.hdr[i] = unsafe { d.hdr[i].sub(n) };
+        d.headroom[i] = (room - n) as u16;
+        d.hdr_len[i] = new_len as u16;
+        d.frame_len[i] += n as u32;
+        self.bytes += n as u64;
         self.reshaped = true;
         Some(self.header_mut(i))
     }
@@ -396,16 +709,18 @@ impl Burst {
     /// headroom. `false` (and no change) when the header segment is shorter than `n`.
     pub fn trim_front(&mut self, i: usize, n: usize) -> bool {
         assert!(i < self.len, "packet {i} of a burst of {}", self.len);
-        let len = self.hdr_len[i] as usize;
-        let room = self.headroom[i] as usize + n;
+        let d = self.d_mut();
+        let len = d.hdr_len[i] as usize;
+        let room = d.headroom[i] as usize + n;
         if n > len || room > u16::MAX as usize {
             return false;
         }
         // SAFETY: `n <= hdr_len[i]`, so the pointer stays inside the header segment.
-        self.hdr[i] = unsafe { self.hdr[i].add(n) };
-        self.headroom[i] = room as u16;
-        self.hdr_len[i] = (len - n) as u16;
-        self.frame_len[i] -= n as u32;
+        d.hdr[i] = unsafe { d.hdr[i].add(n) };
+        d.headroom[i] = room as u16;
+        d.hdr_len[i] = (len - n) as u16;
+        d.frame_len[i] -= n as u32;
+        self.bytes -= n as u64;
         self.reshaped = true;
         true
     }
@@ -444,6 +759,8 @@ impl Burst {
             return false;
         }
         self.owner = Some(owner.clone());
+        self.describe = None;
+        self.locate = None;
         true
     }
 
@@ -458,20 +775,66 @@ impl Burst {
     /// back (to the owner or a queue); `p.handle` must be a live handle of that owner.
     #[inline]
     pub unsafe fn push(&mut self, p: &RxPacket) -> bool {
-        let i = self.len;
-        if i >= self.cap {
-            return false;
-        }
-        debug_assert!(self.owner.is_some(), "push before adopt");
-        self.handle[i] = p.handle;
-        self.hdr[i] = p.hdr;
-        self.hdr_len[i] = p.hdr_len;
-        self.headroom[i] = p.headroom;
-        self.frame_len[i] = p.frame_len;
-        self.ring[i] = p.ring;
-        self.rss[i] = p.rss_hash;
-        self.len = i + 1;
-        true
+        let mut w = self.rx_writer();
+        // SAFETY: the caller's contract is the writer's.
+        let pushed = unsafe { w.push(p) };
+        w.finish();
+        pushed
+    }
+
+    /// Appends bare handles (as many as fit; returns how many), to be described by `describe`
+    /// the first time a packet's fields are read (see the module docs). `bytes` is the frame
+    /// bytes of the handles taken (the driver read their lengths when it counted them).
+    ///
+    /// # Safety
+    /// The caller must have made the handles' owner the burst's owner ([`Burst::adopt`]); each
+    /// handle must be a live handle of that owner, exclusively held by the burst from now on;
+    /// `describe` must fill in, for any such handle, fields that satisfy [`Burst::push`]'s
+    /// contract; and `bytes` must be the sum of their frame lengths. One burst takes one
+    /// `describe` function: the caller must not mix two.
+    #[inline]
+    pub unsafe fn push_handles(
+        &mut self,
+        handles: &[usize],
+        describe: Describe,
+        bytes: u64,
+    ) -> usize {
+        let n = handles.len().min(self.room());
+        let at = self.len;
+        self.handle[at..at + n].copy_from_slice(&handles[..n]);
+        self.describe = Some(describe);
+        self.len = at + n;
+        self.bytes += bytes;
+        n
+    }
+
+    /// Appends the `n` handles a driver wrote itself at [`Burst::handles_mut_ptr`]`.add(len)`
+    /// (DPDK's `rte_eth_rx_burst` receives straight into the burst), to be described by
+    /// `describe` as in [`Burst::push_handles`]. Returns how many were taken (at most the room).
+    ///
+    /// # Safety
+    /// As [`Burst::push_handles`], for the `n` handles written after the burst's last packet
+    /// (`n` at most the room) with `bytes` frame bytes in all; with `locate`, every handle of
+    /// the burst must point to metadata laid out as it says.
+    #[inline]
+    pub unsafe fn push_handles_in_place(
+        &mut self,
+        n: usize,
+        describe: Describe,
+        locate: Option<HandleLayout>,
+        bytes: u64,
+    ) {
+        debug_assert!(n <= self.room());
+        self.describe = Some(describe);
+        self.locate = locate;
+        self.len += n.min(self.room());
+        self.bytes += bytes;
+    }
+
+    /// Frame bytes of every packet of the burst (header and payload, without FCS).
+    #[inline]
+    pub fn bytes(&self) -> u64 {
+        self.bytes
     }
 
     /// A writer that appends received packets through raw array pointers (a driver's receive
@@ -479,17 +842,21 @@ impl Burst {
     /// into a packet buffer). [`RxWriter::finish`] sets the burst's length.
     #[inline(always)]
     pub fn rx_writer(&mut self) -> RxWriter<'_> {
+        let d = self.desc.get_mut();
         RxWriter {
             n: self.len,
             cap: self.cap,
             handle: self.handle.as_mut_ptr(),
-            hdr: self.hdr.as_mut_ptr(),
-            hdr_len: self.hdr_len.as_mut_ptr(),
-            headroom: self.headroom.as_mut_ptr(),
-            frame_len: self.frame_len.as_mut_ptr(),
-            ring: self.ring.as_mut_ptr(),
-            rss: self.rss.as_mut_ptr(),
+            hdr: d.hdr.as_mut_ptr(),
+            hdr_len: d.hdr_len.as_mut_ptr(),
+            headroom: d.headroom.as_mut_ptr(),
+            frame_len: d.frame_len.as_mut_ptr(),
+            ring: d.ring.as_mut_ptr(),
+            rss: d.rss.as_mut_ptr(),
             len: &mut self.len,
+            described: &self.described,
+            bytes: &mut self.bytes,
+            added: 0,
         }
     }
 
@@ -511,17 +878,18 @@ impl Burst {
     }
 
     /// The burst's arrays, read-only, for a driver's transmit loop (one bounds check per burst
-    /// instead of one per field and packet).
+    /// instead of one per field and packet). Describes every packet first.
     #[inline]
     pub fn tx_view(&self) -> TxView<'_> {
         let n = self.len;
+        let d = self.d();
         TxView {
             handle: &self.handle[..n],
-            hdr: &self.hdr[..n],
-            hdr_len: &self.hdr_len[..n],
-            headroom: &self.headroom[..n],
-            frame_len: &self.frame_len[..n],
-            ring: &self.ring[..n],
+            hdr: &d.hdr[..n],
+            hdr_len: &d.hdr_len[..n],
+            headroom: &d.headroom[..n],
+            frame_len: &d.frame_len[..n],
+            ring: &d.ring[..n],
         }
     }
 
@@ -540,13 +908,14 @@ impl Burst {
     /// their descriptors from these when [`Burst::reshaped`] says a header moved).
     #[inline]
     pub fn header_place(&self, i: usize) -> (*mut u8, usize) {
-        (self.hdr[..self.len][i], self.headroom[i] as usize)
+        let d = self.d();
+        (d.hdr[..self.len][i], d.headroom[i] as usize)
     }
 
     /// Headroom before header `i`.
     #[inline]
     pub fn headroom(&self, i: usize) -> usize {
-        self.headroom[..self.len][i] as usize
+        self.d().headroom[..self.len][i] as usize
     }
 
     /// True when some header was moved or resized since Rx (see [`Burst::prepend`]).
@@ -559,6 +928,8 @@ impl Burst {
     #[inline]
     pub fn disown(&mut self) {
         self.len = 0;
+        self.bytes = 0;
+        self.described.set(0);
         self.reshaped = false;
     }
 
@@ -574,18 +945,23 @@ impl Burst {
         if dst.len >= dst.cap || !dst.adopt(owner) {
             return false;
         }
+        let s = self.d();
+        let p = RxPacket {
+            handle: self.handle[i],
+            hdr: s.hdr[i],
+            hdr_len: s.hdr_len[i],
+            headroom: s.headroom[i],
+            frame_len: s.frame_len[i],
+            ring: s.ring[i],
+            rss_hash: s.rss[i],
+        };
         let j = dst.len;
-        dst.handle[j] = self.handle[i];
-        dst.hdr[j] = self.hdr[i];
-        dst.hdr_len[j] = self.hdr_len[i];
-        dst.headroom[j] = self.headroom[i];
-        dst.frame_len[j] = self.frame_len[i];
-        dst.ring[j] = self.ring[i];
-        dst.rss[j] = self.rss[i];
+        // SAFETY: the packet moves from `self` (same owner) with the fields it was pushed or
+        // described with; the caller disowns it in `self`.
+        unsafe { dst.push(&p) };
         dst.port[j] = self.port[i];
         dst.verdict[j] = self.verdict[i];
         dst.reshaped |= self.reshaped;
-        dst.len = j + 1;
         true
     }
 

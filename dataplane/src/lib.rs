@@ -21,7 +21,10 @@ pub mod textfile;
 pub mod verdict;
 pub mod wire;
 
-pub use burst::{Burst, DEFAULT_BURST, MAX_BURST, RxPacket, RxWriter, TxView};
+pub use burst::{
+    Burst, DEFAULT_BURST, Describe, DescribeOut, HandleLayout, MAX_BURST, PREFETCH_AHEAD,
+    PacketMut, PacketsMut, RxPacket, RxWriter, TxView,
+};
 pub use mode::DatapathMode;
 pub use nf::{NetworkFunction, NfChain, NfContext, merge_stats};
 pub use packet::{NicPayload, PacketOwner, PayloadLoc, PayloadRef, PayloadRing};

@@ -1,13 +1,11 @@
 //! `macswap`: swaps the Ethernet source and destination addresses (testpmd's `macswap` mode). It
 //! touches the header segment only, so it costs the same in every datapath mode.
 //!
-//! The walk is the one every NF of this crate uses: the headers a few packets ahead are
-//! prefetched ([`crate::common::PREFETCH_AHEAD`]) while the current one is rewritten, so their
-//! cache misses overlap the work instead of stalling each packet in turn.
+//! One pass over the live packets with [`Burst::packets_mut`], which prefetches the headers a
+//! few packets ahead while the current one is rewritten; the swap is two 6-byte moves through a
+//! 12-byte copy (a few register moves, no byte loop).
 
 use dataplane::{Burst, DropReason, NetworkFunction, NfContext};
-
-use crate::common::{PREFETCH_AHEAD, prefetch_start};
 
 /// Swaps destination and source MAC addresses.
 #[derive(Debug, Default)]
@@ -22,22 +20,21 @@ impl NetworkFunction for MacSwap {
     }
 
     fn process(&mut self, burst: &mut Burst, _ctx: &NfContext) {
-        prefetch_start(burst);
-        for i in 0..burst.len() {
-            burst.prefetch(i + PREFETCH_AHEAD);
-            if !burst.is_live(i) {
-                continue;
-            }
-            let h = burst.header_mut(i);
-            let Some(macs) = h.get_mut(..12) else {
-                burst.drop_packet(i, DropReason::TRUNCATED);
-                self.truncated += 1;
+        let (mut swapped, mut truncated) = (0u64, 0u64);
+        for mut p in burst.packets_mut() {
+            let Some(macs) = p.header().first_chunk_mut::<12>() else {
+                p.drop_packet(DropReason::TRUNCATED);
+                truncated += 1;
                 continue;
             };
             let (dst, src) = macs.split_at_mut(6);
-            dst.swap_with_slice(src);
-            self.swapped += 1;
+            let d: [u8; 6] = (*dst).try_into().expect("6 bytes");
+            dst.copy_from_slice(src);
+            src.copy_from_slice(&d);
+            swapped += 1;
         }
+        self.swapped += swapped;
+        self.truncated += truncated;
     }
 
     fn stats(&self) -> serde_json::Value {

@@ -18,7 +18,7 @@ use super::eal::register_worker_thread;
 use super::mbuf::{NICMEM_CPU_READ_BYTES, PayloadMem, data_ptr, mbuf_owner};
 use super::port::{PortShared, nic_pool_kind};
 use super::spill::spill_stats;
-use crate::burst::{Burst, RxPacket};
+use crate::burst::{Burst, DescribeOut, HandleLayout, RxPacket};
 use crate::mode::DatapathMode;
 use crate::packet::{PacketOwner, PayloadRing as RxRing};
 use crate::port::{Queue, QueueStats};
@@ -232,41 +232,41 @@ impl DpdkQueue {
         self.stats.rx_secondary += acc.secondary;
     }
 
-    fn rx_host(&mut self, n: usize, burst: &mut Burst) {
-        // SAFETY: the first `n` entries of `rx` were just received and are owned by this queue.
-        if !self.rx[..n].iter().all(|&m| unsafe { (*m).nb_segs } == 1) {
+    /// `host` mode: the `n` mbufs `rte_eth_rx_burst` wrote straight into the burst's handle
+    /// array stay there as bare handles, described only when a network function first reads a
+    /// packet ([`describe_mbufs`]); a chain that never looks at a packet costs one length read
+    /// per packet here.
+    fn rx_host_in_place(&mut self, n: usize, burst: &mut Burst) {
+        let at = burst.len();
+        // SAFETY: `rte_eth_rx_burst` just wrote `n` received mbufs after the burst's last packet
+        // (within its capacity); they are owned by this queue until pushed.
+        let got = unsafe {
+            std::slice::from_raw_parts(
+                burst.handles_mut_ptr().add(at).cast::<*mut sys::rte_mbuf>(),
+                n,
+            )
+        };
+        let (mut bytes, mut chained) = (0u64, false);
+        for &m in got {
+            // SAFETY: `m` was just received and is owned by this queue; plain field reads.
+            unsafe {
+                bytes += u64::from((*m).pkt_len);
+                chained |= (*m).nb_segs != 1;
+            }
+        }
+        if chained {
+            self.rx[..n].copy_from_slice(got);
             return self.rx_host_chains(n, burst);
         }
-        // The common case: every frame in one segment, written straight into the burst's arrays.
-        let mut bytes = 0u64;
-        let mut w = burst.rx_writer();
-        let rss = self.rss;
-        for &m in &self.rx[..n] {
-            // SAFETY: `m` is a valid single-segment mbuf owned by this queue; plain field reads
-            // (the RSS hash union member only when the flag says it is set).
-            let p = unsafe {
-                RxPacket {
-                    handle: m as usize,
-                    hdr: data_ptr(m),
-                    hdr_len: (*m).data_len,
-                    headroom: (*m).data_off,
-                    frame_len: (*m).pkt_len,
-                    ring: RxRing::None,
-                    rss_hash: if rss && (*m).ol_flags & sys::NMDP_MBUF_F_RX_RSS_HASH != 0 {
-                        (*m).__bindgen_anon_2.hash.rss
-                    } else {
-                        0
-                    },
-                }
-            };
-            bytes += u64::from(p.frame_len);
-            // SAFETY: the burst adopted this driver's owner (`rx_burst`); the segment's data
-            // is host memory with `data_off` bytes of headroom, owned by this mbuf, which moves
-            // into the burst.
-            let pushed = unsafe { w.push(&p) };
-            debug_assert!(pushed, "rx_burst asked for at most the burst's room");
-        }
-        w.finish();
+        let describe = if self.rss {
+            describe_mbufs::<true>
+        } else {
+            describe_mbufs::<false>
+        };
+        // SAFETY: the burst adopted this driver's owner (`rx_burst`); the handles are
+        // single-segment mbufs this queue received and hands over; `describe_mbufs` describes
+        // any of them truthfully; `bytes` is their frame bytes.
+        unsafe { burst.push_handles_in_place(n, describe, Some(MBUF_LAYOUT), bytes) };
         self.count(RxAcc {
             packets: n as u64,
             bytes,
@@ -541,6 +541,54 @@ impl DpdkQueue {
     }
 }
 
+/// Where an `rte_mbuf` keeps the header place (offsets asserted at compile time in `dpdk-sys`).
+const MBUF_LAYOUT: HandleLayout = HandleLayout {
+    buf_addr: std::mem::offset_of!(sys::rte_mbuf, buf_addr),
+    data_off: std::mem::offset_of!(sys::rte_mbuf, data_off),
+    data_len: std::mem::offset_of!(sys::rte_mbuf, data_len),
+    pkt_len: std::mem::offset_of!(sys::rte_mbuf, pkt_len),
+};
+
+/// Describes mbuf chains for a burst (see [`Burst::push_handles`]): the first segment is the
+/// header segment, a second segment is the payload (nicmem or host, from its pool).
+fn describe_mbufs<const RSS: bool>(handles: &[usize], out: DescribeOut<'_>) {
+    let n = handles.len();
+    let (hdr, hdr_len, headroom) = (
+        &mut out.hdr[..n],
+        &mut out.hdr_len[..n],
+        &mut out.headroom[..n],
+    );
+    let (frame_len, ring, rss) = (
+        &mut out.frame_len[..n],
+        &mut out.ring[..n],
+        &mut out.rss[..n],
+    );
+    for (i, &h) in handles.iter().enumerate() {
+        let m = h as *mut sys::rte_mbuf;
+        // SAFETY: every handle is a live mbuf chain held by the burst; plain field reads (the
+        // RSS hash union member only when the flag says it is set).
+        unsafe {
+            hdr[i] = data_ptr(m);
+            hdr_len[i] = (*m).data_len;
+            headroom[i] = (*m).data_off;
+            frame_len[i] = (*m).pkt_len;
+            ring[i] = if (*m).nb_segs == 1 {
+                RxRing::None
+            } else {
+                match super::mbuf::payload_mem((*m).next) {
+                    PayloadMem::Host => RxRing::Secondary,
+                    _ => RxRing::Primary,
+                }
+            };
+            rss[i] = if RSS && (*m).ol_flags & sys::NMDP_MBUF_F_RX_RSS_HASH != 0 {
+                (*m).__bindgen_anon_2.hash.rss
+            } else {
+                0
+            };
+        }
+    }
+}
+
 /// Writes the header place and lengths of every packet of `pkts` back into its first mbuf segment
 /// (a network function moved or resized a header: `prepend`, `trim_front`).
 #[cold]
@@ -577,19 +625,32 @@ impl Queue for DpdkQueue {
             .room()
             .min(self.rx.len())
             .min((self.rx_limit - self.stats.rx_packets).min(u16::MAX as u64) as usize);
-        // SAFETY: `rx` has room for `room` pointers; the port and queue are started and this
+        let before = burst.len();
+        let host = self.mode == DatapathMode::Host;
+        // `host` mode receives straight into the burst's handle array; the split modes into
+        // scratch, as they rebuild chains.
+        let dst = if host {
+            // SAFETY: a pointer to the handle slots after the burst's last packet (`room` fit).
+            unsafe {
+                burst
+                    .handles_mut_ptr()
+                    .add(before)
+                    .cast::<*mut sys::rte_mbuf>()
+            }
+        } else {
+            self.rx.as_mut_ptr()
+        };
+        // SAFETY: `dst` has room for `room` pointers; the port and queue are started and this
         // queue is polled by one thread only.
-        let n = unsafe {
-            sys::rte_eth_rx_burst(self.port_id, self.queue, self.rx.as_mut_ptr(), room as u16)
-        } as usize;
+        let n =
+            unsafe { sys::rte_eth_rx_burst(self.port_id, self.queue, dst, room as u16) } as usize;
         if n == 0 {
             self.empty_polls += 1;
             return 0;
         }
         self.empty_polls = 0;
-        let before = burst.len();
         match self.mode {
-            DatapathMode::Host => self.rx_host(n, burst),
+            DatapathMode::Host => self.rx_host_in_place(n, burst),
             _ if self.hw_split => self.rx_hw_split(n, burst),
             _ => self.rx_sw_split(n, burst),
         }
@@ -617,6 +678,12 @@ impl Queue for DpdkQueue {
         if pkts.reshaped() {
             write_back_headers(pkts);
         }
+        // The unsent chains' bytes are read back; the burst knows its total.
+        let len_of = |m: usize| -> u64 {
+            // SAFETY: a chain the burst still owns; a plain field read.
+            u64::from(unsafe { (*(m as *mut sys::rte_mbuf)).pkt_len })
+        };
+        let mut bytes = pkts.bytes();
         // SAFETY: the burst's handles are `k` mbuf chains it owns (`owned_by` above), laid out
         // as `*mut rte_mbuf` (same size as `usize`); the port and queue are started and used by
         // this thread only. The PMD takes ownership of the first `sent` chains and does not
@@ -629,10 +696,10 @@ impl Queue for DpdkQueue {
                 k as u16,
             )
         } as usize;
-        let v = pkts.tx_view();
-        let bytes: u64 = v.frame_len[..sent].iter().map(|&l| u64::from(l)).sum();
+        let h = pkts.handles();
         if sent < k {
-            let rest = &v.handle[sent..];
+            let rest = &h[sent..];
+            bytes -= rest.iter().map(|&m| len_of(m)).sum::<u64>();
             // SAFETY: the unsent chains still belong to the burst, given up here (the burst is
             // disowned below); `usize` and `*mut rte_mbuf` have the same layout.
             unsafe {
