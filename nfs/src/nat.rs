@@ -270,12 +270,6 @@ impl Sessions {
         self.slots[idx as usize] = s.to_raw();
     }
 
-    /// The deadline of session `idx` (one load: the touch loop's cache-miss starter).
-    #[inline(always)]
-    fn deadline(&self, idx: u32) -> u32 {
-        self.slots[idx as usize].0.1
-    }
-
     fn set_state(&mut self, idx: u32, state: u8) {
         self.slots[idx as usize].0.5 = state;
     }
@@ -1073,15 +1067,14 @@ impl Nat {
             now,
             &mut self.slots[..nkeys],
         );
-        // Touch the sessions behind the hits so their cache misses overlap (see the flow
-        // table's bulk lookup for why a load-only loop).
-        let mut sink = 0u64;
+        // Prefetch the sessions behind the hits so their cache misses overlap.
         for &slot in &self.slots[..nkeys] {
             if slot != NO_SLOT {
-                sink ^= u64::from(self.sessions.deadline(self.table.value(slot) >> 1));
+                self.sessions
+                    .slots
+                    .prefetch((self.table.value(slot) >> 1) as usize);
             }
         }
-        std::hint::black_box(sink);
         let bulk_epoch = self.table.epoch();
         // Pass 3: act, in packet order.
         let mut j = 0usize;
