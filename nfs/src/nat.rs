@@ -33,7 +33,7 @@
 //!   before the free list has any, so building a 10 M-session NAT writes none of its 1.5 GB.
 //! - **Per burst**: the headers are parsed with a prefetch a few packets ahead, the flow keys of
 //!   the whole burst (up to [`BULK`]) are hashed and looked up in bulk, the sessions behind the
-//!   hits are touched together, and then every packet is rewritten in order.
+//!   hits are prefetched together, and then every packet is rewritten in order.
 //! - **Timeouts** (VPP's defaults, RFC 4787/5382/5508): UDP 300 s, TCP established 7440 s, TCP
 //!   transitory 240 s, ICMP 60 s. Expiry is lazy (a lookup that finds an expired session frees it
 //!   and proceeds as a miss) plus an incremental scan of `scan_per_burst` sessions per burst.
