@@ -15,6 +15,12 @@
 //!   (`iter_custom`; the clock is read once per 256 packets). The setup line says what backs the
 //!   tables (2 MiB pages need `echo 1024 > /proc/sys/vm/nr_hugepages` as root).
 //!
+//! On a shared machine the wall clock also counts the time other processes hold the core. After
+//! each `nf` bench the share of its measurement the thread spent on a CPU is printed (from
+//! `/proc/thread-self/schedstat`, summed over the whole measurement because the kernel updates
+//! it only at scheduler ticks): a share well below 1 means the figure is low by about that
+//! factor against a core of its own, as a poll-mode worker has.
+//!
 //! Run: `cargo bench -p nfs --bench flow_table -- --warm-up-time 1 --measurement-time 3`
 //! (`-- nf/nat` for the NAT figures alone).
 
@@ -36,6 +42,16 @@ fn cpu_mhz() -> Option<f64> {
         .find(|l| l.starts_with("cpu MHz"))
         .and_then(|l| l.split(':').nth(1))
         .and_then(|v| v.trim().parse().ok())
+}
+
+/// Nanoseconds this thread has spent on a CPU, if the kernel reports it.
+fn thread_cpu_ns() -> Option<u64> {
+    std::fs::read_to_string("/proc/thread-self/schedstat")
+        .ok()?
+        .split_whitespace()
+        .next()?
+        .parse()
+        .ok()
 }
 
 fn random_keys(n: usize, seed: u64) -> Vec<FlowKey> {
@@ -282,6 +298,8 @@ fn bench_nf(c: &mut Criterion) {
             // Built on first use (criterion calls this closure once per sample), so a filtered
             // run builds only what it measures.
             let mut setup: Option<NfSetup> = None;
+            // (ns on a CPU, ns of wall time) over the measurement.
+            let mut on_cpu = (0u64, 0u64);
             let fl_slot = if n > FLOWS {
                 &mut flows_10m
             } else {
@@ -291,6 +309,7 @@ fn bench_nf(c: &mut Criterion) {
                 let fl = fl_slot.get_or_insert_with(|| flows(n.max(FLOWS), dst, 1 + wi as u64));
                 let s = setup.get_or_insert_with(|| nf_setup(which, mode, fl, n, &ctx));
                 b.iter_custom(|iters| {
+                    let (cpu0, wall0) = (thread_cpu_ns(), Instant::now());
                     let mut total = Duration::ZERO;
                     for _ in 0..iters {
                         let start = (((rng.next_u64() >> 32) * n as u64) >> 32) as usize;
@@ -301,6 +320,10 @@ fn bench_nf(c: &mut Criterion) {
                         }
                         total += t0.elapsed();
                     }
+                    if let (Some(c0), Some(c1)) = (cpu0, thread_cpu_ns()) {
+                        on_cpu.0 += c1.saturating_sub(c0);
+                        on_cpu.1 += wall0.elapsed().as_nanos() as u64;
+                    }
                     total
                 });
                 let st = s.nf.stats();
@@ -309,6 +332,12 @@ fn bench_nf(c: &mut Criterion) {
                     "{which}: the measured packets must all be hits"
                 );
             });
+            if on_cpu.1 > 0 {
+                eprintln!(
+                    "{which}: on a CPU {:.0} % of the measurement",
+                    100.0 * on_cpu.0 as f64 / on_cpu.1 as f64
+                );
+            }
             // The NF's tables go before the next case builds its own.
             drop(setup);
         }
