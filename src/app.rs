@@ -559,8 +559,12 @@ fn model_keys(
     });
     // Frame bits including the FCS (the RFC 2544 rate); `wire.tx_gbps` adds preamble and IFG.
     out["throughput_gbps"] = json!(rate(q.tx_bytes + u64::from(profile.nic.fcs_bytes) * fwd));
+    // Exact min, max and mean (tracked per packet); percentiles from the histogram, clamped to
+    // the exact extremes.
     out["latency_ns"] = json!({
+        "min": m.latency_quantile(0.0),
         "p50": m.latency_quantile(0.5),
+        "p90": m.latency_quantile(0.9),
         "p99": m.latency_quantile(0.99),
         "p999": m.latency_quantile(0.999),
         "max": m.latency_quantile(1.0),

@@ -30,7 +30,7 @@
 
 use crate::dist::Rng;
 use crate::generator::{Generator, GeneratorConfig};
-use crate::latency::LatencyStats;
+use crate::latency::LatencyHistogram;
 use crate::rate::{Pacer, Rate, wire_bits};
 use crate::sink::CheckingSink;
 use crate::trial::{Dut, DutError, LossAttribution, TrialResult, TrialSpec, WARMUP_STREAM, gbps};
@@ -421,7 +421,7 @@ impl Dut for SimDut {
         let latency = sim
             .sink
             .latency_histogram(stream)
-            .and_then(LatencyStats::from_histogram);
+            .and_then(LatencyHistogram::stats);
         let lost = sim.sent.saturating_sub(st.unique);
         let sending_ps = sim
             .first_departure

@@ -24,7 +24,6 @@ use std::time::{Duration, Instant};
 
 use dataplane::DatapathMode;
 use dataplane::driver::dpdk::{DpdkPort, PortRxStats, RxTap, TxGen, UnsentPolicy};
-use pktgen::latency::LatencyStats;
 use pktgen::rate::{Pacer, Rate, wall_ns};
 use pktgen::trial::{Dut, DutError, LossAttribution, TrialResult, TrialSpec, WARMUP_STREAM, gbps};
 use pktgen::{CheckingSink, Generator, GeneratorConfig};
@@ -336,8 +335,7 @@ impl Dut for DpdkDut {
         let lost = tx_out.sent.saturating_sub(st.unique);
         let frame_size = traffic.mean_frame_size();
         let latency = if spec.latency {
-            sink.latency_histogram(stream)
-                .and_then(LatencyStats::from_histogram)
+            sink.latency_histogram(stream).and_then(|h| h.stats())
         } else {
             None
         };

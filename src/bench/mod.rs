@@ -208,23 +208,21 @@ pub fn result_from_summary(spec: &TrialSpec, s: &Value, virtual_time: bool) -> T
         }
     }
     let fs = spec.mean_frame_size();
+    // The model reports exact min, max and mean and histogram percentiles; a summary without
+    // the exact extremes gives no latency rather than one made up from percentiles.
     let latency = s["latency_ns"].as_object().and_then(|l| {
-        let g = |k: &str| l.get(k).and_then(Value::as_f64);
-        let count = l.get("count").and_then(Value::as_u64).unwrap_or(received);
-        // The model reports p50/p99/p999/max/mean; a percentile it does not report takes the
-        // nearest one it does (min <- p50, p90 <- p99), never 0.
-        let p50 = g("p50").unwrap_or(0.0);
-        let p99 = g("p99").unwrap_or(p50);
-        (count > 0).then(|| LatencyStats {
+        let g = |k: &str| l.get(k).and_then(Value::as_u64);
+        let count = l.get("count").and_then(Value::as_u64).unwrap_or(0);
+        let mean = l.get("mean").and_then(Value::as_f64)?;
+        let (min, max) = (g("min")?, g("max")?);
+        let p = |k: &str| g(k).unwrap_or(max);
+        LatencyStats::from_reported(
             count,
-            min_ns: g("min").unwrap_or(p50) as u64,
-            mean_ns: g("mean").unwrap_or(p50),
-            p50_ns: p50 as u64,
-            p90_ns: g("p90").unwrap_or(p99) as u64,
-            p99_ns: p99 as u64,
-            p999_ns: g("p999").unwrap_or(p99) as u64,
-            max_ns: g("max").unwrap_or(p99) as u64,
-        })
+            min,
+            max,
+            mean,
+            [p("p50"), p("p90"), p("p99"), p("p999")],
+        )
     });
     // Achieved: the offered rate the port reports (pulled runs report the arrival rate).
     let achieved_pps = match s.get("offered_gbps").and_then(Value::as_f64) {

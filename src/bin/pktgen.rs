@@ -20,7 +20,6 @@ use std::sync::atomic::{AtomicU64, Ordering};
 use clap::{Parser, Subcommand};
 use dataplane::wire::{FrameSink, FrameSource, MAX_WIRE_FRAME};
 use nmdp::bench::{VnicFactory, dut_from_spec};
-use pktgen::latency::LatencyStats;
 use pktgen::profile::{PortTraffic, TrafficProfile};
 use pktgen::rate::Rate;
 use pktgen::search::{
@@ -566,7 +565,7 @@ fn calibrate(frames: u64, frame_size: u32, json: bool) -> Result<(), String> {
     sink.finish();
     let l = sink
         .latency_histogram(0)
-        .and_then(LatencyStats::from_histogram)
+        .and_then(|h| h.stats())
         .ok_or("no latency measured")?;
     if json {
         println!("{}", json!({"loopback": l, "bias_ns": l.min_ns}));
