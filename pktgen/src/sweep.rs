@@ -34,7 +34,8 @@
 use crate::generator::GeneratorConfig;
 use crate::plot::{LinePlot, Series};
 use crate::search::{
-    SearchConfig, SearchGoal, SearchResult, TrialSettings, mlr_search, rfc2544_throughput,
+    GoalOverrides, Preset, SearchConfig, SearchEvent, SearchGoal, SearchResult, TrialSettings,
+    mlr_search, rfc2544_throughput,
 };
 use crate::trial::{Dut, DutError, TrialResult};
 use serde::{Deserialize, Serialize};
@@ -77,61 +78,77 @@ pub struct PlotSpec {
     pub disabled: bool,
 }
 
-/// Timing of the searches (the NDR/PDR goals share it).
+/// The searches of a sweep: a preset of Search Goals, changes to it, and the load range.
 #[derive(Clone, Debug, PartialEq, Serialize, Deserialize)]
 #[serde(deny_unknown_fields, default)]
 pub struct SearchSpec {
-    /// Loss ratio of the PDR goal.
-    pub pdr: f64,
-    /// Exceed ratio (0 for deterministic DUTs).
-    pub exceed_ratio: f64,
-    /// Relative width goal.
-    pub relative_width: f64,
-    /// First-phase trial duration, seconds.
-    pub initial_trial_s: f64,
-    /// Final trial duration, seconds.
-    pub final_trial_s: f64,
-    /// Duration sum per load in the final phase, seconds.
-    pub duration_sum_s: f64,
+    /// The preset the goals start from (`csit`, `quick`, `rfc2544`).
+    pub preset: Preset,
+    /// Goal Loss Ratio of the PDR goal.
+    pub pdr: Option<f64>,
+    /// Goal Exceed Ratio.
+    pub exceed_ratio: Option<f64>,
+    /// Goal Width (relative).
+    pub width: Option<f64>,
+    /// Goal Initial Trial Duration, seconds.
+    pub initial_trial_duration_s: Option<f64>,
+    /// Goal Final Trial Duration, seconds.
+    pub final_trial_duration_s: Option<f64>,
+    /// Goal Duration Sum, seconds.
+    pub duration_sum_s: Option<f64>,
     /// Maximum trials per search.
     pub max_trials: u32,
     /// Lowest load, percent of line rate.
     pub min_load_percent: f64,
+    /// Run a discarded warm-up trial at the maximum load first.
+    pub warmup_trial: bool,
 }
 
 impl Default for SearchSpec {
-    /// Settings for deterministic (virtual-time) DUTs: exceed ratio 0, 0.5 % width, short trials.
+    /// The `csit` preset unchanged.
     fn default() -> Self {
         Self {
-            pdr: 0.005,
-            exceed_ratio: 0.0,
-            relative_width: 0.005,
-            initial_trial_s: 0.01,
-            final_trial_s: 0.1,
-            duration_sum_s: 0.1,
-            max_trials: 200,
+            preset: Preset::Csit,
+            pdr: None,
+            exceed_ratio: None,
+            width: None,
+            initial_trial_duration_s: None,
+            final_trial_duration_s: None,
+            duration_sum_s: None,
+            max_trials: SearchConfig::default().max_trials,
             min_load_percent: 0.1,
+            warmup_trial: true,
         }
     }
 }
 
 impl SearchSpec {
+    /// The changes to the preset's goals.
+    pub fn overrides(&self) -> GoalOverrides {
+        GoalOverrides {
+            pdr: self.pdr,
+            exceed_ratio: self.exceed_ratio,
+            width: self.width,
+            initial_trial_duration_s: self.initial_trial_duration_s,
+            final_trial_duration_s: self.final_trial_duration_s,
+            duration_sum_s: self.duration_sum_s,
+        }
+    }
+
+    /// The goals: the preset with the changes.
+    pub fn goals(&self) -> Vec<SearchGoal> {
+        self.overrides().apply(self.preset)
+    }
+
     /// The search configuration for a DUT of line rate `line_pps`.
     pub fn config(&self, line_pps: f64) -> SearchConfig {
-        let timing = SearchGoal {
-            exceed_ratio: self.exceed_ratio,
-            relative_width: self.relative_width,
-            initial_trial_s: self.initial_trial_s,
-            final_trial_s: self.final_trial_s,
-            duration_sum_s: self.duration_sum_s,
-            ..Default::default()
-        };
         SearchConfig {
-            goals: SearchGoal::ndr_pdr(self.pdr, &timing),
+            goals: self.goals(),
             min_load_pps: Some(line_pps * self.min_load_percent / 100.0),
             max_load_pps: None,
             max_trials: self.max_trials,
-            discard_first: false,
+            warmup_trial: self.warmup_trial,
+            loss_at_max_load: true,
         }
     }
 }
@@ -461,13 +478,16 @@ fn run_point(
     match spec.test {
         TestKind::NdrPdr => {
             let cfg = spec.search.config(line);
-            let r: SearchResult =
-                mlr_search(dut, settings, &cfg, &mut |t| progress.trial(&t.result))?;
-            let (ndr, pdr) = (&r.goals[0], &r.goals[1]);
-            row.ndr_pps = ndr.lower_pps;
-            row.ndr_gbps = ndr.lower_gbps;
-            row.pdr_pps = pdr.lower_pps;
-            row.pdr_gbps = pdr.lower_gbps;
+            let r: SearchResult = mlr_search(dut, settings, &cfg, &mut |e| {
+                if let SearchEvent::Trial { record, .. } = e {
+                    progress.trial(&record.result);
+                }
+            })?;
+            let (ndr, pdr) = (&r.goals[0], r.goals.get(1));
+            row.ndr_pps = ndr.relevant_lower_bound_pps;
+            row.ndr_gbps = ndr.relevant_lower_bound_gbps;
+            row.pdr_pps = pdr.and_then(|p| p.relevant_lower_bound_pps);
+            row.pdr_gbps = pdr.and_then(|p| p.relevant_lower_bound_gbps);
             row.latency_p50_ns = ndr.latency.map(|l| l.p50_ns);
             row.latency_p99_ns = ndr.latency.map(|l| l.p99_ns);
             row.loss_at_max = r
@@ -489,7 +509,7 @@ fn run_point(
                 dut,
                 settings,
                 spec.trial_s,
-                spec.search.relative_width,
+                spec.search.goals().first().map_or(0.005, |g| g.width),
                 line * spec.search.min_load_percent / 100.0,
             )?;
             row.ndr_pps = t.throughput_pps;

@@ -23,9 +23,10 @@ x = "frame_size"
 series = "mode"
 
 [search]
+preset = "quick"
 pdr = 0.01
-initial_trial_s = 0.002
-final_trial_s = 0.008
+initial_trial_duration_s = 0.002
+final_trial_duration_s = 0.008
 duration_sum_s = 0.008
 min_load_percent = 1.0
 

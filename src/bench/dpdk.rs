@@ -25,7 +25,9 @@ use std::time::{Duration, Instant};
 use dataplane::DatapathMode;
 use dataplane::driver::dpdk::{DpdkPort, PortRxStats, RxTap, TxGen, UnsentPolicy};
 use pktgen::rate::{Pacer, Rate, wall_ns};
-use pktgen::trial::{Dut, DutError, LossAttribution, TrialResult, TrialSpec, WARMUP_STREAM, gbps};
+use pktgen::trial::{
+    Dut, DutError, DutInfo, LossAttribution, TrialResult, TrialSpec, WARMUP_STREAM, gbps,
+};
 use pktgen::{CheckingSink, Generator, GeneratorConfig};
 
 use crate::app::RunOptions;
@@ -181,6 +183,16 @@ impl Dut for DpdkDut {
 
     fn deterministic(&self) -> bool {
         false
+    }
+
+    fn info(&self) -> DutInfo {
+        DutInfo {
+            clock: "wall".into(),
+            profile: None,
+            mode: None,
+            workers: None,
+            cpu_cost: "measured: the device under test behind the tester's DPDK ports".into(),
+        }
     }
 
     fn base_traffic(&self) -> Option<GeneratorConfig> {
@@ -454,6 +466,9 @@ impl Dut for SharedDut {
     }
     fn deterministic(&self) -> bool {
         false
+    }
+    fn info(&self) -> DutInfo {
+        self.0.borrow().info()
     }
     fn base_traffic(&self) -> Option<GeneratorConfig> {
         self.0.borrow().base_traffic()
