@@ -428,3 +428,143 @@ fn cli_rfc2544_with_the_wall_clock_reports_it() {
     );
     assert!(v["results"][0]["frame_loss_rate"][0]["sent"].is_u64());
 }
+
+/// Runs pktgen and checks it failed with exit code 2 and an error naming `want`.
+fn refused(args: &[&str], want: &str) {
+    let out = Command::new(env!("CARGO_BIN_EXE_pktgen"))
+        .args(args)
+        .current_dir(env!("CARGO_MANIFEST_DIR"))
+        .output()
+        .unwrap();
+    let err = String::from_utf8_lossy(&out.stderr);
+    assert_eq!(out.status.code(), Some(2), "{args:?}: {err}");
+    assert!(err.contains(want), "{args:?}: `{want}` not in: {err}");
+}
+
+#[test]
+fn hostile_pktgen_inputs_get_clear_errors() {
+    let sim = "sim:capacity_pps=1e7,drop_every=1000";
+    let base = [
+        "rfc2544", "--dut", sim, "--sizes", "64", "--preset", "quick",
+    ];
+    let with = |extra: &[&'static str]| -> Vec<&str> {
+        base.iter().copied().chain(extra.iter().copied()).collect()
+    };
+    // Trial durations that would never end, or are not numbers: the option is named.
+    for v in ["1e300", "inf", "nan", "0", "-1"] {
+        refused(&with(&["--final-trial", v]), "--final-trial");
+    }
+    refused(&with(&["--initial-trial", "nan"]), "--initial-trial");
+    refused(&with(&["--duration-sum", "inf"]), "--duration-sum");
+    refused(
+        &with(&["--initial-trial", "0.5", "--final-trial", "0.1"]),
+        "--initial-trial",
+    );
+    refused(&with(&["--exceed", "1"]), "--exceed");
+    refused(&with(&["--width", "0"]), "--width");
+    refused(&with(&["--pdr", "-0.1"]), "--pdr");
+    refused(&with(&["--reps", "0"]), "--reps");
+    refused(&with(&["--warmup", "-1"]), "--warmup");
+    refused(&with(&["--warmup", "nan"]), "--warmup");
+    refused(&["rfc2544", "--dut", sim, "--preset", "fast"], "quick");
+    refused(&with(&["--clock", "sundial"]), "--clock");
+    refused(&with(&["--clock", "wall"]), "virtual time");
+    refused(&with(&["--line-gbps", "-5"]), "--line-gbps");
+    // A sim DUT without capacity is not an unlimited one.
+    for cap in ["0", "-1", "nan"] {
+        let dut = format!("sim:capacity_pps={cap}");
+        refused(
+            &["rfc2544", "--dut", &dut, "--preset", "quick"],
+            "capacity_pps",
+        );
+    }
+    // A rate above the line rate.
+    refused(
+        &["gen", "--rate", "200%", "-o", "/tmp/nmdp-never.pcap"],
+        "200%",
+    );
+    // Sweeps: an axis swept twice, a plot key that does not exist.
+    let dir = std::env::temp_dir().join(format!("nmdp-hostile-sweep-{}", std::process::id()));
+    std::fs::create_dir_all(&dir).unwrap();
+    let dup = dir.join("dup.toml");
+    std::fs::write(
+        &dup,
+        "dut = \"sim\"\n[[axis]]\nkey = \"frame_size\"\nvalues = [64]\n\
+         [[axis]]\nkey = \"frame_size\"\nvalues = [128]\n",
+    )
+    .unwrap();
+    refused(&["sweep", dup.to_str().unwrap()], "swept twice");
+    let plot = dir.join("plot.toml");
+    std::fs::write(
+        &plot,
+        "dut = \"sim\"\n[[axis]]\nkey = \"frame_size\"\nvalues = [64]\n[plot]\ncolour = \"red\"\n",
+    )
+    .unwrap();
+    refused(&["sweep", plot.to_str().unwrap()], "colour");
+    std::fs::write(
+        &plot,
+        "dut = \"sim\"\n[[axis]]\nkey = \"frame_size\"\nvalues = [64]\n[plot]\nx = \"cores\"\n",
+    )
+    .unwrap();
+    refused(&["sweep", plot.to_str().unwrap()], "plot.x");
+    let _ = std::fs::remove_dir_all(&dir);
+}
+
+#[test]
+fn sweeps_keep_the_duts_traffic_and_measure_loss_at_max_with_a_final_trial() {
+    // configs/default.toml says frame_size = 1518: a sweep that does not name the frame size
+    // runs at 1518 B, one that sweeps it runs at its values.
+    let spec = |axes: &str| -> SweepSpec {
+        toml::from_str(&format!(
+            "dut = \"{}\"\n{axes}\n[search]\npreset = \"quick\"\n[plot]\ndisabled = true\n",
+            config("default.toml").display()
+        ))
+        .unwrap()
+    };
+    let r = run_sweep(
+        &spec("[[axis]]\nkey = \"mode\"\nvalues = [\"host\"]"),
+        &mut VnicFactory::default(),
+        &mut NoProgress,
+    )
+    .unwrap();
+    let row = &r.rows[0];
+    assert_eq!(row.frame_size, 1518.0);
+    assert_eq!(row.flows, 1024);
+    assert_eq!(row.dut_info.clock, "virtual");
+    assert!(
+        r.to_csv().lines().nth(1).unwrap().contains(",1518,"),
+        "{}",
+        r.to_csv()
+    );
+    // The loss at the maximum load is that of a 10 ms (final-duration) trial at line rate, not
+    // of a short trial whose overload the rings absorb.
+    let mut d = dut(&["datapath.mode=host"]);
+    let line = d.line_rate_pps(1518.0);
+    let direct = d
+        .trial(&TrialSpec {
+            rate_pps: line,
+            duration_s: 0.01,
+            drain_s: 0.01,
+            traffic: pktgen::GeneratorConfig {
+                frame_size: 1518,
+                ..d.traffic().clone()
+            },
+            ..Default::default()
+        })
+        .unwrap();
+    assert!(direct.loss_ratio() > 0.0, "host mode loses at line rate");
+    assert_eq!(row.loss_at_max, Some(direct.loss_ratio()));
+    // Latency at the NDR and at 90 % of it, with the loads.
+    let ndr = row.ndr_pps.unwrap();
+    assert_eq!(row.latency_load_pps, Some(ndr));
+    assert!((row.latency90_load_pps.unwrap() - 0.9 * ndr).abs() < 1e-6);
+    assert!(row.latency90_p50_ns.unwrap() <= row.latency90_p99_ns.unwrap());
+
+    let r = run_sweep(
+        &spec("[[axis]]\nkey = \"frame_size\"\nvalues = [256]"),
+        &mut VnicFactory::default(),
+        &mut NoProgress,
+    )
+    .unwrap();
+    assert_eq!(r.rows[0].frame_size, 256.0);
+}

@@ -587,9 +587,14 @@ pub fn dut_from_spec(
                 table.insert(k.into(), toml::Value::Float(i as f64));
             }
         }
-        let cfg: SimDutConfig = toml::Value::Table(table)
-            .try_into()
-            .map_err(|e: toml::de::Error| DutError(format!("sim DUT: {}", e.message())))?;
+        let cfg: SimDutConfig = serde_path_to_error::deserialize(toml::Value::Table(table))
+            .map_err(|e| {
+                DutError(format!(
+                    "sim DUT: key `{}`: {}",
+                    e.path(),
+                    e.inner().message().trim()
+                ))
+            })?;
         cfg.validate().map_err(DutError)?;
         return Ok(Box::new(SimDut::new(cfg)));
     }

@@ -64,7 +64,7 @@ enum Cmd {
         #[arg(long, short)]
         quiet: bool,
         /// Line rate in Gb/s when the DUT cannot tell.
-        #[arg(long)]
+        #[arg(long, allow_negative_numbers = true)]
         line_gbps: Option<f64>,
         /// Trial clock on the virtual NIC: virtual (the default) or wall.
         #[arg(long)]
@@ -119,25 +119,25 @@ struct Rfc2544Args {
     #[arg(long, default_value = "csit")]
     preset: String,
     /// Goal Loss Ratio of the PDR goal (default: the preset's).
-    #[arg(long)]
+    #[arg(long, allow_negative_numbers = true)]
     pdr: Option<f64>,
     /// Goal Exceed Ratio (0: any high-loss trial fails a load; 0.5: CSIT).
-    #[arg(long)]
+    #[arg(long, allow_negative_numbers = true)]
     exceed: Option<f64>,
     /// Goal Width, relative ((upper - lower) / upper).
-    #[arg(long)]
+    #[arg(long, allow_negative_numbers = true)]
     width: Option<f64>,
     /// Goal Initial Trial Duration, s.
-    #[arg(long)]
+    #[arg(long, allow_negative_numbers = true)]
     initial_trial: Option<f64>,
     /// Goal Final Trial Duration, s (also the throughput, latency and loss trials).
-    #[arg(long)]
+    #[arg(long, allow_negative_numbers = true)]
     final_trial: Option<f64>,
     /// Goal Duration Sum, s.
-    #[arg(long)]
+    #[arg(long, allow_negative_numbers = true)]
     duration_sum: Option<f64>,
     /// Warm-up traffic before every trial, s (DUTs that keep state between trials).
-    #[arg(long, default_value_t = 0.0)]
+    #[arg(long, default_value_t = 0.0, allow_negative_numbers = true)]
     warmup: f64,
     /// Repetitions of the latency and back-to-back tests.
     #[arg(long, default_value_t = 3)]
@@ -146,7 +146,7 @@ struct Rfc2544Args {
     #[arg(long, default_value_t = 100_000)]
     b2b_max: u64,
     /// Line rate in Gb/s when the DUT cannot tell.
-    #[arg(long)]
+    #[arg(long, allow_negative_numbers = true)]
     line_gbps: Option<f64>,
     /// Include every trial in the JSON.
     #[arg(long)]
