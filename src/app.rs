@@ -387,7 +387,7 @@ fn supervise(
     let interval =
         (cfg.run.stats_interval_s > 0.0).then(|| Duration::from_secs_f64(cfg.run.stats_interval_s));
     let mut next_print = interval.unwrap_or(Duration::ZERO);
-    let mut last = (0u64, 0u64, start);
+    let mut rates = LiveRates::new(start);
     let mut last_pcie = (0u64, 0u64, 0u64);
     while !handles.iter().all(|h| h.is_finished()) {
         std::thread::sleep(Duration::from_millis(20));
@@ -404,17 +404,11 @@ fn supervise(
             && el >= next_print
         {
             next_print += iv;
-            let (rx, tx) = live.iter().fold((0u64, 0u64), |a, l| {
-                (
-                    a.0 + l.rx_packets.load(Ordering::Relaxed),
-                    a.1 + l.tx_bytes.load(Ordering::Relaxed),
-                )
-            });
-            let now = Instant::now();
-            let dt = (now - last.2).as_secs_f64().max(1e-9);
-            let mpps = (rx - last.0) as f64 / dt / 1e6;
-            let gbps = (tx - last.1) as f64 * 8.0 / dt / 1e9;
-            last = (rx, tx, now);
+            let rate = rates.line(live);
+            let rx: u64 = live
+                .iter()
+                .map(|l| l.rx_packets.load(Ordering::Relaxed))
+                .sum();
             let sum = |f: fn(&LiveStats) -> &std::sync::atomic::AtomicU64| -> u64 {
                 live.iter().map(|l| f(l).load(Ordering::Relaxed)).sum()
             };
@@ -456,10 +450,8 @@ fn supervise(
                 }
             }
             eprintln!(
-                "[{:6.1}s] {:7.2} Mpps {:7.2} Gb/s | PCIe up {:5.1}% down {:5.1}% | rx {} | primary {} secondary {} | nombuf {} | drops{}",
+                "[{:6.1}s] {rate} | PCIe up {:5.1}% down {:5.1}% | rx {} | primary {} secondary {} | nombuf {} | drops{}",
                 el.as_secs_f64(),
-                mpps,
-                gbps,
                 uu,
                 ud,
                 rx,
@@ -473,6 +465,49 @@ fn supervise(
                 },
             );
         }
+    }
+}
+
+/// Receive and transmit rates since the previous live line, each in Mpps and Gb/s with its
+/// direction named (Gb/s over the frames' bytes without FCS, as the counters count them).
+pub(crate) struct LiveRates {
+    last: [u64; 4],
+    at: Instant,
+}
+
+impl LiveRates {
+    /// Rates measured from `start`.
+    pub(crate) fn new(start: Instant) -> Self {
+        Self {
+            last: [0; 4],
+            at: start,
+        }
+    }
+
+    /// `rx X Mpps Y Gb/s | tx X Mpps Y Gb/s` since the previous call.
+    pub(crate) fn line(&mut self, live: &[LiveStats]) -> String {
+        let sum = |f: fn(&LiveStats) -> &std::sync::atomic::AtomicU64| -> u64 {
+            live.iter().map(|l| f(l).load(Ordering::Relaxed)).sum()
+        };
+        let now_counts = [
+            sum(|l| &l.rx_packets),
+            sum(|l| &l.rx_bytes),
+            sum(|l| &l.tx_packets),
+            sum(|l| &l.tx_bytes),
+        ];
+        let now = Instant::now();
+        let dt = (now - self.at).as_secs_f64().max(1e-9);
+        let d = |i: usize| now_counts[i].saturating_sub(self.last[i]) as f64 / dt;
+        let line = format!(
+            "rx {:7.3} Mpps {:7.2} Gb/s | tx {:7.3} Mpps {:7.2} Gb/s",
+            d(0) / 1e6,
+            d(1) * 8.0 / 1e9,
+            d(2) / 1e6,
+            d(3) * 8.0 / 1e9
+        );
+        self.last = now_counts;
+        self.at = now;
+        line
     }
 }
 
@@ -684,8 +719,12 @@ fn model_keys(
     });
     // Frame bits including the FCS (the RFC 2544 rate); `wire.tx_gbps` adds preamble and IFG.
     out["throughput_gbps"] = json!(rate(q.tx_bytes + u64::from(profile.nic.fcs_bytes) * fwd));
+    // Exact min, max and mean (tracked per packet); percentiles from the histogram, clamped to
+    // the exact extremes.
     out["latency_ns"] = json!({
+        "min": m.latency_quantile(0.0),
         "p50": m.latency_quantile(0.5),
+        "p90": m.latency_quantile(0.9),
         "p99": m.latency_quantile(0.99),
         "p999": m.latency_quantile(0.999),
         "max": m.latency_quantile(1.0),
@@ -709,16 +748,36 @@ fn model_keys(
 /// Prints a human-readable summary (stderr when JSON goes to stdout).
 pub fn print_summary(s: &Value, to: &mut dyn std::io::Write) -> std::io::Result<()> {
     writeln!(to, "summary: mode {} workers {}", s["mode"], s["workers"])?;
+    let secs = s["elapsed_s"].as_f64().unwrap_or(0.0).max(1e-9);
+    let per_s = |k: &str| s[k].as_u64().unwrap_or(0) as f64 / secs;
+    let clock = s["clock"].as_str().unwrap_or("wall");
     writeln!(
         to,
-        "  packets rx {} tx {}  bytes rx {} tx {}  in {:.3} s: {:.2} Mpps, {:.2} Gb/s",
+        "  packets rx {} tx {}  bytes rx {} tx {}  in {:.3} s ({} time)",
         s["packets_rx"],
         s["packets_tx"],
         s["bytes_rx"],
         s["bytes_tx"],
-        s["elapsed_s"].as_f64().unwrap_or(0.0),
-        s["mpps"].as_f64().unwrap_or(0.0),
-        s["gbps"].as_f64().unwrap_or(0.0)
+        secs,
+        if clock == "virtual" {
+            "model"
+        } else {
+            "wall-clock"
+        },
+    )?;
+    writeln!(
+        to,
+        "  rx {:.3} Mpps {:.2} Gb/s | tx {:.3} Mpps {:.2} Gb/s (frame bytes without FCS, over \
+         that {} time)",
+        per_s("packets_rx") / 1e6,
+        per_s("bytes_rx") * 8.0 / 1e9,
+        per_s("packets_tx") / 1e6,
+        per_s("bytes_tx") * 8.0 / 1e9,
+        if clock == "virtual" {
+            "model"
+        } else {
+            "wall-clock"
+        },
     )?;
     writeln!(
         to,
@@ -784,7 +843,7 @@ pub fn print_summary(s: &Value, to: &mut dyn std::io::Write) -> std::io::Result<
         )?;
         writeln!(
             to,
-            "  wire rx {:.2} tx {:.2} Gb/s (offered {:.2}) | throughput {:.3} Mpps {:.2} Gb/s in {} ns of model time",
+            "  model: wire rx {:.2} tx {:.2} Gb/s L1 (offered {:.2}) | transmitted {:.3} Mpps {:.2} Gb/s with FCS over {} ns of the model's clock",
             s["wire"]["rx_gbps"].as_f64().unwrap_or(0.0),
             s["wire"]["tx_gbps"].as_f64().unwrap_or(0.0),
             s["offered_gbps"].as_f64().unwrap_or(0.0),

@@ -451,7 +451,7 @@ pub fn run(cfg: &RunConfig, d: &DpdkSection, opts: &RunOptions) -> Result<Value,
     let interval = (cfg.run.stats_interval_s > 0.0 && opts.live_stats)
         .then(|| Duration::from_secs_f64(cfg.run.stats_interval_s));
     let mut next = interval.unwrap_or(Duration::ZERO);
-    let mut last = (0u64, Instant::now());
+    let mut rates = crate::app::LiveRates::new(Instant::now());
     while !threads
         .iter()
         .all(|h: &std::thread::JoinHandle<WorkerReport>| h.is_finished())
@@ -472,9 +472,7 @@ pub fn run(cfg: &RunConfig, d: &DpdkSection, opts: &RunOptions) -> Result<Value,
                 .iter()
                 .map(|l| l.rx_packets.load(Ordering::Relaxed))
                 .sum();
-            let now = Instant::now();
-            let mpps = (rx - last.0) as f64 / (now - last.1).as_secs_f64().max(1e-9) / 1e6;
-            last = (rx, now);
+            let rate = rates.line(&live);
             let nombuf: u64 = live
                 .iter()
                 .map(|l| l.rx_nombuf.load(Ordering::Relaxed))
@@ -488,7 +486,7 @@ pub fn run(cfg: &RunConfig, d: &DpdkSection, opts: &RunOptions) -> Result<Value,
                 .map(|l| l.rx_secondary.load(Ordering::Relaxed))
                 .sum();
             eprintln!(
-                "[{:6.1}s] {mpps:7.2} Mpps | rx {rx} | primary {prim} secondary {sec} | nombuf {nombuf}",
+                "[{:6.1}s] {rate} | rx {rx} | primary {prim} secondary {sec} | nombuf {nombuf}",
                 el.as_secs_f64()
             );
         }

@@ -417,7 +417,7 @@ fn dpdk_tester_needs_a_dpdk_section() {
 /// every point; an axis that would change the DUT is refused with the key named.
 #[test]
 fn dpdk_tester_sweeps_frame_sizes_on_one_set_of_ports() {
-    use nmdp::bench::VnicFactory;
+    use nmdp::bench::{DutOptions, VnicFactory};
     use pktgen::sweep::{NoProgress, SweepSpec, run_sweep};
     let _g = serial();
     let cfg = tester_config("tester-sweep", &["net_ring_ts"]);
@@ -427,7 +427,10 @@ fn dpdk_tester_sweeps_frame_sizes_on_one_set_of_ports() {
         cfg.display()
     ))
     .unwrap();
-    let mut factory = VnicFactory::new(Some(10.0));
+    let mut factory = VnicFactory::new(DutOptions {
+        line_gbps: Some(10.0),
+        clock: None,
+    });
     let r = run_sweep(&spec, &mut factory, &mut NoProgress).expect("sweep");
     assert_eq!(r.rows.len(), 3);
     for (row, size) in r.rows.iter().zip([64.0, 512.0, 1518.0]) {

@@ -11,7 +11,7 @@ use std::path::{Path, PathBuf};
 use std::process::Command;
 
 use nmdp::app::{RunOptions, run};
-use nmdp::bench::{Timing, VnicDut};
+use nmdp::bench::{Clock, DutOptions, Timing, VnicDut};
 use pktgen::GeneratorConfig;
 use pktgen::nat::check_reverse;
 use pktgen::signature::parse;
@@ -215,7 +215,7 @@ fn return_frames_translated_to_the_wrong_inside_address_are_counted() {
     assert_eq!(n(&t["translated_wrong"]), sent);
 
     // An RFC 2544 trial counts them as lost, attributed to the wrong translation.
-    let mut dut = VnicDut::new(&path, &[], None).unwrap();
+    let mut dut = VnicDut::new(&path, &[], DutOptions::default()).unwrap();
     assert!(dut.name().contains("nat-return"), "{}", dut.name());
     let spec = TrialSpec {
         rate_pps: 400_000.0,
@@ -235,8 +235,8 @@ fn return_frames_translated_to_the_wrong_inside_address_are_counted() {
 
 #[test]
 fn trials_count_both_directions() {
-    let mut dut = VnicDut::new(&config("nat-bidir.toml"), &[], None).unwrap();
-    assert_eq!(dut.timing(), Timing::Virtual);
+    let mut dut = VnicDut::new(&config("nat-bidir.toml"), &[], DutOptions::default()).unwrap();
+    assert_eq!(dut.timing(), Timing::Timed(Clock::Virtual));
     let traffic = GeneratorConfig {
         frame_size: 64,
         ..dut.traffic().clone()
@@ -345,6 +345,8 @@ fn cli_rfc2544_on_nat_bidir_is_identical_across_runs() {
         "configs/nat-bidir.toml",
         "--sizes",
         "64,1518",
+        "--preset",
+        "quick",
         "--initial-trial",
         "0.0005",
         "--final-trial",
@@ -373,7 +375,9 @@ fn cli_rfc2544_on_nat_bidir_is_identical_across_runs() {
         v["dut"]
     );
     for r in v["results"].as_array().unwrap() {
-        let ndr = r["ndr_pdr"]["goals"][0]["lower_pps"].as_f64().unwrap();
+        let ndr = r["ndr_pdr"]["goals"][0]["relevant_lower_bound_pps"]
+            .as_f64()
+            .unwrap();
         assert!(ndr > 0.0, "{r}");
     }
     assert_eq!(a, go(), "two runs, same JSON");

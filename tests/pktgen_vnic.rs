@@ -6,7 +6,7 @@
 use std::path::{Path, PathBuf};
 use std::process::Command;
 
-use nmdp::bench::{Timing, VnicDut, VnicFactory, dut_from_spec};
+use nmdp::bench::{Clock, DutOptions, Timing, VnicDut, VnicFactory, dut_from_spec};
 use pktgen::search::{SearchConfig, SearchGoal, TrialSettings, mlr_search};
 use pktgen::sweep::{NoProgress, SweepSpec, run_sweep};
 use pktgen::trial::{Dut, TrialSpec};
@@ -19,7 +19,7 @@ fn config(name: &str) -> PathBuf {
 
 fn dut(sets: &[&str]) -> VnicDut {
     let sets: Vec<String> = sets.iter().map(|s| s.to_string()).collect();
-    VnicDut::new(&config("default.toml"), &sets, None).unwrap()
+    VnicDut::new(&config("default.toml"), &sets, DutOptions::default()).unwrap()
 }
 
 fn search(d: &mut VnicDut, frame_size: u32) -> pktgen::search::SearchResult {
@@ -33,9 +33,9 @@ fn search(d: &mut VnicDut, frame_size: u32) -> pktgen::search::SearchResult {
     };
     let timing = SearchGoal {
         exceed_ratio: 0.0,
-        relative_width: 0.005,
-        initial_trial_s: 0.001,
-        final_trial_s: 0.005,
+        width: 0.005,
+        initial_trial_duration_s: 0.001,
+        final_trial_duration_s: 0.005,
         duration_sum_s: 0.005,
         ..Default::default()
     };
@@ -70,7 +70,7 @@ fn a_trial_sends_the_frames_and_reads_the_summary_after_the_drain() {
     // The wall-clock fields are not in the record.
     assert!(r.dut.get("elapsed_s").is_none());
     assert_eq!(r.dut["traffic"]["sent"], 2000);
-    if d.timing() == Timing::Virtual {
+    if d.timing() == Timing::Timed(Clock::Virtual) {
         assert!(r.deterministic);
         assert!(r.latency.is_some());
         assert_eq!(r.dut["clock"], "virtual");
@@ -80,7 +80,7 @@ fn a_trial_sends_the_frames_and_reads_the_summary_after_the_drain() {
 #[test]
 fn ndr_search_on_the_vnic_is_deterministic_and_names_the_bound() {
     let mut host = dut(&["datapath.mode=host"]);
-    if host.timing() != Timing::Virtual {
+    if host.timing() != Timing::Timed(Clock::Virtual) {
         eprintln!("no timing model: functional trials only, skipping the rate checks");
         return;
     }
@@ -91,19 +91,28 @@ fn ndr_search_on_the_vnic_is_deterministic_and_names_the_bound() {
         serde_json::to_string(&b).unwrap(),
         "two runs, same answer"
     );
-    assert!(a.deterministic && a.converged);
+    assert!(a.deterministic);
+    assert!(a.goals[0].regular, "{:?}", a.goals[0]);
+    // PDR 0.5 %: host mode loses less than that at line rate, so the maximum load meets it and
+    // the result is irregular (RFC 9971 §4.8.4), saying so.
+    let pdr = &a.goals[1];
+    assert!(
+        pdr.regular || pdr.irregular.as_deref().unwrap().contains("maximum load"),
+        "{pdr:?}"
+    );
+    assert!(a.reused_trials == 0 || a.measured_trial_s < a.total_trial_s);
     let line = a.line_rate_pps;
     let ndr = &a.goals[0];
-    let n = ndr.lower_pps.unwrap();
+    let n = ndr.relevant_lower_bound_pps.unwrap();
     // host mode at 1518 B: below line rate, bounded by PCIe, drops attributed to the overrun.
     assert!(n < line, "host NDR {n} vs line {line}");
-    assert!(ndr.upper_pps.is_some());
+    assert!(ndr.relevant_upper_bound_pps.is_some());
     assert_eq!(ndr.bottleneck.as_deref(), Some("pcie_up"), "{ndr:?}");
     let lost_at = ndr.loss_at_upper.as_ref().unwrap();
     assert_eq!(lost_at.unattributed, 0, "{lost_at:?}");
 
     let inline = search(&mut dut(&["datapath.mode=nic-inline"]), 1518);
-    let n = inline.goals[0].lower_pps.unwrap();
+    let n = inline.goals[0].relevant_lower_bound_pps.unwrap();
     assert!(n >= line * 0.99, "nic-inline NDR {n} vs line {line}");
 }
 
@@ -156,7 +165,7 @@ fn sim_duts_from_the_command_line_spelling() {
     let mut d = dut_from_spec(
         "sim:capacity_pps=1000000,drop_every=4,line_bps=1e9",
         &[],
-        None,
+        DutOptions::default(),
     )
     .unwrap();
     let r = d
@@ -168,8 +177,8 @@ fn sim_duts_from_the_command_line_spelling() {
         })
         .unwrap();
     assert_eq!((r.sent, r.lost), (1000, 250));
-    assert!(dut_from_spec("sim:colour=1", &[], None).is_err());
-    assert!(dut_from_spec("/no/such/config.toml", &[], None).is_err());
+    assert!(dut_from_spec("sim:colour=1", &[], DutOptions::default()).is_err());
+    assert!(dut_from_spec("/no/such/config.toml", &[], DutOptions::default()).is_err());
 }
 
 fn pktgen(args: &[&str]) -> (bool, String, String) {
@@ -195,6 +204,8 @@ fn cli_rfc2544_json_is_identical_across_runs() {
         "1518",
         "--mode",
         "host",
+        "--preset",
+        "quick",
         "--initial-trial",
         "0.0002",
         "--final-trial",
@@ -207,7 +218,7 @@ fn cli_rfc2544_json_is_identical_across_runs() {
     let v: serde_json::Value = serde_json::from_str(&a).unwrap();
     assert_eq!(v["results"][0]["frame_size"], 1518.0);
     assert!(
-        v["results"][0]["ndr_pdr"]["goals"][0]["lower_pps"]
+        v["results"][0]["ndr_pdr"]["goals"][0]["relevant_lower_bound_pps"]
             .as_f64()
             .unwrap()
             > 0.0
@@ -253,4 +264,307 @@ fn cli_gen_writes_a_pcap_the_sink_accepts() {
     assert_eq!(s.stream(0).payload_mismatches, 0);
     let _ = std::fs::remove_dir_all(&dir);
     assert!(Path::new(env!("CARGO_BIN_EXE_pktgen")).exists());
+}
+
+#[test]
+fn the_trial_clock_is_the_one_the_user_chose() {
+    let cfg = config("default.toml");
+    let spec = |d: &VnicDut| TrialSpec {
+        rate_pps: 2e5,
+        frames: Some(2000),
+        traffic: d.traffic().clone(),
+        ..Default::default()
+    };
+    // Neither --clock nor --set run.clock: virtual time, CPU cost from the profile (the
+    // config file's own `run.clock = "wall"` is for `dataplane run`).
+    let mut d = VnicDut::new(&cfg, &[], DutOptions::default()).unwrap();
+    assert_eq!(d.timing(), Timing::Timed(Clock::Virtual));
+    let info = d.info();
+    assert_eq!(info.clock, "virtual");
+    assert!(info.cpu_cost.contains("host.cycles"), "{info:?}");
+    assert_eq!(
+        info.profile.as_deref(),
+        Some("ConnectX-5 100GbE, PCIe Gen3 x16")
+    );
+    assert_eq!(
+        (info.mode.as_deref(), info.workers),
+        (Some("nic-inline"), Some(1))
+    );
+    let r = d.trial(&spec(&d)).unwrap();
+    assert_eq!(r.dut["clock"], "virtual");
+    assert!(r.deterministic && d.repeatable());
+
+    // --clock wall: the real code on this machine, measured in wall time.
+    let wall = DutOptions {
+        clock: Some(Clock::Wall),
+        ..Default::default()
+    };
+    let mut d = VnicDut::new(&cfg, &[], wall).unwrap();
+    assert_eq!(d.timing(), Timing::Timed(Clock::Wall));
+    assert!(d.info().cpu_cost.starts_with("measured"), "{:?}", d.info());
+    let r = d.trial(&spec(&d)).unwrap();
+    assert_eq!(r.dut["clock"], "wall");
+    assert!(!r.deterministic && !d.deterministic() && !d.repeatable());
+    assert_eq!(r.sent, 2000);
+
+    // A clock set with --set is honoured, never replaced.
+    let sets = vec!["run.clock=wall".to_string()];
+    let mut d = VnicDut::new(&cfg, &sets, DutOptions::default()).unwrap();
+    assert_eq!(d.timing(), Timing::Timed(Clock::Wall));
+    assert!(
+        d.trial_sets(&spec(&d))
+            .iter()
+            .all(|s| s != "run.clock=virtual")
+    );
+    assert_eq!(d.trial(&spec(&d)).unwrap().dut["clock"], "wall");
+    let sets = vec!["run.clock=virtual".to_string()];
+    let d = VnicDut::new(&cfg, &sets, DutOptions::default()).unwrap();
+    assert_eq!(d.timing(), Timing::Timed(Clock::Virtual));
+    // Both, disagreeing: an error naming both.
+    let sets = vec!["run.clock=virtual".to_string()];
+    let e = VnicDut::new(&cfg, &sets, wall).unwrap_err();
+    assert!(
+        e.0.contains("--clock wall") && e.0.contains("run.clock=virtual"),
+        "{e}"
+    );
+    // A warm-up before a trial of a fresh dataplane prepares nothing: refused, not ignored.
+    let mut d = VnicDut::new(&cfg, &[], DutOptions::default()).unwrap();
+    assert!(!d.keeps_state_between_trials());
+    let e = d
+        .trial(&TrialSpec {
+            warmup_s: 0.001,
+            ..spec(&d)
+        })
+        .unwrap_err();
+    assert!(e.0.contains("warm-up"), "{e}");
+}
+
+#[test]
+fn every_latency_record_of_a_vnic_search_is_consistent() {
+    for mode in ["host", "nic-inline"] {
+        let mut d = dut(&[&format!("datapath.mode={mode}")]);
+        let r = search(&mut d, 1518);
+        let mut n = 0;
+        for l in r
+            .trials
+            .iter()
+            .filter_map(|t| t.result.latency)
+            .chain(r.goals.iter().filter_map(|g| g.latency))
+        {
+            n += 1;
+            assert!(
+                l.min_ns <= l.p50_ns
+                    && l.p50_ns <= l.p90_ns
+                    && l.p90_ns <= l.p99_ns
+                    && l.p99_ns <= l.max_ns,
+                "{mode}: {l:?}"
+            );
+            assert!(
+                l.min_ns as f64 <= l.mean_ns && l.mean_ns <= l.max_ns as f64,
+                "{mode}: {l:?}"
+            );
+        }
+        assert!(
+            n >= r.trials.len(),
+            "{mode}: only {n} latency records for {} trials",
+            r.trials.len()
+        );
+    }
+}
+
+#[test]
+fn cli_rfc2544_with_the_wall_clock_reports_it() {
+    let (ok, out, err) = pktgen(&[
+        "rfc2544",
+        "--dut",
+        "configs/default.toml",
+        "--clock",
+        "wall",
+        "--preset",
+        "quick",
+        "--sizes",
+        "1518",
+        "--initial-trial",
+        "0.0002",
+        "--final-trial",
+        "0.0005",
+        "--json",
+        "--quiet",
+    ]);
+    assert!(ok, "{err}");
+    let v: serde_json::Value = serde_json::from_str(&out).unwrap();
+    assert_eq!(v["deterministic"], false);
+    assert_eq!(v["dut_info"][0]["clock"], "wall");
+    let r = &v["results"][0];
+    assert_eq!(r["clock"], "wall");
+    assert_eq!(r["frame_size"], 1518.0);
+    assert!(
+        r["cpu_cost"].as_str().unwrap().starts_with("measured"),
+        "{r}"
+    );
+    assert!(err.contains("clock wall"), "{err}");
+    // A user's --set run.clock=wall is honoured the same way.
+    let (ok, out, err) = pktgen(&[
+        "rfc2544",
+        "--dut",
+        "configs/default.toml",
+        "--set",
+        "run.clock=wall",
+        "--preset",
+        "quick",
+        "--final-trial",
+        "0.0005",
+        "--tests",
+        "loss",
+        "--json",
+    ]);
+    assert!(ok, "{err}");
+    let v: serde_json::Value = serde_json::from_str(&out).unwrap();
+    assert_eq!(v["results"][0]["clock"], "wall");
+    // The loss table is in the text report, frame counts as integers.
+    assert!(
+        err.contains("frame loss rate") && err.contains("load %"),
+        "{err}"
+    );
+    assert!(v["results"][0]["frame_loss_rate"][0]["sent"].is_u64());
+}
+
+/// Runs pktgen and checks it failed with exit code 2 and an error naming `want`.
+fn refused(args: &[&str], want: &str) {
+    let out = Command::new(env!("CARGO_BIN_EXE_pktgen"))
+        .args(args)
+        .current_dir(env!("CARGO_MANIFEST_DIR"))
+        .output()
+        .unwrap();
+    let err = String::from_utf8_lossy(&out.stderr);
+    assert_eq!(out.status.code(), Some(2), "{args:?}: {err}");
+    assert!(err.contains(want), "{args:?}: `{want}` not in: {err}");
+}
+
+#[test]
+fn hostile_pktgen_inputs_get_clear_errors() {
+    let sim = "sim:capacity_pps=1e7,drop_every=1000";
+    let base = [
+        "rfc2544", "--dut", sim, "--sizes", "64", "--preset", "quick",
+    ];
+    let with = |extra: &[&'static str]| -> Vec<&str> {
+        base.iter().copied().chain(extra.iter().copied()).collect()
+    };
+    // Trial durations that would never end, or are not numbers: the option is named.
+    for v in ["1e300", "inf", "nan", "0", "-1"] {
+        refused(&with(&["--final-trial", v]), "--final-trial");
+    }
+    refused(&with(&["--initial-trial", "nan"]), "--initial-trial");
+    refused(&with(&["--duration-sum", "inf"]), "--duration-sum");
+    refused(
+        &with(&["--initial-trial", "0.5", "--final-trial", "0.1"]),
+        "--initial-trial",
+    );
+    refused(&with(&["--exceed", "1"]), "--exceed");
+    refused(&with(&["--width", "0"]), "--width");
+    refused(&with(&["--pdr", "-0.1"]), "--pdr");
+    refused(&with(&["--reps", "0"]), "--reps");
+    refused(&with(&["--warmup", "-1"]), "--warmup");
+    refused(&with(&["--warmup", "nan"]), "--warmup");
+    refused(&["rfc2544", "--dut", sim, "--preset", "fast"], "quick");
+    refused(&with(&["--clock", "sundial"]), "--clock");
+    refused(&with(&["--clock", "wall"]), "virtual time");
+    refused(&with(&["--line-gbps", "-5"]), "--line-gbps");
+    // A sim DUT without capacity is not an unlimited one.
+    for cap in ["0", "-1", "nan"] {
+        let dut = format!("sim:capacity_pps={cap}");
+        refused(
+            &["rfc2544", "--dut", &dut, "--preset", "quick"],
+            "capacity_pps",
+        );
+    }
+    // A rate above the line rate.
+    refused(
+        &["gen", "--rate", "200%", "-o", "/tmp/nmdp-never.pcap"],
+        "200%",
+    );
+    // Sweeps: an axis swept twice, a plot key that does not exist.
+    let dir = std::env::temp_dir().join(format!("nmdp-hostile-sweep-{}", std::process::id()));
+    std::fs::create_dir_all(&dir).unwrap();
+    let dup = dir.join("dup.toml");
+    std::fs::write(
+        &dup,
+        "dut = \"sim\"\n[[axis]]\nkey = \"frame_size\"\nvalues = [64]\n\
+         [[axis]]\nkey = \"frame_size\"\nvalues = [128]\n",
+    )
+    .unwrap();
+    refused(&["sweep", dup.to_str().unwrap()], "swept twice");
+    let plot = dir.join("plot.toml");
+    std::fs::write(
+        &plot,
+        "dut = \"sim\"\n[[axis]]\nkey = \"frame_size\"\nvalues = [64]\n[plot]\ncolour = \"red\"\n",
+    )
+    .unwrap();
+    refused(&["sweep", plot.to_str().unwrap()], "colour");
+    std::fs::write(
+        &plot,
+        "dut = \"sim\"\n[[axis]]\nkey = \"frame_size\"\nvalues = [64]\n[plot]\nx = \"cores\"\n",
+    )
+    .unwrap();
+    refused(&["sweep", plot.to_str().unwrap()], "plot.x");
+    let _ = std::fs::remove_dir_all(&dir);
+}
+
+#[test]
+fn sweeps_keep_the_duts_traffic_and_measure_loss_at_max_with_a_final_trial() {
+    // configs/default.toml says frame_size = 1518: a sweep that does not name the frame size
+    // runs at 1518 B, one that sweeps it runs at its values.
+    let spec = |axes: &str| -> SweepSpec {
+        toml::from_str(&format!(
+            "dut = \"{}\"\n{axes}\n[search]\npreset = \"quick\"\n[plot]\ndisabled = true\n",
+            config("default.toml").display()
+        ))
+        .unwrap()
+    };
+    let r = run_sweep(
+        &spec("[[axis]]\nkey = \"mode\"\nvalues = [\"host\"]"),
+        &mut VnicFactory::default(),
+        &mut NoProgress,
+    )
+    .unwrap();
+    let row = &r.rows[0];
+    assert_eq!(row.frame_size, 1518.0);
+    assert_eq!(row.flows, 1024);
+    assert_eq!(row.dut_info.clock, "virtual");
+    assert!(
+        r.to_csv().lines().nth(1).unwrap().contains(",1518,"),
+        "{}",
+        r.to_csv()
+    );
+    // The loss at the maximum load is that of a 10 ms (final-duration) trial at line rate, not
+    // of a short trial whose overload the rings absorb.
+    let mut d = dut(&["datapath.mode=host"]);
+    let line = d.line_rate_pps(1518.0);
+    let direct = d
+        .trial(&TrialSpec {
+            rate_pps: line,
+            duration_s: 0.01,
+            drain_s: 0.01,
+            traffic: pktgen::GeneratorConfig {
+                frame_size: 1518,
+                ..d.traffic().clone()
+            },
+            ..Default::default()
+        })
+        .unwrap();
+    assert!(direct.loss_ratio() > 0.0, "host mode loses at line rate");
+    assert_eq!(row.loss_at_max, Some(direct.loss_ratio()));
+    // Latency at the NDR and at 90 % of it, with the loads.
+    let ndr = row.ndr_pps.unwrap();
+    assert_eq!(row.latency_load_pps, Some(ndr));
+    assert!((row.latency90_load_pps.unwrap() - 0.9 * ndr).abs() < 1e-6);
+    assert!(row.latency90_p50_ns.unwrap() <= row.latency90_p99_ns.unwrap());
+
+    let r = run_sweep(
+        &spec("[[axis]]\nkey = \"frame_size\"\nvalues = [256]"),
+        &mut VnicFactory::default(),
+        &mut NoProgress,
+    )
+    .unwrap();
+    assert_eq!(r.rows[0].frame_size, 256.0);
 }

@@ -16,9 +16,10 @@
 //! * [`latency`]: HDR histogram summaries and the loopback calibration.
 //! * [`trial`]: the trial contract and the [`trial::Dut`] trait; [`testdut`]: an in-process DUT
 //!   in virtual time with capacity, queue, latency, loss/duplicate/reorder policies and noise.
-//! * [`search`]: NDR/PDR (MLRsearch-style), RFC 2544 throughput, frame loss rate, back-to-back,
-//!   latency.
-//! * [`sweep`]: products of parameters, progress bar, JSON/CSV; [`plot`]: SVG/PNG plots.
+//! * [`search`]: NDR/PDR by RFC 9971 (MLRsearch), RFC 2544 throughput, frame loss rate,
+//!   back-to-back, latency.
+//! * [`sweep`]: products of parameters, progress bar, JSON/CSV; [`plot`]: SVG/PNG plots;
+//!   [`progress`]: the progress display of a search.
 //! * [`nat`]: learning NAT mappings from forwarded frames and valid return traffic, also both
 //!   directions on one wire ([`nat::nat_bidir`]: forward and return frames from one source, split
 //!   and checked by one sink).
@@ -50,6 +51,7 @@ pub mod latency;
 pub mod nat;
 pub mod plot;
 pub mod profile;
+pub mod progress;
 pub mod rate;
 pub mod search;
 pub mod signature;

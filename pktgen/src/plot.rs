@@ -1,25 +1,58 @@
 //! Line plots of sweep results (throughput, latency, loss against the swept parameter, one
-//! series per mode), as SVG and PNG, in the style of the paper's figures: white background,
-//! light grid, one coloured line with markers per series, legend in the corner.
+//! series per value of another axis), as SVG and PNG, made to be read in a report:
 //!
-//! Drawn with `plotters` built **without** its `ttf` feature (which needs the system's
-//! fontconfig and freetype): SVG text is emitted as `<text>` elements and rendered by the viewer;
-//! PNG text is rasterised here from the public-domain 8x8 glyphs of the `font8x8` crate, scaled
-//! to the requested size, through [`GlyphText`], a wrapper around plotters' bitmap backend that
-//! overrides only text drawing and measuring. So the default build needs no system package.
+//! * **Units on both axes**, and a subtitle with the conditions every number depends on (clock,
+//!   profile, mode, workers, frame size, search preset: whatever is not on an axis).
+//! * **The x scale fits the parameter** ([`XScale`]): linear, log2 for powers of two (ring
+//!   sizes, queue counts), or named categories (datapath modes) at evenly spaced ticks.
+//! * **The legend sits beside the plot**, never over the data, and shows each series' line
+//!   style (solid or dashed) and marker, so NDR (solid) and PDR (dashed) differ there too.
+//! * **Series that coincide stay visible**: each series has its own marker (circle, triangle,
+//!   square, diamond, cross in turn), markers of coinciding series are drawn nested from large
+//!   to small, and a note says which series coincide.
+//! * **The y range shows the differences the figure is about**: a linear axis starts at zero
+//!   unless every value lies in a narrow band far above it, and then says so in a note.
+//!
+//! Text is set in DejaVu Sans (from the `dejavu` crate), rendered by `plotters`' pure-Rust
+//! `ab_glyph` backend in PNGs; SVGs carry the text as `<text>` elements. No system font library
+//! is needed.
 
 use plotters::coord::Shift;
 use plotters::prelude::*;
-use plotters_backend::{
-    BackendColor, BackendCoord, BackendStyle, BackendTextStyle, DrawingErrorKind, FontTransform,
-    text_anchor::{HPos, VPos},
-};
+use plotters::style::FontStyle;
 use std::path::Path;
+use std::sync::Once;
+
+/// Marker of a series.
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub enum Marker {
+    /// Filled circle.
+    Circle,
+    /// Filled triangle.
+    Triangle,
+    /// Filled square.
+    Square,
+    /// Filled diamond.
+    Diamond,
+    /// Cross.
+    Cross,
+}
+
+impl Marker {
+    /// The markers in the order series get them.
+    pub const ALL: [Marker; 5] = [
+        Marker::Circle,
+        Marker::Triangle,
+        Marker::Square,
+        Marker::Diamond,
+        Marker::Cross,
+    ];
+}
 
 /// One plotted series.
 #[derive(Clone, Debug, PartialEq)]
 pub struct Series {
-    /// Legend label (e.g. the datapath mode).
+    /// Legend label (e.g. the datapath mode and the goal).
     pub name: String,
     /// `(x, y)` points, plotted in x order.
     pub points: Vec<(f64, f64)>,
@@ -27,6 +60,19 @@ pub struct Series {
     pub dashed: bool,
     /// Colour index: series with the same index share a colour.
     pub color: usize,
+    /// The marker.
+    pub marker: Marker,
+}
+
+/// How x values are placed.
+#[derive(Clone, Debug, PartialEq)]
+pub enum XScale {
+    /// Linear.
+    Linear,
+    /// Logarithmic with base 2 (powers of two evenly spaced); every x must be positive.
+    Log2,
+    /// Named categories at x = 0, 1, 2, ...
+    Categories(Vec<String>),
 }
 
 /// A line plot.
@@ -34,14 +80,20 @@ pub struct Series {
 pub struct LinePlot {
     /// Title above the plot.
     pub title: String,
-    /// X axis label.
+    /// The conditions of the figure, under the title, one line per `\n` (may be empty).
+    pub subtitle: String,
+    /// X axis label, with its unit.
     pub x_label: String,
-    /// Y axis label.
+    /// Y axis label, with its unit.
     pub y_label: String,
     /// The series.
     pub series: Vec<Series>,
-    /// Logarithmic y axis (latency, loss).
+    /// Logarithmic y axis (latency).
     pub log_y: bool,
+    /// The x scale.
+    pub x_scale: XScale,
+    /// Notes printed under the legend.
+    pub notes: Vec<String>,
 }
 
 /// The paper-like palette (colour-blind safe, Okabe-Ito).
@@ -57,15 +109,93 @@ const PALETTE: [RGBColor; 8] = [
 ];
 
 /// Width and height of rendered plots, pixels.
-pub const SIZE: (u32, u32) = (960, 600);
+pub const SIZE: (u32, u32) = (1100, 640);
+/// Width of the legend column, pixels.
+const LEGEND_W: u32 = 300;
+/// The font family every text uses.
+const FONT: &str = "sans-serif";
+
+/// Registers DejaVu Sans as the plots' font (once per process).
+fn register_fonts() {
+    static ONCE: Once = Once::new();
+    ONCE.call_once(|| {
+        // The bytes are a valid TrueType font shipped in the crate; a failure would leave text
+        // out, never crash, so it is not fatal.
+        let _ = plotters::style::register_font(FONT, FontStyle::Normal, dejavu::sans::regular());
+        let _ = plotters::style::register_font(FONT, FontStyle::Bold, dejavu::sans::bold());
+    });
+}
+
+/// Tick label: integers without a fraction, others with up to three decimals and no trailing
+/// zeros, tiny values in scientific notation.
+fn tick(v: &f64) -> String {
+    let a = v.abs();
+    if a >= 100.0 || (a - a.round()).abs() < 1e-9 {
+        format!("{v:.0}")
+    } else if a >= 0.001 {
+        let t = format!("{v:.3}");
+        t.trim_end_matches('0').trim_end_matches('.').to_string()
+    } else {
+        format!("{v:.1e}")
+    }
+}
+
+/// Groups of series (by index) whose points are the same, each group of two or more.
+pub fn coinciding(series: &[Series]) -> Vec<Vec<usize>> {
+    let same = |a: &Series, b: &Series| {
+        a.points.len() == b.points.len()
+            && !a.points.is_empty()
+            && a.points.iter().zip(&b.points).all(|(p, q)| {
+                (p.0 - q.0).abs() <= 1e-9 * p.0.abs().max(1.0)
+                    && (p.1 - q.1).abs() <= 1e-9 * p.1.abs().max(1e-12)
+            })
+    };
+    let mut seen = vec![false; series.len()];
+    let mut out = Vec::new();
+    for i in 0..series.len() {
+        if seen[i] {
+            continue;
+        }
+        let group: Vec<usize> = (i..series.len())
+            .filter(|&j| !seen[j] && same(&series[i], &series[j]))
+            .collect();
+        for &j in &group {
+            seen[j] = true;
+        }
+        if group.len() > 1 {
+            out.push(group);
+        }
+    }
+    out
+}
 
 impl LinePlot {
-    fn ranges(&self) -> ((f64, f64), (f64, f64)) {
-        let pts = || self.series.iter().flat_map(|s| s.points.iter());
+    fn finite_points(&self, s: &Series) -> Vec<(f64, f64)> {
+        let mut pts: Vec<(f64, f64)> = s
+            .points
+            .iter()
+            .copied()
+            .filter(|p| {
+                p.0.is_finite()
+                    && p.1.is_finite()
+                    && (!self.log_y || p.1 > 0.0)
+                    && (self.x_scale != XScale::Log2 || p.0 > 0.0)
+            })
+            .collect();
+        pts.sort_by(|a, b| a.0.total_cmp(&b.0));
+        pts
+    }
+
+    /// The x and y ranges, and whether the y axis starts above zero to show a narrow band.
+    fn ranges(&self) -> ((f64, f64), (f64, f64), bool) {
+        let pts: Vec<(f64, f64)> = self
+            .series
+            .iter()
+            .flat_map(|s| self.finite_points(s))
+            .collect();
         let fold = |f: fn(&(f64, f64)) -> f64| {
-            pts()
+            pts.iter()
                 .map(f)
-                .filter(|v| v.is_finite())
                 .fold((f64::INFINITY, f64::NEG_INFINITY), |a, v| {
                     (a.0.min(v), a.1.max(v))
                 })
@@ -73,113 +203,315 @@ impl LinePlot {
         let (mut x0, mut x1) = fold(|p| p.0);
         let (mut y0, mut y1) = fold(|p| p.1);
         if !x0.is_finite() {
-            (x0, x1) = (0.0, 1.0);
+            (x0, x1) = (1.0, 2.0);
+        }
+        match &self.x_scale {
+            XScale::Categories(c) => {
+                x0 = -0.5;
+                x1 = c.len().max(1) as f64 - 0.5;
+            }
+            XScale::Log2 => {
+                x0 /= 1.25;
+                x1 *= 1.25;
+            }
+            XScale::Linear => {
+                if x1 <= x0 {
+                    (x0, x1) = (x0 - 1.0, x1 + 1.0);
+                }
+                let pad = (x1 - x0) * 0.04;
+                (x0, x1) = (x0 - pad, x1 + pad);
+            }
         }
         if !y0.is_finite() {
-            (y0, y1) = (0.0, 1.0);
+            (y0, y1) = if self.log_y { (1.0, 10.0) } else { (0.0, 1.0) };
         }
-        if x1 <= x0 {
-            x1 = x0 + 1.0;
-        }
+        let mut zoomed = false;
         if self.log_y {
-            let pos = pts()
-                .map(|p| p.1)
-                .filter(|v| *v > 0.0)
-                .fold(f64::INFINITY, f64::min);
-            y0 = if pos.is_finite() { pos / 2.0 } else { 1e-6 };
-            y1 = (y1 * 2.0).max(y0 * 10.0);
+            y0 /= 1.3;
+            y1 = (y1 * 1.3).max(y0 * 4.0);
+        } else if y1 <= 0.0 {
+            (y0, y1) = (0.0, 1.0);
+        } else if y0 > 0.0 && (y1 - y0) < 0.25 * y1 && y1 > y0 {
+            // Every value within a band of less than a quarter of the largest: zoom to the band
+            // so differences show, and say that the axis does not start at zero.
+            let span = y1 - y0;
+            y0 = (y0 - span * 0.3).max(0.0);
+            y1 += span * 0.3;
+            zoomed = y0 > 0.0;
         } else {
             y0 = y0.min(0.0);
-            y1 = if y1 <= y0 { y0 + 1.0 } else { y1 * 1.08 };
+            y1 *= 1.08;
         }
-        ((x0, x1), (y0, y1))
+        ((x0, x1), (y0, y1), zoomed)
     }
 
     fn draw<DB: DrawingBackend>(&self, root: DrawingArea<DB, Shift>) -> Result<(), String>
     where
         DB::ErrorType: 'static,
     {
+        register_fonts();
         let e = |e: DrawingAreaErrorKind<DB::ErrorType>| e.to_string();
         root.fill(&WHITE).map_err(e)?;
-        let ((x0, x1), (y0, y1)) = self.ranges();
-        let pad = (x1 - x0) * 0.03;
-        let mut builder = ChartBuilder::on(&root);
+        let root = root.margin(12, 8, 12, 12);
+        let (w, _) = root.dim_in_pixel();
+        let title = root
+            .titled(&self.title, (FONT, 26).into_font().style(FontStyle::Bold))
+            .map_err(e)?;
+        let sub: Vec<&str> = self.subtitle.lines().filter(|l| !l.is_empty()).collect();
+        let (head, body) = title.split_vertically(6 + 21 * sub.len() as u32);
+        for (i, line) in sub.iter().enumerate() {
+            head.draw(&Text::new(
+                line.to_string(),
+                ((w / 2) as i32, 2 + 21 * i as i32),
+                (FONT, 15).into_font().color(&RGBColor(70, 70, 70)).pos(
+                    plotters::style::text_anchor::Pos::new(
+                        plotters::style::text_anchor::HPos::Center,
+                        plotters::style::text_anchor::VPos::Top,
+                    ),
+                ),
+            ))
+            .map_err(e)?;
+        }
+        let (plot_area, legend_area) = body.split_horizontally(w.saturating_sub(LEGEND_W));
+        let ((x0, x1), (y0, y1), zoomed) = self.ranges();
+        let groups = coinciding(&self.series);
+        // Markers of series that share a point nest: the first drawn there largest, each later
+        // one smaller, so every series at a shared point stays visible.
+        let pts_of: Vec<Vec<(f64, f64)>> =
+            self.series.iter().map(|s| self.finite_points(s)).collect();
+        let same_pt = |a: &(f64, f64), b: &(f64, f64)| {
+            (a.0 - b.0).abs() <= 1e-9 * a.0.abs().max(1.0)
+                && (a.1 - b.1).abs() <= 1e-9 * a.1.abs().max(1e-12)
+        };
+        let mut shared_any = false;
+        let point_size: Vec<Vec<u32>> = pts_of
+            .iter()
+            .enumerate()
+            .map(|(i, pts)| {
+                pts.iter()
+                    .map(|p| {
+                        let before = pts_of[..i]
+                            .iter()
+                            .filter(|o| o.iter().any(|q| same_pt(p, q)))
+                            .count() as u32;
+                        let after = pts_of[i + 1..]
+                            .iter()
+                            .any(|o| o.iter().any(|q| same_pt(p, q)));
+                        if before == 0 && !after {
+                            5
+                        } else {
+                            shared_any = true;
+                            11u32.saturating_sub(2 * before).max(3)
+                        }
+                    })
+                    .collect()
+            })
+            .collect();
+        let marker_size = vec![5u32; self.series.len()];
+        let mut builder = ChartBuilder::on(&plot_area);
         builder
-            .caption(&self.title, ("sans-serif", 24))
-            .margin(16)
-            .x_label_area_size(48)
-            .y_label_area_size(90);
+            .margin(10)
+            .x_label_area_size(56)
+            .y_label_area_size(84);
         macro_rules! body {
-            ($chart:expr) => {{
+            ($chart:expr, $xfmt:expr, $nx:expr) => {{
                 let mut chart = $chart;
                 chart
                     .configure_mesh()
                     .x_desc(self.x_label.as_str())
                     .y_desc(self.y_label.as_str())
-                    .axis_desc_style(("sans-serif", 18))
-                    .label_style(("sans-serif", 16))
-                    .x_label_formatter(&tick)
+                    .axis_desc_style((FONT, 18))
+                    .label_style((FONT, 15))
+                    .x_labels($nx)
+                    .x_label_formatter($xfmt)
                     .y_label_formatter(&tick)
-                    .light_line_style(RGBColor(235, 235, 235))
+                    .light_line_style(RGBColor(238, 238, 238))
                     .bold_line_style(RGBColor(215, 215, 215))
                     .draw()
                     .map_err(e)?;
-                for s in &self.series {
+                for (i, s) in self.series.iter().enumerate() {
                     let color = PALETTE[s.color % PALETTE.len()];
-                    let mut pts: Vec<(f64, f64)> = s
-                        .points
+                    let pts = pts_of[i].clone();
+                    let sized: Vec<((f64, f64), u32)> = pts
                         .iter()
                         .copied()
-                        .filter(|p| {
-                            p.0.is_finite() && p.1.is_finite() && (!self.log_y || p.1 > 0.0)
-                        })
+                        .zip(point_size[i].iter().copied())
                         .collect();
-                    pts.sort_by(|a, b| a.0.total_cmp(&b.0));
                     let style = Color::stroke_width(&color, 2);
-                    let anno = if s.dashed {
+                    if s.dashed {
                         chart
-                            .draw_series(DashedLineSeries::new(pts.clone(), 8, 5, style))
-                            .map_err(e)?
+                            .draw_series(DashedLineSeries::new(pts.clone(), 9, 6, style))
+                            .map_err(e)?;
                     } else {
                         chart
                             .draw_series(LineSeries::new(pts.clone(), style))
-                            .map_err(e)?
-                    };
-                    anno.label(s.name.as_str()).legend(move |(x, y)| {
-                        PathElement::new(vec![(x, y), (x + 24, y)], Color::stroke_width(&color, 2))
-                    });
-                    let marker = if s.dashed {
-                        chart.draw_series(
-                            pts.iter()
-                                .map(|&p| TriangleMarker::new(p, 5, color.filled())),
-                        )
-                    } else {
-                        chart.draw_series(pts.iter().map(|&p| Circle::new(p, 4, color.filled())))
-                    };
-                    marker.map_err(e)?;
-                }
-                chart
-                    .configure_series_labels()
-                    .background_style(WHITE.mix(0.9))
-                    .border_style(RGBColor(160, 160, 160))
-                    .label_font(("sans-serif", 16))
-                    .position(SeriesLabelPosition::LowerRight)
-                    .draw()
+                            .map_err(e)?;
+                    }
+                    let fill = color.filled();
+                    match s.marker {
+                        Marker::Circle => {
+                            chart.draw_series(sized.iter().map(|&(p, z)| Circle::new(p, z, fill)))
+                        }
+                        Marker::Triangle => chart.draw_series(
+                            sized
+                                .iter()
+                                .map(|&(p, z)| TriangleMarker::new(p, z + 1, fill)),
+                        ),
+                        Marker::Square => chart.draw_series(sized.iter().map(|&(p, z)| {
+                            let k = z as i32;
+                            EmptyElement::at(p)
+                                + Rectangle::new([(1 - k, 1 - k), (k - 1, k - 1)], fill)
+                        })),
+                        Marker::Diamond => chart.draw_series(sized.iter().map(|&(p, z)| {
+                            let k = z as i32;
+                            EmptyElement::at(p)
+                                + Polygon::new(
+                                    vec![(0, -k - 1), (k + 1, 0), (0, k + 1), (-k - 1, 0)],
+                                    fill,
+                                )
+                        })),
+                        Marker::Cross => chart.draw_series(
+                            sized
+                                .iter()
+                                .map(|&(p, z)| Cross::new(p, z, Color::stroke_width(&color, 2))),
+                        ),
+                    }
                     .map_err(e)?;
+                }
             }};
         }
-        if self.log_y {
-            body!(
+        let cats: Vec<String> = match &self.x_scale {
+            XScale::Categories(c) => c.clone(),
+            _ => Vec::new(),
+        };
+        let cat_fmt = |v: &f64| -> String {
+            let i = v.round();
+            if (v - i).abs() < 1e-6 && i >= 0.0 {
+                cats.get(i as usize).cloned().unwrap_or_default()
+            } else {
+                String::new()
+            }
+        };
+        match (&self.x_scale, self.log_y) {
+            (XScale::Log2, true) => body!(
                 builder
-                    .build_cartesian_2d(x0 - pad..x1 + pad, (y0..y1).log_scale())
-                    .map_err(e)?
-            );
-        } else {
-            body!(
+                    .build_cartesian_2d((x0..x1).log_scale().base(2.0), (y0..y1).log_scale())
+                    .map_err(e)?,
+                &tick,
+                12
+            ),
+            (XScale::Log2, false) => body!(
                 builder
-                    .build_cartesian_2d(x0 - pad..x1 + pad, y0..y1)
-                    .map_err(e)?
-            );
+                    .build_cartesian_2d((x0..x1).log_scale().base(2.0), y0..y1)
+                    .map_err(e)?,
+                &tick,
+                12
+            ),
+            (XScale::Categories(_), true) => body!(
+                builder
+                    .build_cartesian_2d(x0..x1, (y0..y1).log_scale())
+                    .map_err(e)?,
+                &cat_fmt,
+                cats.len() * 2 + 1
+            ),
+            (XScale::Categories(_), false) => body!(
+                builder.build_cartesian_2d(x0..x1, y0..y1).map_err(e)?,
+                &cat_fmt,
+                cats.len() * 2 + 1
+            ),
+            (XScale::Linear, true) => body!(
+                builder
+                    .build_cartesian_2d(x0..x1, (y0..y1).log_scale())
+                    .map_err(e)?,
+                &tick,
+                10
+            ),
+            (XScale::Linear, false) => body!(
+                builder.build_cartesian_2d(x0..x1, y0..y1).map_err(e)?,
+                &tick,
+                10
+            ),
+        }
+        // The legend beside the plot: line style and marker of every series, then the notes.
+        let mut y = 40;
+        let font = (FONT, 15).into_font();
+        for (i, s) in self.series.iter().enumerate() {
+            let color = PALETTE[s.color % PALETTE.len()];
+            let style = Color::stroke_width(&color, 2);
+            if s.dashed {
+                for (a, b) in [(10, 19), (25, 34), (40, 46)] {
+                    legend_area
+                        .draw(&PathElement::new(vec![(a, y), (b, y)], style))
+                        .map_err(e)?;
+                }
+            } else {
+                legend_area
+                    .draw(&PathElement::new(vec![(10, y), (46, y)], style))
+                    .map_err(e)?;
+            }
+            let (size, fill) = (marker_size[i].min(6), color.filled());
+            let k = size as i32;
+            let p = (28, y);
+            match s.marker {
+                Marker::Circle => legend_area.draw(&Circle::new(p, size, fill)),
+                Marker::Triangle => legend_area.draw(&TriangleMarker::new(p, size + 1, fill)),
+                Marker::Square => legend_area.draw(&Rectangle::new(
+                    [(p.0 + 1 - k, p.1 + 1 - k), (p.0 + k - 1, p.1 + k - 1)],
+                    fill,
+                )),
+                Marker::Diamond => legend_area.draw(&Polygon::new(
+                    vec![
+                        (p.0, p.1 - k - 1),
+                        (p.0 + k + 1, p.1),
+                        (p.0, p.1 + k + 1),
+                        (p.0 - k - 1, p.1),
+                    ],
+                    fill,
+                )),
+                Marker::Cross => {
+                    legend_area.draw(&Cross::new(p, size, Color::stroke_width(&color, 2)))
+                }
+            }
+            .map_err(e)?;
+            legend_area
+                .draw(&Text::new(
+                    s.name.clone(),
+                    (56, y - 8),
+                    font.clone().color(&BLACK),
+                ))
+                .map_err(e)?;
+            y += 24;
+        }
+        let mut notes = self.notes.clone();
+        for g in &groups {
+            notes.push(format!(
+                "{} series coincide: {}",
+                g.len(),
+                g.iter()
+                    .map(|&i| self.series[i].name.as_str())
+                    .collect::<Vec<_>>()
+                    .join(", ")
+            ));
+        }
+        if shared_any && groups.is_empty() {
+            notes.push("nested markers: series that share a point".to_string());
+        } else if shared_any {
+            notes
+                .push("nested markers: series that share a point, largest drawn first".to_string());
+        }
+        if zoomed {
+            notes.push(format!("y axis starts at {}, not 0", tick(&y0)));
+        }
+        y += 12;
+        let note_font = (FONT, 14).into_font().color(&RGBColor(60, 60, 60));
+        for n in &notes {
+            for line in wrap(n, 36) {
+                legend_area
+                    .draw(&Text::new(line, (10, y), note_font.clone()))
+                    .map_err(e)?;
+                y += 19;
+            }
+            y += 6;
         }
         root.present().map_err(e)?;
         Ok(())
@@ -192,219 +524,129 @@ impl LinePlot {
             .map_err(|e| format!("plot {}: {e}", path.display()))
     }
 
-    /// Renders the plot as a PNG file (text drawn with the built-in 8x8 font).
+    /// Renders the plot as a PNG file.
     pub fn save_png(&self, path: &Path) -> Result<(), String> {
-        let root = GlyphText(BitMapBackend::new(path, SIZE)).into_drawing_area();
+        let root = BitMapBackend::new(path, SIZE).into_drawing_area();
         self.draw(root)
             .map_err(|e| format!("plot {}: {e}", path.display()))
     }
 }
 
-/// A drawing backend that delegates to `B` but draws text with the built-in 8x8 bitmap font, so
-/// bitmap output needs no font library.
-pub struct GlyphText<B>(pub B);
-
-/// Pixel scale of the 8x8 glyphs for a font of `size` points.
-fn glyph_scale(size: f64) -> i32 {
-    if size < 17.0 {
-        1
-    } else if size < 26.0 {
-        2
-    } else {
-        3
-    }
-}
-
-/// Tick label: integers without a fraction, others with up to three significant decimals.
-fn tick(v: &f64) -> String {
-    let a = v.abs();
-    if a >= 100.0 || (a - a.round()).abs() < 1e-9 {
-        format!("{v:.0}")
-    } else if a >= 1.0 {
-        format!("{v:.1}")
-    } else if a >= 0.001 || a == 0.0 {
-        format!("{v:.3}")
-    } else {
-        format!("{v:.1e}")
-    }
-}
-
-fn glyph(c: char) -> [u8; 8] {
-    let i = c as usize;
-    font8x8::legacy::BASIC_LEGACY
-        .get(i)
-        .copied()
-        .unwrap_or(font8x8::legacy::BASIC_LEGACY[b'?' as usize])
-}
-
-impl<B: DrawingBackend> DrawingBackend for GlyphText<B> {
-    type ErrorType = B::ErrorType;
-
-    fn get_size(&self) -> (u32, u32) {
-        self.0.get_size()
-    }
-    fn ensure_prepared(&mut self) -> Result<(), DrawingErrorKind<B::ErrorType>> {
-        self.0.ensure_prepared()
-    }
-    fn present(&mut self) -> Result<(), DrawingErrorKind<B::ErrorType>> {
-        self.0.present()
-    }
-    fn draw_pixel(
-        &mut self,
-        p: BackendCoord,
-        c: BackendColor,
-    ) -> Result<(), DrawingErrorKind<B::ErrorType>> {
-        self.0.draw_pixel(p, c)
-    }
-    fn draw_line<S: BackendStyle>(
-        &mut self,
-        a: BackendCoord,
-        b: BackendCoord,
-        s: &S,
-    ) -> Result<(), DrawingErrorKind<B::ErrorType>> {
-        self.0.draw_line(a, b, s)
-    }
-    fn draw_rect<S: BackendStyle>(
-        &mut self,
-        a: BackendCoord,
-        b: BackendCoord,
-        s: &S,
-        fill: bool,
-    ) -> Result<(), DrawingErrorKind<B::ErrorType>> {
-        self.0.draw_rect(a, b, s, fill)
-    }
-    fn draw_path<S: BackendStyle, I: IntoIterator<Item = BackendCoord>>(
-        &mut self,
-        path: I,
-        s: &S,
-    ) -> Result<(), DrawingErrorKind<B::ErrorType>> {
-        self.0.draw_path(path, s)
-    }
-    fn draw_circle<S: BackendStyle>(
-        &mut self,
-        c: BackendCoord,
-        r: u32,
-        s: &S,
-        fill: bool,
-    ) -> Result<(), DrawingErrorKind<B::ErrorType>> {
-        self.0.draw_circle(c, r, s, fill)
-    }
-    fn fill_polygon<S: BackendStyle, I: IntoIterator<Item = BackendCoord>>(
-        &mut self,
-        v: I,
-        s: &S,
-    ) -> Result<(), DrawingErrorKind<B::ErrorType>> {
-        self.0.fill_polygon(v, s)
-    }
-
-    fn estimate_text_size<T: BackendTextStyle>(
-        &self,
-        text: &str,
-        style: &T,
-    ) -> Result<(u32, u32), DrawingErrorKind<B::ErrorType>> {
-        let k = glyph_scale(style.size()) as u32;
-        Ok((text.chars().count() as u32 * 8 * k, 8 * k))
-    }
-
-    fn draw_text<T: BackendTextStyle>(
-        &mut self,
-        text: &str,
-        style: &T,
-        pos: BackendCoord,
-    ) -> Result<(), DrawingErrorKind<B::ErrorType>> {
-        let color = style.color();
-        if color.alpha == 0.0 {
-            return Ok(());
+/// Splits `text` into lines of at most about `width` characters at spaces.
+fn wrap(text: &str, width: usize) -> Vec<String> {
+    let mut lines = Vec::new();
+    let mut cur = String::new();
+    for word in text.split(' ') {
+        if !cur.is_empty() && cur.len() + 1 + word.len() > width {
+            lines.push(std::mem::take(&mut cur));
         }
-        let k = glyph_scale(style.size());
-        let width = text.chars().count() as i32 * 8 * k;
-        let height = 8 * k;
-        let dx = match style.anchor().h_pos {
-            HPos::Left => 0,
-            HPos::Right => -width,
-            HPos::Center => -width / 2,
-        };
-        let dy = match style.anchor().v_pos {
-            VPos::Top => 0,
-            VPos::Center => -height / 2,
-            VPos::Bottom => -height,
-        };
-        let trans = style.transform();
-        let (w, h) = self.get_size();
-        for (ci, c) in text.chars().enumerate() {
-            let g = glyph(c);
-            for (row, bits) in g.iter().enumerate() {
-                for col in 0..8 {
-                    if bits >> col & 1 == 0 {
-                        continue;
-                    }
-                    for sy in 0..k {
-                        for sx in 0..k {
-                            let x = ci as i32 * 8 * k + col * k + sx + dx;
-                            let y = row as i32 * k + sy + dy;
-                            let (x, y) = match &trans {
-                                FontTransform::None => (x, y),
-                                t => t.transform(x, y),
-                            };
-                            let (x, y) = (pos.0 + x, pos.1 + y);
-                            if x >= 0 && y >= 0 && (x as u32) < w && (y as u32) < h {
-                                self.0.draw_pixel((x, y), color)?;
-                            }
-                        }
-                    }
-                }
-            }
+        if !cur.is_empty() {
+            cur.push(' ');
         }
-        Ok(())
+        cur.push_str(word);
     }
+    if !cur.is_empty() {
+        lines.push(cur);
+    }
+    lines
 }
 
 #[cfg(test)]
 mod tests {
     use super::*;
 
+    fn series(name: &str, points: Vec<(f64, f64)>, dashed: bool, i: usize) -> Series {
+        Series {
+            name: name.into(),
+            points,
+            dashed,
+            color: i,
+            marker: Marker::ALL[i % Marker::ALL.len()],
+        }
+    }
+
     #[test]
-    fn renders_svg_and_png_without_system_fonts() {
+    fn renders_svg_and_png_with_a_vector_font() {
         let dir = std::env::temp_dir().join(format!("pktgen-plot-{}", std::process::id()));
         std::fs::create_dir_all(&dir).unwrap();
         let plot = LinePlot {
             title: "NDR vs frame size".into(),
+            subtitle: "clock virtual, profile cx5".into(),
             x_label: "frame size (B)".into(),
-            y_label: "throughput (Gb/s)".into(),
+            y_label: "throughput (Gb/s, L1)".into(),
             series: vec![
-                Series {
-                    name: "host".into(),
-                    points: vec![(64.0, 20.0), (1518.0, 60.0)],
-                    dashed: false,
-                    color: 0,
-                },
-                Series {
-                    name: "nic-inline".into(),
-                    points: vec![(64.0, 30.0), (1518.0, 100.0)],
-                    dashed: true,
-                    color: 1,
-                },
+                series("host", vec![(64.0, 20.0), (1518.0, 60.0)], false, 0),
+                series("nic-inline", vec![(64.0, 30.0), (1518.0, 100.0)], true, 1),
             ],
             log_y: false,
+            x_scale: XScale::Linear,
+            notes: vec!["a note".into()],
         };
         let svg = dir.join("t.svg");
         let png = dir.join("t.png");
         plot.save_svg(&svg).unwrap();
         plot.save_png(&png).unwrap();
         let s = std::fs::read_to_string(&svg).unwrap();
-        assert!(s.contains("<svg") && s.contains("nic-inline") && s.contains("frame size"));
+        assert!(s.contains("<svg") && s.contains("nic-inline") && s.contains("frame size (B)"));
+        assert!(s.contains("clock virtual") && s.contains("a note"));
         let p = std::fs::read(&png).unwrap();
         assert_eq!(&p[1..4], b"PNG");
-        assert!(p.len() > 5_000, "{}", p.len());
+        assert!(p.len() > 10_000, "{}", p.len());
         let log = LinePlot {
             log_y: true,
-            series: vec![Series {
-                points: vec![(1.0, 0.0), (2.0, 1e-3), (3.0, 0.5)],
-                ..plot.series[0].clone()
-            }],
-            ..plot
+            x_scale: XScale::Log2,
+            series: vec![series(
+                "x",
+                vec![(64.0, 0.0), (128.0, 1e-3), (4096.0, 0.5)],
+                false,
+                0,
+            )],
+            ..plot.clone()
         };
         log.save_png(&dir.join("l.png")).unwrap();
+        let cat = LinePlot {
+            x_scale: XScale::Categories(vec!["host".into(), "split".into()]),
+            series: vec![series("x", vec![(0.0, 1.0), (1.0, 2.0)], false, 0)],
+            ..plot
+        };
+        cat.save_svg(&dir.join("c.svg")).unwrap();
+        let c = std::fs::read_to_string(dir.join("c.svg")).unwrap();
+        assert!(
+            c.contains(">split<") || c.contains("split"),
+            "category labels"
+        );
         let _ = std::fs::remove_dir_all(&dir);
+    }
+
+    #[test]
+    fn coinciding_series_are_found() {
+        let a = series("a", vec![(1.0, 2.0), (2.0, 3.0)], false, 0);
+        let b = series("b", vec![(1.0, 2.0), (2.0, 3.0)], false, 1);
+        let c = series("c", vec![(1.0, 2.0), (2.0, 4.0)], false, 2);
+        let d = series("d", vec![(1.0, 2.0), (2.0, 3.0)], true, 3);
+        assert_eq!(coinciding(&[a, b, c, d]), vec![vec![0, 1, 3]]);
+        assert!(coinciding(&[]).is_empty());
+    }
+
+    #[test]
+    fn a_narrow_band_is_zoomed_and_said() {
+        let p = LinePlot {
+            title: String::new(),
+            subtitle: String::new(),
+            x_label: String::new(),
+            y_label: String::new(),
+            series: vec![series("a", vec![(1.0, 98.0), (2.0, 99.5)], false, 0)],
+            log_y: false,
+            x_scale: XScale::Linear,
+            notes: vec![],
+        };
+        let (_, (y0, y1), zoomed) = p.ranges();
+        assert!(zoomed && y0 > 90.0 && y1 > 99.5, "{y0} {y1}");
+        let wide = LinePlot {
+            series: vec![series("a", vec![(1.0, 10.0), (2.0, 99.5)], false, 0)],
+            ..p
+        };
+        let (_, (y0, _), zoomed) = wide.ranges();
+        assert!(!zoomed && y0 == 0.0);
     }
 }

@@ -83,10 +83,14 @@ impl Rate {
         let v = match *self {
             Rate::Pps(v) | Rate::L1Bps(v) | Rate::L2Bps(v) | Rate::LinePercent(v) => v,
         };
-        if v > 0.0 && v.is_finite() {
-            Ok(())
-        } else {
+        if !(v > 0.0 && v.is_finite()) {
             Err(format!("rate {self} must be positive and finite"))
+        } else if matches!(self, Rate::LinePercent(p) if *p > 100.0) {
+            Err(format!(
+                "rate {self} is above the line rate; allowed 0 < percent <= 100"
+            ))
+        } else {
+            Ok(())
         }
     }
 }
@@ -143,7 +147,7 @@ impl FromStr for Rate {
         } else {
             return Err(bad());
         };
-        rate.validate().map_err(|_| bad())?;
+        rate.validate().map_err(|e| format!("`{s}`: {e}"))?;
         Ok(rate)
     }
 }
@@ -256,9 +260,14 @@ mod tests {
         assert_eq!("95%".parse::<Rate>().unwrap(), Rate::LinePercent(95.0));
         assert_eq!("max".parse::<Rate>().unwrap(), Rate::LINE);
         assert_eq!("1e6pps".parse::<Rate>().unwrap(), Rate::Pps(1e6));
-        for bad in ["", "10", "10Xpps", "-5pps", "0%", "fast"] {
+        for bad in [
+            "", "10", "10Xpps", "-5pps", "0%", "fast", "200%", "100.5%", "infpps",
+        ] {
             assert!(bad.parse::<Rate>().is_err(), "{bad}");
         }
+        let e = "200%".parse::<Rate>().unwrap_err();
+        assert!(e.contains("200%") && e.contains("<= 100"), "{e}");
+        assert_eq!("100%".parse::<Rate>().unwrap(), Rate::LinePercent(100.0));
         let r = Rate::L1Bps(100e9);
         assert!((r.pps(64.0, 0.0) - 148_809_523.8).abs() < 1.0);
         assert!((Rate::LinePercent(50.0).pps(1518.0, 100e9) - 4_063_719.1).abs() < 1.0);

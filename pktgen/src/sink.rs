@@ -51,10 +51,9 @@
 //! allocation per stream, none per frame.
 
 use crate::generator::{GenCounters, GeneratorConfig, MAX_STREAMS};
-use crate::latency::{LatencyStats, new_histogram, record};
+use crate::latency::{LatencyHistogram, LatencyStats};
 use crate::signature::{SIGNATURE_LEN, Signature, parse, pattern_matches, unwrap_seq, unwrap_time};
 use dataplane::wire::FrameSink;
-use hdrhistogram::Histogram;
 use serde::Serialize;
 use std::fmt;
 use std::sync::atomic::{AtomicU64, Ordering};
@@ -142,7 +141,7 @@ pub struct SinkCounters {
     total: StreamCounters,
     streams: Box<[StreamCounters]>,
     /// Per-stream latency histograms, published by `finish()`.
-    latency: Box<[Mutex<Option<Histogram<u64>>>]>,
+    latency: Box<[Mutex<Option<LatencyHistogram>>]>,
 }
 
 impl Default for SinkCounters {
@@ -199,15 +198,14 @@ impl SinkCounters {
 
     /// A copy of one stream's latency histogram as of the sink's last `finish()` (`None` if the
     /// stream had no timestamped frame).
-    pub fn latency_histogram(&self, id: u16) -> Option<Histogram<u64>> {
+    pub fn latency_histogram(&self, id: u16) -> Option<LatencyHistogram> {
         let slot = self.latency.get(usize::from(id))?;
         slot.lock().unwrap_or_else(|e| e.into_inner()).clone()
     }
 
     /// One stream's latency summary as of the last `finish()`.
     pub fn latency(&self, id: u16) -> Option<LatencyStats> {
-        self.latency_histogram(id)
-            .and_then(|h| LatencyStats::from_histogram(&h))
+        self.latency_histogram(id).and_then(|h| h.stats())
     }
 }
 
@@ -246,7 +244,7 @@ struct StreamState {
     /// Bit `s % REORDER_WINDOW` set iff `s` in `[next - WINDOW, next)` was received.
     seen: Box<[u64; WINDOW_WORDS]>,
     /// Latency of timestamped frames, allocated with the first one.
-    latency: Option<Histogram<u64>>,
+    latency: Option<LatencyHistogram>,
 }
 
 impl StreamState {
@@ -402,7 +400,7 @@ impl CheckingSink {
     }
 
     /// The latency histogram of stream `id` so far (the sink's own copy, before publishing).
-    pub fn latency_histogram(&self, id: u16) -> Option<&Histogram<u64>> {
+    pub fn latency_histogram(&self, id: u16) -> Option<&LatencyHistogram> {
         self.streams
             .get(usize::from(id))?
             .as_ref()?
@@ -453,7 +451,10 @@ impl CheckingSink {
             if self.latency {
                 let rx = rx_ns.unwrap_or_else(crate::rate::wall_ns);
                 let lat = rx.wrapping_sub(unwrap_time(ts, rx));
-                record(state.latency.get_or_insert_with(new_histogram), lat);
+                state
+                    .latency
+                    .get_or_insert_with(LatencyHistogram::new)
+                    .record(lat);
             }
         }
         let body = loc.sig_offset + SIGNATURE_LEN;

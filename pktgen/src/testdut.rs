@@ -30,10 +30,12 @@
 
 use crate::dist::Rng;
 use crate::generator::{Generator, GeneratorConfig};
-use crate::latency::LatencyStats;
+use crate::latency::LatencyHistogram;
 use crate::rate::{Pacer, Rate, wire_bits};
 use crate::sink::CheckingSink;
-use crate::trial::{Dut, DutError, LossAttribution, TrialResult, TrialSpec, WARMUP_STREAM, gbps};
+use crate::trial::{
+    Dut, DutError, DutInfo, LossAttribution, TrialResult, TrialSpec, WARMUP_STREAM, gbps,
+};
 use serde::{Deserialize, Serialize};
 use std::collections::VecDeque;
 
@@ -126,6 +128,38 @@ struct InFlight {
 pub struct SimDut {
     cfg: SimDutConfig,
     trials: u64,
+}
+
+impl SimDutConfig {
+    /// Checks every rate and ratio: errors name the key and the allowed range.
+    pub fn validate(&self) -> Result<(), String> {
+        let positive = |k: &str, v: f64| {
+            if v > 0.0 && v.is_finite() {
+                Ok(())
+            } else {
+                Err(format!(
+                    "sim DUT: {k} = {v}; allowed a finite number > 0 (leave it out for no limit)"
+                ))
+            }
+        };
+        positive("line_bps", self.line_bps)?;
+        for (k, v) in [
+            ("capacity_pps", self.capacity_pps),
+            ("capacity_bps", self.capacity_bps),
+            ("gen_max_pps", self.gen_max_pps),
+        ] {
+            if let Some(v) = v {
+                positive(k, v)?;
+            }
+        }
+        if !(0.0..=1.0).contains(&self.noise_prob) {
+            return Err(format!(
+                "sim DUT: noise_prob = {}; allowed 0 <= x <= 1",
+                self.noise_prob
+            ));
+        }
+        Ok(())
+    }
 }
 
 impl SimDut {
@@ -345,6 +379,33 @@ impl Dut for SimDut {
         true
     }
 
+    fn info(&self) -> DutInfo {
+        let c = &self.cfg;
+        let cap = match (c.capacity_pps, c.capacity_bps) {
+            (None, None) => "unlimited".to_string(),
+            (p, b) => [
+                p.map(|p| format!("{:.3} Mpps", p / 1e6)),
+                b.map(|b| format!("{:.3} Gb/s", b / 1e9)),
+            ]
+            .into_iter()
+            .flatten()
+            .collect::<Vec<_>>()
+            .join(" and "),
+        };
+        DutInfo {
+            clock: "virtual".into(),
+            profile: None,
+            mode: None,
+            workers: None,
+            cpu_cost: format!("test DUT model: capacity {cap} (no NF code runs)"),
+        }
+    }
+
+    fn repeatable(&self) -> bool {
+        // Noise is seeded by the trial index: only a noiseless model repeats itself.
+        self.cfg.noise_prob == 0.0 && self.cfg.noise_every == 0
+    }
+
     fn trial(&mut self, spec: &TrialSpec) -> Result<TrialResult, DutError> {
         self.trials += 1;
         let cfg = &self.cfg;
@@ -421,7 +482,7 @@ impl Dut for SimDut {
         let latency = sim
             .sink
             .latency_histogram(stream)
-            .and_then(LatencyStats::from_histogram);
+            .and_then(LatencyHistogram::stats);
         let lost = sim.sent.saturating_sub(st.unique);
         let sending_ps = sim
             .first_departure

@@ -232,10 +232,75 @@ impl fmt::Display for DutError {
 
 impl std::error::Error for DutError {}
 
+/// What every report states about how a DUT's trials run, so a number is never read without
+/// its conditions: the clock, the hardware profile, the datapath mode, the workers and where the
+/// CPU cost came from.
+#[derive(Clone, Debug, Default, PartialEq, Serialize, Deserialize)]
+pub struct DutInfo {
+    /// `virtual` (model time: deterministic, CPU cost from a model) or `wall` (this machine's
+    /// time: the real code measured).
+    pub clock: String,
+    /// The hardware profile the trials model, when there is one.
+    pub profile: Option<String>,
+    /// The datapath mode, when the DUT has one.
+    pub mode: Option<String>,
+    /// Worker cores of the DUT, when known.
+    pub workers: Option<u16>,
+    /// Where the CPU cost per packet came from (a profile's cycle table, a measurement, a
+    /// capacity the test DUT was given, an external device).
+    pub cpu_cost: String,
+}
+
+impl DutInfo {
+    /// One line for text reports.
+    pub fn line(&self) -> String {
+        let mut parts = vec![format!("clock {}", self.clock)];
+        if let Some(p) = &self.profile {
+            parts.push(format!("profile {p}"));
+        }
+        if let Some(m) = &self.mode {
+            parts.push(format!("mode {m}"));
+        }
+        if let Some(w) = self.workers {
+            parts.push(format!("workers {w}"));
+        }
+        parts.push(format!("CPU cost: {}", self.cpu_cost));
+        parts.join(", ")
+    }
+}
+
 /// A device under test: anything that can run a trial.
 pub trait Dut {
     /// A short description for reports.
     fn name(&self) -> String;
+
+    /// How the trials run (clock, profile, mode, workers, CPU cost source), for every report.
+    fn info(&self) -> DutInfo {
+        DutInfo {
+            clock: if self.deterministic() {
+                "virtual"
+            } else {
+                "wall"
+            }
+            .into(),
+            cpu_cost: "not stated by the DUT".into(),
+            ..Default::default()
+        }
+    }
+
+    /// True when two trials with the same spec (apart from its `index`) give the same result,
+    /// so a search may answer a repeated trial with the result measured before instead of
+    /// running it again (a deterministic simulation; never a real device).
+    fn repeatable(&self) -> bool {
+        false
+    }
+
+    /// True when a trial leaves state (flow tables, caches, queues) that the next trial finds,
+    /// so a discarded warm-up trial prepares the DUT; false when every trial starts from a fresh
+    /// DUT, where a warm-up trial would prepare nothing.
+    fn keeps_state_between_trials(&self) -> bool {
+        true
+    }
 
     /// The line rate of the tested link, L1 bits/s (the search's maximum load).
     fn line_rate_bps(&self) -> f64;
@@ -261,6 +326,15 @@ pub trait Dut {
 impl<D: Dut + ?Sized> Dut for Box<D> {
     fn name(&self) -> String {
         (**self).name()
+    }
+    fn info(&self) -> DutInfo {
+        (**self).info()
+    }
+    fn repeatable(&self) -> bool {
+        (**self).repeatable()
+    }
+    fn keeps_state_between_trials(&self) -> bool {
+        (**self).keeps_state_between_trials()
     }
     fn line_rate_bps(&self) -> f64 {
         (**self).line_rate_bps()

@@ -5,8 +5,8 @@
 use pktgen::GeneratorConfig;
 use pktgen::latency::Calibration;
 use pktgen::search::{
-    SearchConfig, SearchGoal, TrialSettings, back_to_back, calibrate, frame_loss_rate, latency_at,
-    mlr_search, rfc2544_throughput,
+    Preset, SearchConfig, SearchEvent, SearchGoal, TrialSettings, back_to_back, calibrate,
+    frame_loss_rate, latency_at, mlr_search, rfc2544_throughput,
 };
 use pktgen::testdut::{SimDut, SimDutConfig};
 use pktgen::trial::{Dut, TrialSpec};
@@ -39,9 +39,9 @@ fn capacity_dut(extra: SimDutConfig) -> SimDut {
 fn timing(final_s: f64, sum_s: f64, exceed: f64) -> SearchGoal {
     SearchGoal {
         exceed_ratio: exceed,
-        relative_width: 0.005,
-        initial_trial_s: final_s / 4.0,
-        final_trial_s: final_s,
+        width: 0.005,
+        initial_trial_duration_s: final_s / 4.0,
+        final_trial_duration_s: final_s,
         duration_sum_s: sum_s,
         ..Default::default()
     }
@@ -55,21 +55,23 @@ fn ndr_and_pdr_of_a_known_capacity_in_one_search() {
         ..Default::default()
     };
     let mut seen = 0;
-    let r = mlr_search(&mut dut, &settings(), &cfg, &mut |_| seen += 1).unwrap();
+    let r = mlr_search(&mut dut, &settings(), &cfg, &mut |e| {
+        if let SearchEvent::Trial { .. } = e {
+            seen += 1
+        }
+    })
+    .unwrap();
     assert!(r.converged && r.deterministic);
     assert_eq!(seen, r.trials.len());
     let (ndr, pdr) = (&r.goals[0], &r.goals[1]);
     // NDR: the capacity, up to the 16-frame queue absorbing (r - c) * 20 ms.
-    let n = ndr.lower_pps.unwrap();
+    let n = ndr.relevant_lower_bound_pps.unwrap();
     assert!((CAP * 0.995..=CAP * 1.0009).contains(&n), "NDR {n}");
-    assert!(
-        ndr.relative_width <= 0.005 + 1e-12,
-        "{}",
-        ndr.relative_width
-    );
-    assert!(ndr.upper_pps.unwrap() > n);
+    assert!(ndr.width.unwrap() <= 0.005 + 1e-12, "{:?}", ndr.width);
+    assert!(ndr.regular && r.converged, "{ndr:?}");
+    assert!(ndr.relevant_upper_bound_pps.unwrap() > n);
     // PDR 5 %: loss (r - c) / r <= 0.05 -> r <= c / 0.95.
-    let p = pdr.lower_pps.unwrap();
+    let p = pdr.relevant_lower_bound_pps.unwrap();
     let want = CAP / 0.95;
     assert!(
         (want * 0.995..=want * 1.001).contains(&p),
@@ -113,7 +115,7 @@ fn bandwidth_bound_dut_scales_with_frame_size() {
             ..Default::default()
         };
         let r = mlr_search(&mut dut, &s, &cfg, &mut |_| {}).unwrap();
-        let g = r.goals[0].lower_gbps.unwrap();
+        let g = r.goals[0].relevant_lower_bound_gbps.unwrap();
         // The 8-frame queue absorbs (r - c) * 20 ms above the capacity.
         let cap_pps = LINE / 2.0 / (f64::from(size + 20) * 8.0);
         let queue_margin = 8.0 / (cap_pps * 0.02);
@@ -136,10 +138,26 @@ fn perfect_dut_reaches_line_rate_and_lossy_dut_has_no_ndr() {
     };
     let r = mlr_search(&mut dut, &settings(), &cfg, &mut |_| {}).unwrap();
     let line = r.line_rate_pps;
-    assert_eq!(r.goals[0].lower_pps, Some(line));
-    assert_eq!(r.goals[0].upper_pps, None);
+    assert_eq!(r.goals[0].relevant_lower_bound_pps, Some(line));
+    assert_eq!(r.goals[0].relevant_upper_bound_pps, None);
     // One short trial at line rate settles both goals, one full-length trial confirms them.
     assert_eq!(r.trials.len(), 2);
+    // RFC 9971 §4.8.4: without an upper bound the result is irregular, and says why.
+    assert!(!r.goals[0].regular && !r.converged);
+    assert!(
+        r.goals[0]
+            .irregular
+            .as_deref()
+            .unwrap()
+            .contains("maximum load"),
+        "{:?}",
+        r.goals[0]
+    );
+    // The warm-up trial ran at line rate and was discarded; the loss at the maximum load is the
+    // final-duration trial there.
+    assert_eq!(r.warmup_trial.as_ref().unwrap().load_pps, line);
+    let at_max = r.loss_at_max_load.as_ref().unwrap();
+    assert_eq!((at_max.duration_s, at_max.loss_ratio), (0.004, 0.0));
 
     // Drops 1 frame in 10 at any load: no load from 10 % of line rate up meets NDR, every load
     // meets a 20 % PDR.
@@ -153,9 +171,22 @@ fn perfect_dut_reaches_line_rate_and_lossy_dut_has_no_ndr() {
         ..cfg
     };
     let r = mlr_search(&mut dut, &settings(), &cfg, &mut |_| {}).unwrap();
-    assert!(r.converged);
-    assert_eq!(r.goals[0].lower_pps, None, "{:?}", r.goals[0]);
-    assert_eq!(r.goals[1].lower_pps, Some(line));
+    assert!(!r.goals[0].regular && !r.goals[1].regular);
+    assert!(
+        r.goals[0]
+            .irregular
+            .as_deref()
+            .unwrap()
+            .contains("minimum load"),
+        "{:?}",
+        r.goals[0]
+    );
+    assert_eq!(
+        r.goals[0].relevant_lower_bound_pps, None,
+        "{:?}",
+        r.goals[0]
+    );
+    assert_eq!(r.goals[1].relevant_lower_bound_pps, Some(line));
     assert_eq!(
         r.goals[0].loss_at_upper.as_ref().unwrap().dominant(),
         Some("policy")
@@ -179,7 +210,7 @@ fn exceed_ratio_absorbs_noisy_trials_that_fool_a_strict_search() {
         ..Default::default()
     };
     let r = mlr_search(&mut noisy(), &settings(), &robust, &mut |_| {}).unwrap();
-    let ndr = r.goals[0].lower_pps.unwrap();
+    let ndr = r.goals[0].relevant_lower_bound_pps.unwrap();
     assert!(
         (CAP * 0.995..=CAP * 1.001).contains(&ndr),
         "robust NDR {ndr}"
@@ -198,7 +229,7 @@ fn exceed_ratio_absorbs_noisy_trials_that_fool_a_strict_search() {
         ..Default::default()
     };
     let r = mlr_search(&mut noisy(), &settings(), &strict, &mut |_| {}).unwrap();
-    let naive = r.goals[0].lower_pps.unwrap_or(0.0);
+    let naive = r.goals[0].relevant_lower_bound_pps.unwrap_or(0.0);
     assert!(
         naive < CAP * 0.995,
         "strict NDR {naive} should be fooled by noise"
@@ -238,7 +269,7 @@ fn back_to_back_burst_matches_the_queue() {
     let b = back_to_back(&mut dut, &settings(), 10_000, 3).unwrap();
     assert_eq!(b.bursts, vec![49, 49, 49]);
     assert!(!b.reached_max);
-    assert_eq!(b.mean_frames, 49.0);
+    assert_eq!(b.mean_frames, 49);
     // Deterministic DUT: every repetition gives the same burst.
     assert!(b.bursts.iter().all(|&x| x == b.bursts[0]));
 }
@@ -348,7 +379,108 @@ fn generator_drops_are_not_dut_loss() {
         ..Default::default()
     });
     let r = mlr_search(&mut dut, &settings(), &cfg, &mut |_| {}).unwrap();
-    let ndr = r.goals[0].lower_pps.unwrap();
+    let ndr = r.goals[0].relevant_lower_bound_pps.unwrap();
     assert!(ndr <= 6e5 * 1.001, "{ndr}");
     assert!(r.generator_limited_trials > 0);
+}
+
+#[test]
+fn csit_preset_gives_rfc9971_goal_results_and_reuses_repeated_trials() {
+    // A 100 Mb/s link (148.8 kfps at 64 B) into a 100 kfps DUT: 1 s trials stay small.
+    let mut dut = SimDut::new(SimDutConfig {
+        line_bps: 1e8,
+        capacity_pps: Some(1e5),
+        queue_frames: 16,
+        ..Default::default()
+    });
+    assert!(dut.repeatable());
+    let cfg = SearchConfig {
+        goals: Preset::Csit.goals(),
+        ..Default::default()
+    };
+    let r = mlr_search(&mut dut, &settings(), &cfg, &mut |_| {}).unwrap();
+    assert!(r.converged, "{:?}", r.goals);
+    for g in &r.goals {
+        assert!(g.regular && g.irregular.is_none(), "{g:?}");
+        let (l, u) = (
+            g.relevant_lower_bound_pps.unwrap(),
+            g.relevant_upper_bound_pps.unwrap(),
+        );
+        assert!(l < u && (u - l) / u <= 0.005 + 1e-12, "{g:?}");
+        // Every trial at the Relevant Lower Bound is full length (1 s), and the lower bound
+        // needed more than half of the 21 s duration sum low-loss.
+        let at_l: Vec<_> = r
+            .trials
+            .iter()
+            .filter(|t| (t.load_pps - l).abs() < 1e-6)
+            .collect();
+        let low_s: f64 = at_l
+            .iter()
+            .filter(|t| t.duration_s >= 1.0 && t.loss_ratio <= g.goal.loss_ratio)
+            .map(|t| t.duration_s)
+            .sum();
+        assert!(low_s >= 10.5, "{low_s} s low-loss at {l}");
+        // Conditional Throughput: the load times (1 - loss at the quantile).
+        let ct = g.conditional_throughput_pps.unwrap();
+        assert!(
+            ct <= l && ct >= l * (1.0 - g.goal.loss_ratio),
+            "{ct} vs {l}"
+        );
+    }
+    let ndr = r.goals[0].relevant_lower_bound_pps.unwrap();
+    assert!((1e5 * 0.995..=1e5 * 1.001).contains(&ndr), "NDR {ndr}");
+    // The DUT is repeatable: identical trials were answered from the first measurement.
+    assert!(r.reused_trials > 0);
+    assert!(r.measured_trial_s < r.total_trial_s);
+    // The warm-up trial ran (1 s at the maximum load) and is not among the trials.
+    assert_eq!(r.warmup_trial.as_ref().unwrap().duration_s, 1.0);
+    // The JSON carries RFC 9971's names per goal.
+    let v = serde_json::to_value(&r).unwrap();
+    for k in [
+        "relevant_lower_bound_pps",
+        "relevant_upper_bound_pps",
+        "conditional_throughput_pps",
+        "regular",
+    ] {
+        assert!(v["goals"][1].get(k).is_some(), "{k}");
+    }
+    for (k, want) in [
+        ("final_trial_duration_s", 1.0),
+        ("duration_sum_s", 21.0),
+        ("loss_ratio", 0.005),
+        ("exceed_ratio", 0.5),
+        ("width", 0.005),
+    ] {
+        assert_eq!(v["goals"][1]["goal"][k], want, "{k}");
+    }
+}
+
+#[test]
+fn loss_at_max_load_is_a_final_duration_trial_at_line_rate() {
+    // A 16-frame queue absorbs the overload of a 1 ms trial far better than that of a 20 ms
+    // one: the loss reported at the maximum load must be the final-duration figure.
+    let cfg = SearchConfig {
+        goals: vec![timing(0.02, 0.02, 0.0)],
+        ..Default::default()
+    };
+    let r = mlr_search(
+        &mut capacity_dut(SimDutConfig::default()),
+        &settings(),
+        &cfg,
+        &mut |_| {},
+    )
+    .unwrap();
+    let at_max = r.loss_at_max_load.clone().unwrap();
+    assert_eq!(at_max.duration_s, 0.02);
+    assert_eq!(at_max.load_pps, r.line_rate_pps);
+    let direct = capacity_dut(SimDutConfig::default())
+        .trial(&settings().spec(r.line_rate_pps, 0.02, 0))
+        .unwrap();
+    assert_eq!(at_max.loss_ratio, direct.loss_ratio());
+    // About 1 - capacity / line rate of the frames, not the short trial's smaller share.
+    let short = capacity_dut(SimDutConfig::default())
+        .trial(&settings().spec(r.line_rate_pps, 0.0002, 0))
+        .unwrap();
+    assert!(short.loss_ratio() < at_max.loss_ratio, "{short:?}");
+    assert!((at_max.loss_ratio - (1.0 - CAP / r.line_rate_pps)).abs() < 0.01);
 }

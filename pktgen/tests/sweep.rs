@@ -23,9 +23,10 @@ x = "frame_size"
 series = "mode"
 
 [search]
+preset = "quick"
 pdr = 0.01
-initial_trial_s = 0.002
-final_trial_s = 0.008
+initial_trial_duration_s = 0.002
+final_trial_duration_s = 0.008
 duration_sum_s = 0.008
 min_load_percent = 1.0
 
@@ -87,8 +88,20 @@ fn product_of_axes_gives_rows_csv_json_and_plots() {
     let lines: Vec<&str> = csv.lines().collect();
     assert_eq!(lines.len(), 7);
     assert!(
-        lines[0].starts_with("frame_size,mode,dut,mean_frame_size,line_rate_pps,ndr_pps,ndr_gbps")
+        lines[0].starts_with(
+            "frame_size,mode,dut,dut_clock,dut_profile,dut_mode,dut_workers,dut_cpu_cost,preset,\
+             mean_frame_size,flows,line_rate_pps,ndr_pps,ndr_gbps"
+        ),
+        "{}",
+        lines[0]
     );
+    // Every row states the clock, the preset and where the CPU cost came from.
+    assert!(
+        lines[1].contains(",virtual,") && lines[1].contains(",quick,"),
+        "{}",
+        lines[1]
+    );
+    assert!(lines[1].contains("test DUT model"), "{}", lines[1]);
     assert!(lines[1].starts_with("64,slow,"));
     assert!(lines[6].starts_with("1518,fast,"));
 

@@ -24,9 +24,10 @@ use std::time::{Duration, Instant};
 
 use dataplane::DatapathMode;
 use dataplane::driver::dpdk::{DpdkPort, PortRxStats, RxTap, TxGen, UnsentPolicy};
-use pktgen::latency::LatencyStats;
 use pktgen::rate::{Pacer, Rate, wall_ns};
-use pktgen::trial::{Dut, DutError, LossAttribution, TrialResult, TrialSpec, WARMUP_STREAM, gbps};
+use pktgen::trial::{
+    Dut, DutError, DutInfo, LossAttribution, TrialResult, TrialSpec, WARMUP_STREAM, gbps,
+};
 use pktgen::{CheckingSink, Generator, GeneratorConfig};
 
 use crate::app::RunOptions;
@@ -184,6 +185,16 @@ impl Dut for DpdkDut {
         false
     }
 
+    fn info(&self) -> DutInfo {
+        DutInfo {
+            clock: "wall".into(),
+            profile: None,
+            mode: None,
+            workers: None,
+            cpu_cost: "measured: the device under test behind the tester's DPDK ports".into(),
+        }
+    }
+
     fn base_traffic(&self) -> Option<GeneratorConfig> {
         Some(self.traffic.clone())
     }
@@ -336,8 +347,7 @@ impl Dut for DpdkDut {
         let lost = tx_out.sent.saturating_sub(st.unique);
         let frame_size = traffic.mean_frame_size();
         let latency = if spec.latency {
-            sink.latency_histogram(stream)
-                .and_then(LatencyStats::from_histogram)
+            sink.latency_histogram(stream).and_then(|h| h.stats())
         } else {
             None
         };
@@ -456,6 +466,9 @@ impl Dut for SharedDut {
     }
     fn deterministic(&self) -> bool {
         false
+    }
+    fn info(&self) -> DutInfo {
+        self.0.borrow().info()
     }
     fn base_traffic(&self) -> Option<GeneratorConfig> {
         self.0.borrow().base_traffic()

@@ -4,12 +4,29 @@
 //! `sim:` test DUT spelled on the command line ([`dut_from_spec`]).
 //!
 //! Each trial is one `nmdp::app::run` of the config with overrides: `run.packets` = the trial's
-//! frames, `traffic.*` = the trial's traffic, and, when the config supports the timing model
-//! (`run.clock`), `run.clock = "virtual"` and `traffic.rate_gbps` = the trial's offered load in
-//! L1 Gb/s (line bits with preamble, SFD, IFG and FCS: the model's unit). In virtual time the
-//! trial is deterministic, so a search gives the same answer every run. Without the timing model
-//! a trial is *functional*: frames arrive as fast as the NIC takes them (flow control), nothing
-//! is offered at a rate, and the search can only confirm that nothing is lost.
+//! frames, `traffic.*` = the trial's traffic, `run.clock` = the trial clock and
+//! `traffic.rate_gbps` = the trial's offered load in L1 Gb/s (line bits with preamble, SFD, IFG
+//! and FCS: the model's unit). Two clocks ([`Clock`]):
+//!
+//! * **virtual** (the default): model time. The CPU cost per packet comes from the hardware
+//!   profile's cycle table (`host.cycles`), not from the NF code, so a trial says what the
+//!   modelled machine would do, deterministically: a search gives the same answer every run, and
+//!   repeated trials are answered from the first ([`Dut::repeatable`]).
+//! * **wall**: this machine's time. The real NF code and the virtual NIC run on this machine's
+//!   cores and the offered load is paced in wall time, as a hardware tester measures a DUT; the
+//!   achieved load is the rate frames reached the wire (`wire.rx_gbps`), so a generator that
+//!   falls behind flags the trial instead of crediting the DUT.
+//!
+//! A clock the user set, with `--set run.clock=...` or [`DutOptions::clock`], is never changed;
+//! both set differently is an error. A config file's own `run.clock` is for `dataplane run` and
+//! does not choose the trial clock. [`Dut::info`] states the clock, profile, mode, workers and
+//! where the CPU cost came from, for every report.
+//!
+//! Every trial starts a fresh dataplane (empty flow tables and rings), so a warm-up before it
+//! or a discarded warm-up trial would prepare nothing: a per-trial warm-up is refused with an
+//! error, and searches skip their warm-up trial ([`Dut::keeps_state_between_trials`]). Without
+//! the timing model a trial is *functional*: frames arrive as fast as the NIC takes them (flow
+//! control), nothing is offered at a rate, and the search can only confirm that nothing is lost.
 //!
 //! The summary is read after `run` returns, i.e. after the ports drained: frames still in flight
 //! at the stop are never counted as lost. Loss is attributed from the summary's counters: every
@@ -24,7 +41,7 @@
 //! the trial's `dut.traffic.forward` / `dut.traffic.return`.
 //!
 //! Wall-clock fields of the summary (`elapsed_s`, `mpps`, `gbps`) are left out of the trial's
-//! `dut` record so reports of deterministic runs are byte-identical.
+//! `dut` record of virtual-time trials so reports of deterministic runs are byte-identical.
 
 #[cfg(feature = "dpdk")]
 mod dpdk;
@@ -37,22 +54,78 @@ use pktgen::GeneratorConfig;
 use pktgen::latency::LatencyStats;
 use pktgen::sweep::{DutFactory, Point, value_text};
 use pktgen::testdut::{SimDut, SimDutConfig};
-use pktgen::trial::{Dut, DutError, LossAttribution, TrialResult, TrialSpec, gbps};
+use pktgen::trial::{Dut, DutError, DutInfo, LossAttribution, TrialResult, TrialSpec, gbps};
 use serde_json::Value;
 
 use crate::app::{RunOptions, load_config};
 use crate::config::PORT_TRAFFIC_KEYS;
 
-/// Summary keys that depend on the wall clock (dropped from trial records).
+/// Summary keys that depend on the wall clock (dropped from virtual-time trial records).
 const WALL_CLOCK_KEYS: [&str; 3] = ["elapsed_s", "mpps", "gbps"];
 
 /// How trials run on the virtual NIC.
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
 pub enum Timing {
-    /// Virtual time with the offered rate (deterministic).
-    Virtual,
+    /// Timed trials at the offered rate, on the clock given.
+    Timed(Clock),
     /// No timing model: frames pulled as fast as the NIC takes them.
     Functional,
+}
+
+/// The clock of a timed trial (see the module docs).
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub enum Clock {
+    /// Model time: deterministic, CPU cost from the profile.
+    Virtual,
+    /// This machine's time: the real code measured.
+    Wall,
+}
+
+impl Clock {
+    /// The name (`virtual`, `wall`), as `run.clock` spells it.
+    pub fn as_str(self) -> &'static str {
+        match self {
+            Clock::Virtual => "virtual",
+            Clock::Wall => "wall",
+        }
+    }
+}
+
+impl std::str::FromStr for Clock {
+    type Err = String;
+    fn from_str(s: &str) -> Result<Self, String> {
+        match s.trim().trim_matches('"') {
+            "virtual" => Ok(Clock::Virtual),
+            "wall" => Ok(Clock::Wall),
+            other => Err(format!("`{other}` is not a clock; allowed: virtual, wall")),
+        }
+    }
+}
+
+/// How the command line asked for DUTs to be built.
+#[derive(Clone, Copy, Debug, Default, PartialEq)]
+pub struct DutOptions {
+    /// Line rate override, Gb/s (needed only where the DUT cannot tell).
+    pub line_gbps: Option<f64>,
+    /// The trial clock (`None`: a `--set run.clock=` among the overrides, else virtual).
+    pub clock: Option<Clock>,
+}
+
+/// The clock the overrides `sets` ask for with `run.clock=...` (the last one wins, as in
+/// `dataplane run`).
+fn clock_in_sets(sets: &[String]) -> Result<Option<Clock>, DutError> {
+    let mut clock = None;
+    for s in sets {
+        if let Some((k, v)) = s.split_once('=')
+            && k.trim() == "run.clock"
+        {
+            clock = Some(
+                v.parse::<Clock>()
+                    .map_err(|e| DutError(format!("--set {s}: {e}")))?,
+            );
+        }
+    }
+    Ok(clock)
 }
 
 /// The virtual NIC running a dataplane config, as a DUT.
@@ -64,28 +137,51 @@ pub struct VnicDut {
     line_bps: f64,
     traffic: GeneratorConfig,
     name: String,
+    info: DutInfo,
 }
 
 impl VnicDut {
     /// Loads `config` with `sets`, checks it, and finds out whether the timing model is there.
-    /// `line_gbps` overrides the profile's line rate (needed only without the timing model).
-    pub fn new(config: &Path, sets: &[String], line_gbps: Option<f64>) -> Result<Self, DutError> {
-        let opts = RunOptions {
+    /// `opts.line_gbps` overrides the profile's line rate (needed only without the timing
+    /// model); `opts.clock` chooses the trial clock (see the module docs).
+    pub fn new(config: &Path, sets: &[String], opts: DutOptions) -> Result<Self, DutError> {
+        let user_clock = clock_in_sets(sets)?;
+        let clock = match (opts.clock, user_clock) {
+            (Some(a), Some(b)) if a != b => {
+                return Err(DutError(format!(
+                    "--clock {} and --set run.clock={} disagree; give one of them",
+                    a.as_str(),
+                    b.as_str()
+                )));
+            }
+            (Some(c), _) | (None, Some(c)) => c,
+            (None, None) => Clock::Virtual,
+        };
+        let run_opts = RunOptions {
             config: config.to_path_buf(),
             sets: sets.to_vec(),
             ..RunOptions::default()
         };
-        let cfg = load_config(&opts).map_err(|e| DutError(e.to_string()))?;
+        let cfg = load_config(&run_opts).map_err(|e| DutError(e.to_string()))?;
         // Probe: does the config know `run.clock` (the timing model)?
-        let mut probe = opts.clone();
-        probe.sets.push("run.clock=virtual".into());
-        let timing = if load_config(&probe).is_ok() {
-            Timing::Virtual
-        } else {
-            Timing::Functional
+        let mut probe = run_opts.clone();
+        probe.sets.push(format!("run.clock={}", clock.as_str()));
+        let timing = match load_config(&probe) {
+            Ok(_) => Timing::Timed(clock),
+            Err(_) if opts.clock.is_some() || user_clock.is_some() => {
+                return Err(DutError(format!(
+                    "config {}: this build has no timing model, so there is no {} clock",
+                    config.display(),
+                    clock.as_str()
+                )));
+            }
+            Err(_) => Timing::Functional,
         };
-        let profile_line = cfg.profile(config).ok().map(|p| p.nic.line_rate_gbps);
-        let line_gbps = line_gbps.or(profile_line).unwrap_or(100.0);
+        let profile = cfg.profile(config).ok();
+        let line_gbps = opts
+            .line_gbps
+            .or(profile.as_ref().map(|p| p.nic.line_rate_gbps))
+            .unwrap_or(100.0);
         let mut table = cfg.traffic.clone();
         for k in PORT_TRAFFIC_KEYS {
             table.remove(k);
@@ -124,6 +220,34 @@ impl VnicDut {
                 ""
             }
         );
+        let cpu_cost = match (timing, &profile) {
+            (Timing::Timed(Clock::Virtual), Some(p)) => format!(
+                "model: profile {} host.cycles, {} cycles/packet (driver {} + NFs {}) at {} GHz; \
+                 not the NF code",
+                p.nic.name,
+                p.host.cycles.driver_per_packet + cfg.nf_cycles(p),
+                p.host.cycles.driver_per_packet,
+                cfg.nf_cycles(p),
+                p.host.cpu_ghz
+            ),
+            (Timing::Timed(Clock::Wall), _) => format!(
+                "measured: the NF code [{}] and the virtual NIC on this machine's cores, {} \
+                 worker(s)",
+                nfs.join(","),
+                cfg.run.workers
+            ),
+            _ => "none: functional trials (no timing model)".to_string(),
+        };
+        let info = DutInfo {
+            clock: match timing {
+                Timing::Timed(c) => c.as_str().to_string(),
+                Timing::Functional => "none (functional)".to_string(),
+            },
+            profile: profile.as_ref().map(|p| p.nic.name.clone()),
+            mode: Some(cfg.datapath.mode.as_str().to_string()),
+            workers: Some(cfg.run.workers),
+            cpu_cost,
+        };
         Ok(Self {
             config: config.to_path_buf(),
             sets: sets.to_vec(),
@@ -131,10 +255,11 @@ impl VnicDut {
             line_bps: line_gbps * 1e9,
             traffic,
             name,
+            info,
         })
     }
 
-    /// Whether trials run in virtual time.
+    /// How trials run.
     pub fn timing(&self) -> Timing {
         self.timing
     }
@@ -166,8 +291,8 @@ impl VnicDut {
         sets.push(format!("run.packets={}", spec.intended_frames()));
         sets.push("run.duration_s=0".into());
         sets.push("run.stats_interval_s=0".into());
-        if self.timing == Timing::Virtual {
-            sets.push("run.clock=virtual".into());
+        if let Timing::Timed(clock) = self.timing {
+            sets.push(format!("run.clock={}", clock.as_str()));
             let gbps_l1 = spec.offered_l1_bps() / 1e9;
             // Never above the line rate (rounding of the search's maximum load).
             let gbps_l1 = gbps_l1.min(self.line_bps / 1e9);
@@ -181,8 +306,8 @@ fn u(v: &Value, k: &str) -> u64 {
     v.get(k).and_then(Value::as_u64).unwrap_or(0)
 }
 
-/// Builds a trial result from a `dataplane run` summary.
-pub fn result_from_summary(spec: &TrialSpec, s: &Value, virtual_time: bool) -> TrialResult {
+/// Builds a trial result from a `dataplane run` summary of a trial run with `timing`.
+pub fn result_from_summary(spec: &TrialSpec, s: &Value, timing: Timing) -> TrialResult {
     let t = &s["traffic"];
     // With NAT return traffic the counts cover both directions, and a frame delivered with a
     // wrong translation (forward: not from the NAT address; return: not to the flow's inside
@@ -208,36 +333,41 @@ pub fn result_from_summary(spec: &TrialSpec, s: &Value, virtual_time: bool) -> T
         }
     }
     let fs = spec.mean_frame_size();
+    // The model reports exact min, max and mean and histogram percentiles; a summary without
+    // the exact extremes gives no latency rather than one made up from percentiles.
     let latency = s["latency_ns"].as_object().and_then(|l| {
-        let g = |k: &str| l.get(k).and_then(Value::as_f64);
-        let count = l.get("count").and_then(Value::as_u64).unwrap_or(received);
-        // The model reports p50/p99/p999/max/mean; a percentile it does not report takes the
-        // nearest one it does (min <- p50, p90 <- p99), never 0.
-        let p50 = g("p50").unwrap_or(0.0);
-        let p99 = g("p99").unwrap_or(p50);
-        (count > 0).then(|| LatencyStats {
+        let g = |k: &str| l.get(k).and_then(Value::as_u64);
+        let count = l.get("count").and_then(Value::as_u64).unwrap_or(0);
+        let mean = l.get("mean").and_then(Value::as_f64)?;
+        let (min, max) = (g("min")?, g("max")?);
+        let p = |k: &str| g(k).unwrap_or(max);
+        LatencyStats::from_reported(
             count,
-            min_ns: g("min").unwrap_or(p50) as u64,
-            mean_ns: g("mean").unwrap_or(p50),
-            p50_ns: p50 as u64,
-            p90_ns: g("p90").unwrap_or(p99) as u64,
-            p99_ns: p99 as u64,
-            p999_ns: g("p999").unwrap_or(p99) as u64,
-            max_ns: g("max").unwrap_or(p99) as u64,
-        })
+            min,
+            max,
+            mean,
+            [p("p50"), p("p90"), p("p99"), p("p999")],
+        )
     });
-    // Achieved: the offered rate the port reports (pulled runs report the arrival rate).
-    let achieved_pps = match s.get("offered_gbps").and_then(Value::as_f64) {
-        Some(g) if virtual_time => g * 1e9 / ((fs + 20.0) * 8.0),
-        _ => spec.rate_pps,
+    // Achieved: in virtual time the offered rate the port paced (pulled runs report the
+    // arrival rate); in wall time the rate frames reached the wire, which falls short when the
+    // generator does.
+    let l1_pps = |g: f64| g * 1e9 / ((fs + 20.0) * 8.0);
+    let achieved_pps = match timing {
+        Timing::Timed(Clock::Virtual) => s
+            .get("offered_gbps")
+            .and_then(Value::as_f64)
+            .map_or(spec.rate_pps, l1_pps),
+        Timing::Timed(Clock::Wall) => s["wire"]["rx_gbps"].as_f64().map_or(spec.rate_pps, l1_pps),
+        Timing::Functional => spec.rate_pps,
     };
+    let virtual_time = timing == Timing::Timed(Clock::Virtual);
     let mut dut = s.clone();
-    if let Some(o) = dut.as_object_mut() {
+    if let Some(o) = dut.as_object_mut()
+        && virtual_time
+    {
         for k in WALL_CLOCK_KEYS {
             o.remove(k);
-        }
-        if !virtual_time {
-            o.remove("nfs");
         }
     }
     TrialResult {
@@ -273,12 +403,25 @@ impl Dut for VnicDut {
         self.name.clone()
     }
 
+    fn info(&self) -> DutInfo {
+        self.info.clone()
+    }
+
     fn line_rate_bps(&self) -> f64 {
         self.line_bps
     }
 
     fn deterministic(&self) -> bool {
-        self.timing == Timing::Virtual
+        self.timing == Timing::Timed(Clock::Virtual)
+    }
+
+    fn repeatable(&self) -> bool {
+        // A virtual-time trial is a function of its spec (the index seeds nothing).
+        self.deterministic()
+    }
+
+    fn keeps_state_between_trials(&self) -> bool {
+        false
     }
 
     fn base_traffic(&self) -> Option<GeneratorConfig> {
@@ -286,6 +429,14 @@ impl Dut for VnicDut {
     }
 
     fn trial(&mut self, spec: &TrialSpec) -> Result<TrialResult, DutError> {
+        if spec.warmup_s != 0.0 {
+            return Err(DutError(format!(
+                "warm-up {} s: the virtual NIC DUT starts every trial with a fresh dataplane \
+                 (empty tables and rings), so a warm-up before it would prepare nothing; \
+                 allowed 0",
+                spec.warmup_s
+            )));
+        }
         let opts = RunOptions {
             config: self.config.clone(),
             sets: self.trial_sets(spec),
@@ -293,11 +444,7 @@ impl Dut for VnicDut {
             ..RunOptions::default()
         };
         let summary = crate::app::run(&opts).map_err(|e| DutError(e.to_string()))?;
-        Ok(result_from_summary(
-            spec,
-            &summary,
-            self.timing == Timing::Virtual,
-        ))
+        Ok(result_from_summary(spec, &summary, self.timing))
     }
 }
 
@@ -334,18 +481,18 @@ pub fn axis_set(key: &str, value: &toml::Value) -> Result<String, DutError> {
 /// DPDK tester config, whose tester is opened once and shared by every point.
 #[derive(Clone, Debug, Default)]
 pub struct VnicFactory {
-    /// Line rate override, Gb/s.
-    pub line_gbps: Option<f64>,
+    /// How DUTs are built (line rate override, clock).
+    pub opts: DutOptions,
     /// The DPDK tester, once opened.
     #[cfg(feature = "dpdk")]
     tester: Option<SharedTester>,
 }
 
 impl VnicFactory {
-    /// A factory with `line_gbps` as the line rate override.
-    pub fn new(line_gbps: Option<f64>) -> Self {
+    /// A factory building DUTs with `opts`.
+    pub fn new(opts: DutOptions) -> Self {
         Self {
-            line_gbps,
+            opts,
             #[cfg(feature = "dpdk")]
             tester: None,
         }
@@ -365,34 +512,50 @@ impl DutFactory for VnicFactory {
                 spec.push(if spec.contains(':') { ',' } else { ':' });
                 spec.push_str(&format!("{k}={}", value_text(v)));
             }
-            return dut_from_spec(&spec, sets, self.line_gbps);
+            return dut_from_spec(&spec, sets, self.opts);
         }
         if has_dpdk_section(Path::new(dut)) {
+            wall_only(dut, self.opts.clock)?;
             #[cfg(feature = "dpdk")]
-            return SharedTester::dut(&mut self.tester, dut, sets, params, self.line_gbps);
+            return SharedTester::dut(&mut self.tester, dut, sets, params, self.opts.line_gbps);
             #[cfg(not(feature = "dpdk"))]
-            return dpdk_dut(Path::new(dut), sets, self.line_gbps);
+            return dpdk_dut(Path::new(dut), sets, self.opts.line_gbps);
         }
         let mut all = sets.to_vec();
         for (k, v) in params {
             all.push(axis_set(k, v)?);
         }
-        Ok(Box::new(VnicDut::new(
-            Path::new(dut),
-            &all,
-            self.line_gbps,
-        )?))
+        Ok(Box::new(VnicDut::new(Path::new(dut), &all, self.opts)?))
+    }
+}
+
+/// A DPDK tester measures a device outside in wall time: a virtual clock is an error.
+fn wall_only(dut: &str, clock: Option<Clock>) -> Result<(), DutError> {
+    match clock {
+        Some(Clock::Virtual) => Err(DutError(format!(
+            "--clock virtual: {dut} is a DPDK tester config, which measures a device outside \
+             in wall time; allowed: --clock wall (or no --clock)"
+        ))),
+        _ => Ok(()),
     }
 }
 
 /// A DUT from its command-line spelling: `sim` or `sim:key=value,...` (a
-/// [`pktgen::testdut::SimDut`], keys of [`SimDutConfig`]), else a dataplane config path.
+/// [`pktgen::testdut::SimDut`], keys of [`SimDutConfig`], checked by
+/// [`SimDutConfig::validate`]; virtual time only), else a dataplane config path.
 pub fn dut_from_spec(
     spec: &str,
     sets: &[String],
-    line_gbps: Option<f64>,
+    opts: DutOptions,
 ) -> Result<Box<dyn Dut>, DutError> {
     if let Some(rest) = spec.strip_prefix("sim") {
+        if opts.clock == Some(Clock::Wall) {
+            return Err(DutError(
+                "--clock wall: the sim DUT is a model in virtual time; allowed: --clock virtual \
+                 (or no --clock)"
+                    .into(),
+            ));
+        }
         let mut table = toml::Table::new();
         let rest = rest.strip_prefix(':').unwrap_or(rest);
         for kv in rest
@@ -409,7 +572,7 @@ pub fn dut_from_spec(
                 dataplane::model::overrides::parse_value(v),
             );
         }
-        if let Some(g) = line_gbps {
+        if let Some(g) = opts.line_gbps {
             table.insert("line_bps".into(), toml::Value::Float(g * 1e9));
         }
         // Integers where the config wants floats.
@@ -424,15 +587,22 @@ pub fn dut_from_spec(
                 table.insert(k.into(), toml::Value::Float(i as f64));
             }
         }
-        let cfg: SimDutConfig = toml::Value::Table(table)
-            .try_into()
-            .map_err(|e: toml::de::Error| DutError(format!("sim DUT: {}", e.message())))?;
+        let cfg: SimDutConfig = serde_path_to_error::deserialize(toml::Value::Table(table))
+            .map_err(|e| {
+                DutError(format!(
+                    "sim DUT: key `{}`: {}",
+                    e.path(),
+                    e.inner().message().trim()
+                ))
+            })?;
+        cfg.validate().map_err(DutError)?;
         return Ok(Box::new(SimDut::new(cfg)));
     }
     if has_dpdk_section(Path::new(spec)) {
-        return dpdk_dut(Path::new(spec), sets, line_gbps);
+        wall_only(spec, opts.clock)?;
+        return dpdk_dut(Path::new(spec), sets, opts.line_gbps);
     }
-    Ok(Box::new(VnicDut::new(Path::new(spec), sets, line_gbps)?))
+    Ok(Box::new(VnicDut::new(Path::new(spec), sets, opts)?))
 }
 
 /// True when `config` is a TOML file with a `[dpdk]` section (a DUT behind DPDK ports).

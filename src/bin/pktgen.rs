@@ -19,15 +19,19 @@ use std::sync::atomic::{AtomicU64, Ordering};
 
 use clap::{Parser, Subcommand};
 use dataplane::wire::{FrameSink, FrameSource, MAX_WIRE_FRAME};
-use nmdp::bench::{VnicFactory, dut_from_spec};
+use std::io::Write;
+
+use nmdp::bench::{Clock, DutOptions, VnicFactory, dut_from_spec};
 use pktgen::latency::LatencyStats;
 use pktgen::profile::{PortTraffic, TrafficProfile};
+use pktgen::progress::SearchProgress;
 use pktgen::rate::Rate;
 use pktgen::search::{
-    SearchConfig, SearchGoal, TrialSettings, back_to_back, frame_loss_rate, latency_at, mlr_search,
-    rfc2544_throughput,
+    GoalOverrides, LatencyPoint, Preset, SearchConfig, SearchGoal, TrialSettings, back_to_back,
+    frame_loss_rate, latency_at, latency_at_fractions, mlr_search, rfc2544_throughput,
 };
 use pktgen::sweep::{Bar, NoProgress, Progress, load_spec, run_sweep, summary_lines};
+use pktgen::trial::gbps;
 use pktgen::{CheckingSink, Generator, GeneratorConfig};
 use serde_json::{Value, json};
 
@@ -60,8 +64,11 @@ enum Cmd {
         #[arg(long, short)]
         quiet: bool,
         /// Line rate in Gb/s when the DUT cannot tell.
-        #[arg(long)]
+        #[arg(long, allow_negative_numbers = true)]
         line_gbps: Option<f64>,
+        /// Trial clock on the virtual NIC: virtual (the default) or wall.
+        #[arg(long)]
+        clock: Option<String>,
     },
     /// Generate traffic into a pcap file (timestamps = intended departure times).
     Gen(GenArgs),
@@ -88,6 +95,10 @@ struct Rfc2544Args {
     /// e.g. configs/dpdk-tester-ring.toml), or `sim[:key=value,...]`.
     #[arg(long)]
     dut: String,
+    /// Trial clock on the virtual NIC: virtual (model time, CPU cost from the profile,
+    /// deterministic; the default) or wall (the real NF code on this machine's cores).
+    #[arg(long)]
+    clock: Option<String>,
     /// Frame sizes, FCS included (default: the config's traffic.frame_size).
     #[arg(long, value_delimiter = ',')]
     sizes: Vec<u32>,
@@ -103,26 +114,30 @@ struct Rfc2544Args {
     /// Tests: ndr-pdr, throughput, latency, loss, back-to-back (comma-separated).
     #[arg(long, value_delimiter = ',', default_value = "ndr-pdr")]
     tests: Vec<String>,
-    /// PDR loss ratio.
-    #[arg(long, default_value_t = 0.005)]
-    pdr: f64,
-    /// Exceed ratio (0: any high-loss trial fails a load; 0.5: CSIT).
-    #[arg(long, default_value_t = 0.0)]
-    exceed: f64,
-    /// Relative width goal.
-    #[arg(long, default_value_t = 0.005)]
-    width: f64,
-    /// First-phase trial duration, s.
-    #[arg(long, default_value_t = 0.001)]
-    initial_trial: f64,
-    /// Final trial duration, s (also the throughput/latency/loss trials).
-    #[arg(long, default_value_t = 0.01)]
-    final_trial: f64,
-    /// Trial time per load in the final phase, s (default: one final trial).
-    #[arg(long)]
+    /// Search Goals (RFC 9971): csit (NDR + PDR 0.5 %, 1 s trials, 21 s duration sum, exceed
+    /// ratio 50 %, width 0.5 %), quick (1..10 ms trials, exceed ratio 0), rfc2544 (60 s trials).
+    #[arg(long, default_value = "csit")]
+    preset: String,
+    /// Goal Loss Ratio of the PDR goal (default: the preset's).
+    #[arg(long, allow_negative_numbers = true)]
+    pdr: Option<f64>,
+    /// Goal Exceed Ratio (0: any high-loss trial fails a load; 0.5: CSIT).
+    #[arg(long, allow_negative_numbers = true)]
+    exceed: Option<f64>,
+    /// Goal Width, relative ((upper - lower) / upper).
+    #[arg(long, allow_negative_numbers = true)]
+    width: Option<f64>,
+    /// Goal Initial Trial Duration, s.
+    #[arg(long, allow_negative_numbers = true)]
+    initial_trial: Option<f64>,
+    /// Goal Final Trial Duration, s (also the throughput, latency and loss trials).
+    #[arg(long, allow_negative_numbers = true)]
+    final_trial: Option<f64>,
+    /// Goal Duration Sum, s.
+    #[arg(long, allow_negative_numbers = true)]
     duration_sum: Option<f64>,
-    /// Warm-up per trial, s.
-    #[arg(long, default_value_t = 0.0)]
+    /// Warm-up traffic before every trial, s (DUTs that keep state between trials).
+    #[arg(long, default_value_t = 0.0, allow_negative_numbers = true)]
     warmup: f64,
     /// Repetitions of the latency and back-to-back tests.
     #[arg(long, default_value_t = 3)]
@@ -131,12 +146,15 @@ struct Rfc2544Args {
     #[arg(long, default_value_t = 100_000)]
     b2b_max: u64,
     /// Line rate in Gb/s when the DUT cannot tell.
-    #[arg(long)]
+    #[arg(long, allow_negative_numbers = true)]
     line_gbps: Option<f64>,
     /// Include every trial in the JSON.
     #[arg(long)]
     trials: bool,
-    /// Print the results as JSON on stdout.
+    /// No progress display.
+    #[arg(long, short)]
+    quiet: bool,
+    /// Print the results as JSON on stdout (the text report then goes to stderr).
     #[arg(long)]
     json: bool,
 }
@@ -242,7 +260,8 @@ fn main() -> ExitCode {
             json,
             quiet,
             line_gbps,
-        } => sweep(spec, out, json, quiet, line_gbps),
+            clock,
+        } => sweep(spec, out, json, quiet, line_gbps, clock),
         Cmd::Gen(a) => gen_pcap(a),
         Cmd::DpdkGen(a) => dpdk_gen(a),
         Cmd::Calibrate {
@@ -258,6 +277,88 @@ fn main() -> ExitCode {
             ExitCode::from(2)
         }
     }
+}
+
+/// Checks a number given on the command line: `ok` says whether it is allowed, `allowed` what
+/// is.
+fn check_flag(flag: &str, v: f64, ok: bool, allowed: &str) -> Result<(), String> {
+    if ok && v.is_finite() {
+        Ok(())
+    } else {
+        Err(format!("{flag} {v}: allowed {allowed}"))
+    }
+}
+
+/// The goal changes the flags ask for, each checked against what RFC 9971 and a run allow, with
+/// the flag named.
+fn goal_overrides(a: &Rfc2544Args) -> Result<GoalOverrides, String> {
+    let day = pktgen::search::MAX_TRIAL_S;
+    if let Some(v) = a.pdr {
+        check_flag("--pdr", v, (0.0..1.0).contains(&v), "0 <= ratio < 1")?;
+    }
+    if let Some(v) = a.exceed {
+        check_flag("--exceed", v, (0.0..1.0).contains(&v), "0 <= ratio < 1")?;
+    }
+    if let Some(v) = a.width {
+        check_flag("--width", v, v > 0.0 && v < 1.0, "0 < relative width < 1")?;
+    }
+    for (flag, v) in [
+        ("--initial-trial", a.initial_trial),
+        ("--final-trial", a.final_trial),
+    ] {
+        if let Some(v) = v {
+            check_flag(flag, v, v > 0.0 && v <= day, "0 < seconds <= 86400")?;
+        }
+    }
+    if let Some(v) = a.duration_sum {
+        check_flag(
+            "--duration-sum",
+            v,
+            v > 0.0 && v <= day * 1000.0,
+            "0 < seconds <= 86400000, at least the final trial duration",
+        )?;
+    }
+    if let (Some(i), Some(f)) = (a.initial_trial, a.final_trial)
+        && i > f
+    {
+        return Err(format!(
+            "--initial-trial {i} is longer than --final-trial {f}; allowed initial <= final"
+        ));
+    }
+    if let (Some(d), Some(f)) = (a.duration_sum, a.final_trial)
+        && d < f
+    {
+        return Err(format!(
+            "--duration-sum {d} is shorter than --final-trial {f}; allowed sum >= final"
+        ));
+    }
+    Ok(GoalOverrides {
+        pdr: a.pdr,
+        exceed_ratio: a.exceed,
+        width: a.width,
+        initial_trial_duration_s: a.initial_trial,
+        final_trial_duration_s: a.final_trial,
+        duration_sum_s: a.duration_sum,
+    })
+}
+
+/// One line describing a goal: its RFC 9971 attributes.
+fn goal_line(g: &SearchGoal) -> String {
+    format!(
+        "{}: loss ratio {} %, exceed ratio {} %, width {} % (relative), trials {} s .. {} s \
+         (final), duration sum {} s",
+        g.name,
+        g.loss_ratio * 100.0,
+        g.exceed_ratio * 100.0,
+        g.width * 100.0,
+        g.initial_trial_duration_s,
+        g.final_trial_duration_s,
+        g.duration_sum_s
+    )
+}
+
+fn mpps(pps: f64) -> String {
+    format!("{:.4} Mpps", pps / 1e6)
 }
 
 fn rfc2544(a: Rfc2544Args) -> Result<(), String> {
@@ -280,17 +381,77 @@ fn rfc2544(a: Rfc2544Args) -> Result<(), String> {
             known.join(", ")
         ));
     }
+    let preset: Preset = a.preset.parse().map_err(|e| format!("--preset: {e}"))?;
+    let goals = goal_overrides(&a)?.apply(preset);
+    for g in &goals {
+        g.validate()
+            .map_err(|e| format!("--preset {}: {e}", preset.as_str()))?;
+    }
+    check_flag(
+        "--warmup",
+        a.warmup,
+        a.warmup >= 0.0 && a.warmup <= 86_400.0,
+        "0 <= seconds <= 86400",
+    )?;
+    if a.reps == 0 {
+        return Err("--reps 0: allowed at least 1 repetition".into());
+    }
+    if a.b2b_max == 0 {
+        return Err("--b2b-max 0: allowed at least 1 frame".into());
+    }
+    if let Some(g) = a.line_gbps {
+        check_flag("--line-gbps", g, g > 0.0, "a positive number of Gb/s")?;
+    }
+    let clock = a
+        .clock
+        .as_deref()
+        .map(str::parse::<Clock>)
+        .transpose()
+        .map_err(|e| format!("--clock: {e}"))?;
+    let dut_opts = DutOptions {
+        line_gbps: a.line_gbps,
+        clock,
+    };
+    // The final trial duration of the first goal is the trial of the other tests.
+    let trial_s = goals[0].final_trial_duration_s;
+    let mut out_text: Box<dyn std::io::Write> = if a.json {
+        Box::new(std::io::stderr())
+    } else {
+        Box::new(std::io::stdout())
+    };
+    let mut say = |line: String| {
+        let _ = writeln!(out_text, "{line}");
+    };
     let mut results = Vec::new();
     let mut dut_name = String::new();
+    let mut infos = Vec::new();
     let mut deterministic = true;
+    say(format!(
+        "pktgen rfc2544: preset {} (RFC 9971 Search Goals; in virtual time durations are model seconds)",
+        preset.as_str()
+    ));
+    for g in &goals {
+        say(format!("  goal {}", goal_line(g)));
+    }
     for mode in &modes {
         let mut sets = a.sets.clone();
         if let Some(m) = mode {
             sets.push(format!("datapath.mode={m}"));
         }
-        let mut dut = dut_from_spec(&a.dut, &sets, a.line_gbps).map_err(|e| e.to_string())?;
+        let mut dut = dut_from_spec(&a.dut, &sets, dut_opts).map_err(|e| e.to_string())?;
         dut_name = dut.name();
+        let info = dut.info();
         deterministic &= dut.deterministic();
+        if a.warmup > 0.0 && !dut.keeps_state_between_trials() {
+            return Err(format!(
+                "--warmup {}: {} starts every trial from a fresh state, so a warm-up would \
+                 prepare nothing; allowed 0 for this DUT",
+                a.warmup, a.dut
+            ));
+        }
+        say(format!("DUT {dut_name}"));
+        say(format!("  {}", info.line()));
+        infos.push(info.clone());
         // The base traffic: the DUT config's own, when it is a dataplane config.
         let base = dut.base_traffic().unwrap_or(GeneratorConfig {
             flows: 1024,
@@ -324,79 +485,121 @@ fn rfc2544(a: Rfc2544Args) -> Result<(), String> {
             };
             let fs = traffic.mean_frame_size();
             let line = dut.line_rate_pps(fs);
+            let size = traffic
+                .size_mix
+                .as_ref()
+                .map_or(format!("{} B", traffic.frame_size), |m| m.to_string());
             let label = format!(
-                "{}{}",
-                traffic
-                    .size_mix
-                    .as_ref()
-                    .map_or(format!("{} B", traffic.frame_size), |m| m.to_string()),
+                "{size}{}",
                 mode.as_ref().map_or(String::new(), |m| format!(" {m}"))
             );
+            say(format!(
+                "{label}: frame size {size} (mean {fs:.1} B with FCS), {} flows, line rate {} \
+                 ({} Gb/s L1), clock {}, mode {}, workers {}",
+                traffic.flows,
+                mpps(line),
+                dut.line_rate_bps() / 1e9,
+                info.clock,
+                info.mode.as_deref().unwrap_or("-"),
+                info.workers.map_or("-".to_string(), |w| w.to_string()),
+            ));
             let mut entry = json!({
                 "frame_size": fs,
                 "size_mix": traffic.size_mix.as_ref().map(|m| m.to_string()),
-                "mode": mode,
+                "flows": traffic.flows,
+                "mode": info.mode,
+                "workers": info.workers,
+                "clock": info.clock,
+                "profile": info.profile,
+                "cpu_cost": info.cpu_cost,
                 "line_rate_pps": line,
             });
+            let mut ndr: Option<f64> = None;
             if a.tests.iter().any(|t| t == "ndr-pdr") {
-                let timing = SearchGoal {
-                    exceed_ratio: a.exceed,
-                    relative_width: a.width,
-                    initial_trial_s: a.initial_trial.min(a.final_trial),
-                    final_trial_s: a.final_trial,
-                    duration_sum_s: a.duration_sum.unwrap_or(a.final_trial),
-                    ..Default::default()
-                };
                 let cfg = SearchConfig {
-                    goals: SearchGoal::ndr_pdr(a.pdr, &timing),
+                    goals: goals.clone(),
                     min_load_pps: Some(line * 0.001),
                     ..Default::default()
                 };
-                let n = std::cell::Cell::new(0);
-                let r = mlr_search(dut.as_mut(), &settings, &cfg, &mut |_| n.set(n.get() + 1))
-                    .map_err(|e| format!("{label}: {e}"))?;
+                let mut progress = SearchProgress::new(&label, goals.len(), a.quiet);
+                let r = mlr_search(dut.as_mut(), &settings, &cfg, &mut |e| progress.event(e));
+                progress.finish();
+                let r = r.map_err(|e| format!("{label}: {e}"))?;
                 deterministic &= r.deterministic;
                 for g in &r.goals {
-                    eprintln!(
-                        "{label}: {} {} ({} Gb/s L1, {:.1} % of line){}{}",
-                        g.goal.name,
-                        g.lower_pps
-                            .map_or("below the minimum load".into(), |p| format!("{:.0} pps", p)),
-                        g.lower_gbps.map_or("-".into(), |x| format!("{x:.3}")),
-                        g.lower_pps.map_or(0.0, |p| p / line * 100.0),
-                        g.bottleneck
-                            .as_ref()
-                            .map_or(String::new(), |b| format!(", bottleneck {b}")),
-                        g.loss_at_upper
-                            .as_ref()
-                            .and_then(|l| l.dominant())
-                            .map_or(String::new(), |d| format!(", lost at {d}")),
-                    );
+                    say(goal_result_line(&label, g, line));
                 }
+                if let Some(m) = &r.loss_at_max_load {
+                    say(format!(
+                        "{label}: loss at the maximum load ({}, {:.1} % of line, {} s trial): {:.4} %{}",
+                        mpps(m.load_pps),
+                        m.load_pps / line * 100.0,
+                        m.duration_s,
+                        m.loss_ratio * 100.0,
+                        m.attribution
+                            .dominant()
+                            .map_or(String::new(), |d| format!(", mostly at {d}")),
+                    ));
+                }
+                say(format!(
+                    "{label}: {} trials ({} answered from identical earlier ones), {:.3} s of \
+                     trial traffic, {:.3} s measured{}",
+                    r.trials.len(),
+                    r.reused_trials,
+                    r.total_trial_s,
+                    r.measured_trial_s,
+                    r.warmup_skipped
+                        .as_ref()
+                        .map_or(String::new(), |w| format!("; no warm-up trial: {w}")),
+                ));
+                ndr = r.goals[0].relevant_lower_bound_pps;
+                let n_trials = r.trials.len();
                 let mut v = serde_json::to_value(&r).map_err(|e| e.to_string())?;
                 if !a.trials
                     && let Some(o) = v.as_object_mut()
                 {
                     o.remove("trials");
-                    o.insert("trial_count".into(), json!(n.get()));
+                    o.insert("trial_count".into(), json!(n_trials));
                 }
                 entry["ndr_pdr"] = v;
+                // Latency at stated loads: the NDR and 90 % of it (CSIT reports latency at
+                // fractions of the found rate).
+                if let Some(n) = ndr {
+                    let pts = latency_at_fractions(
+                        dut.as_mut(),
+                        &settings,
+                        &r.goals[0].goal.name,
+                        n,
+                        &[1.0, 0.9],
+                        trial_s,
+                    )
+                    .map_err(|e| format!("{label}: {e}"))?;
+                    for p in &pts {
+                        say(latency_line(&label, p));
+                    }
+                    entry["latency_at_load"] =
+                        serde_json::to_value(&pts).map_err(|e| e.to_string())?;
+                }
             }
-            let x = entry["ndr_pdr"]["goals"][0]["lower_pps"].as_f64();
             if a.tests.iter().any(|t| t == "throughput") {
                 let t = rfc2544_throughput(
                     dut.as_mut(),
                     &settings,
-                    a.final_trial,
-                    a.width,
+                    trial_s,
+                    goals[0].width,
                     line * 0.001,
                 )
                 .map_err(|e| format!("{label}: {e}"))?;
-                eprintln!(
-                    "{label}: RFC 2544 throughput {}",
-                    t.throughput_gbps
-                        .map_or("-".into(), |g| format!("{g:.3} Gb/s"))
-                );
+                say(format!(
+                    "{label}: RFC 2544 throughput {} ({} trials of {trial_s} s)",
+                    t.throughput_pps
+                        .map_or("below the minimum load".into(), |p| format!(
+                            "{} = {:.3} Gb/s L1",
+                            mpps(p),
+                            gbps(p, fs)
+                        )),
+                    t.trials.len(),
+                ));
                 let mut v = serde_json::to_value(&t).map_err(|e| e.to_string())?;
                 if !a.trials
                     && let Some(o) = v.as_object_mut()
@@ -405,7 +608,7 @@ fn rfc2544(a: Rfc2544Args) -> Result<(), String> {
                 }
                 entry["throughput"] = v;
             }
-            let load = x
+            let load = ndr
                 .or_else(|| entry["throughput"]["throughput_pps"].as_f64())
                 .unwrap_or(line);
             if a.tests.iter().any(|t| t == "latency") {
@@ -413,32 +616,66 @@ fn rfc2544(a: Rfc2544Args) -> Result<(), String> {
                     dut.as_mut(),
                     &settings,
                     load,
-                    a.final_trial,
+                    trial_s,
                     a.reps,
                     Default::default(),
                 )
                 .map_err(|e| format!("{label}: {e}"))?;
                 if let Some(m) = &l.mean {
-                    eprintln!(
-                        "{label}: latency at {:.0} pps: p50 {} ns p99 {} ns max {} ns",
-                        load, m.p50_ns, m.p99_ns, m.max_ns
-                    );
+                    say(format!(
+                        "{label}: RFC 2544 latency at {} ({} x {trial_s} s, {} frames lost): {}",
+                        mpps(load),
+                        a.reps,
+                        l.lost,
+                        latency_figures(m)
+                    ));
                 }
                 entry["latency"] = serde_json::to_value(&l).map_err(|e| e.to_string())?;
             }
             if a.tests.iter().any(|t| t == "loss") {
-                let pts = frame_loss_rate(dut.as_mut(), &settings, a.final_trial, 10.0)
+                let pts = frame_loss_rate(dut.as_mut(), &settings, trial_s, 10.0)
                     .map_err(|e| format!("{label}: {e}"))?;
+                say(format!(
+                    "{label}: RFC 2544 frame loss rate ({trial_s} s trials)"
+                ));
+                say(format!(
+                    "  {:>8}  {:>12}  {:>12}  {:>12}  {:>10}",
+                    "load %", "load Mpps", "sent", "lost", "loss %"
+                ));
+                for p in &pts {
+                    say(format!(
+                        "  {:>8.1}  {:>12.4}  {:>12}  {:>12}  {:>10.4}",
+                        p.load_percent,
+                        p.load_pps / 1e6,
+                        p.result.sent,
+                        p.result.lost,
+                        p.loss_ratio * 100.0
+                    ));
+                }
                 let brief: Vec<Value> = pts
                     .iter()
-                    .map(|p| json!({"load_percent": p.load_percent, "load_pps": p.load_pps, "loss_ratio": p.loss_ratio}))
+                    .map(|p| json!({"load_percent": p.load_percent, "load_pps": p.load_pps, "sent": p.result.sent, "lost": p.result.lost, "loss_ratio": p.loss_ratio}))
                     .collect();
                 entry["frame_loss_rate"] = Value::Array(brief);
             }
             if a.tests.iter().any(|t| t == "back-to-back") {
                 let b = back_to_back(dut.as_mut(), &settings, a.b2b_max, a.reps)
                     .map_err(|e| format!("{label}: {e}"))?;
-                eprintln!("{label}: back-to-back {:.1} frames", b.mean_frames);
+                say(format!(
+                    "{label}: back-to-back {} frames at line rate (mean of {} bursts: {}){}",
+                    b.mean_frames,
+                    b.bursts.len(),
+                    b.bursts
+                        .iter()
+                        .map(u64::to_string)
+                        .collect::<Vec<_>>()
+                        .join(", "),
+                    if b.reached_max {
+                        format!("; reached --b2b-max {}", a.b2b_max)
+                    } else {
+                        String::new()
+                    }
+                ));
                 entry["back_to_back"] = serde_json::to_value(&b).map_err(|e| e.to_string())?;
             }
             results.push(entry);
@@ -446,7 +683,10 @@ fn rfc2544(a: Rfc2544Args) -> Result<(), String> {
     }
     let out = json!({
         "dut": dut_name,
+        "dut_info": infos,
         "deterministic": deterministic,
+        "preset": preset.as_str(),
+        "goals": goals,
         "tests": a.tests,
         "results": results,
     });
@@ -459,13 +699,74 @@ fn rfc2544(a: Rfc2544Args) -> Result<(), String> {
     Ok(())
 }
 
+/// A goal's result in one line: the Relevant Lower Bound (the NDR or PDR) in Mpps and Gb/s with
+/// its share of the line rate, the Conditional Throughput, the Relevant Upper Bound, and what an
+/// irregular result lacks.
+fn goal_result_line(label: &str, g: &pktgen::search::GoalResult, line: f64) -> String {
+    let lower = match (g.relevant_lower_bound_pps, g.relevant_lower_bound_gbps) {
+        (Some(p), Some(gb)) => format!(
+            "{} = {gb:.3} Gb/s L1 ({:.2} % of line)",
+            mpps(p),
+            p / line * 100.0
+        ),
+        _ => "none".to_string(),
+    };
+    format!(
+        "{label}: {} {lower}; conditional throughput {}; upper bound {}{}{}{}",
+        g.goal.name,
+        g.conditional_throughput_pps.map_or("-".to_string(), mpps),
+        g.relevant_upper_bound_pps.map_or("none".to_string(), mpps),
+        match &g.irregular {
+            Some(why) => format!(" [irregular: {why}]"),
+            None => String::new(),
+        },
+        g.bottleneck
+            .as_ref()
+            .map_or(String::new(), |b| format!("; bottleneck {b}")),
+        g.loss_at_upper
+            .as_ref()
+            .and_then(|l| l.dominant())
+            .map_or(String::new(), |d| format!("; lost at {d}")),
+    )
+}
+
+fn latency_figures(l: &LatencyStats) -> String {
+    format!(
+        "min {} p50 {} p90 {} p99 {} max {} mean {:.0} ns",
+        l.min_ns, l.p50_ns, l.p90_ns, l.p99_ns, l.max_ns, l.mean_ns
+    )
+}
+
+fn latency_line(label: &str, p: &LatencyPoint) -> String {
+    format!(
+        "{label}: latency at {} ({}, {:.3} Gb/s L1, {} s, loss {:.4} %): {}",
+        p.label,
+        mpps(p.load_pps),
+        p.load_gbps,
+        p.duration_s,
+        p.loss_ratio * 100.0,
+        p.latency
+            .as_ref()
+            .map_or("not measured by this DUT".to_string(), latency_figures)
+    )
+}
+
 fn sweep(
     spec_path: PathBuf,
     out: Option<PathBuf>,
     json: bool,
     quiet: bool,
     line_gbps: Option<f64>,
+    clock: Option<String>,
 ) -> Result<(), String> {
+    if let Some(g) = line_gbps {
+        check_flag("--line-gbps", g, g > 0.0, "a positive number of Gb/s")?;
+    }
+    let clock = clock
+        .as_deref()
+        .map(str::parse::<Clock>)
+        .transpose()
+        .map_err(|e| format!("--clock: {e}"))?;
     let spec = load_spec(&spec_path)?;
     let name = spec.name.clone().unwrap_or_else(|| {
         spec_path
@@ -481,7 +782,7 @@ fn sweep(
     } else {
         Box::new(Bar::new(n))
     };
-    let mut factory = VnicFactory::new(line_gbps);
+    let mut factory = VnicFactory::new(DutOptions { line_gbps, clock });
     let r = run_sweep(&spec, &mut factory, bar.as_mut())
         .map_err(|e| format!("sweep {}: {e}", spec_path.display()))?;
     for l in summary_lines(&r) {
@@ -566,7 +867,7 @@ fn calibrate(frames: u64, frame_size: u32, json: bool) -> Result<(), String> {
     sink.finish();
     let l = sink
         .latency_histogram(0)
-        .and_then(LatencyStats::from_histogram)
+        .and_then(|h| h.stats())
         .ok_or("no latency measured")?;
     if json {
         println!("{}", json!({"loopback": l, "bias_ns": l.min_ns}));

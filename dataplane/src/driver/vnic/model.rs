@@ -311,6 +311,54 @@ pub struct LiveModel {
     pub now_ps: AtomicU64,
 }
 
+/// Exact latency extremes and sum beside a histogram, ns.
+#[derive(Clone, Copy, Debug, Default, PartialEq, Eq)]
+pub struct LatencyExact {
+    /// Samples.
+    pub count: u64,
+    /// Smallest sample (0 without samples).
+    pub min_ns: u64,
+    /// Largest sample.
+    pub max_ns: u64,
+    /// Sum of all samples.
+    pub sum_ns: u128,
+}
+
+impl LatencyExact {
+    /// Adds one sample.
+    #[inline]
+    pub fn record(&mut self, ns: u64) {
+        self.min_ns = if self.count == 0 {
+            ns
+        } else {
+            self.min_ns.min(ns)
+        };
+        self.max_ns = self.max_ns.max(ns);
+        self.sum_ns += u128::from(ns);
+        self.count += 1;
+    }
+
+    /// Adds another set of samples.
+    pub fn merge(&mut self, o: &LatencyExact) {
+        if o.count == 0 {
+            return;
+        }
+        self.min_ns = if self.count == 0 {
+            o.min_ns
+        } else {
+            self.min_ns.min(o.min_ns)
+        };
+        self.max_ns = self.max_ns.max(o.max_ns);
+        self.sum_ns += o.sum_ns;
+        self.count += o.count;
+    }
+
+    /// The exact mean, `None` without samples.
+    pub fn mean_ns(&self) -> Option<f64> {
+        (self.count > 0).then(|| self.sum_ns as f64 / self.count as f64)
+    }
+}
+
 /// What a timed queue reports at the end.
 #[derive(Clone, Debug)]
 pub struct TimedReport {
@@ -327,6 +375,9 @@ pub struct TimedReport {
     pub cpu_busy_ps: Ps,
     /// Wire-to-wire latency of every forwarded packet, ns.
     pub latency_ns: Histogram<u64>,
+    /// Exact smallest, largest and summed latency, ns (the histogram rounds to 3 digits; reports
+    /// need exact extremes and a mean that lies between them).
+    pub latency_exact: LatencyExact,
     /// Reads that waited for a free tag.
     pub read_stalls: u64,
     /// The last DDIO hit fraction.
@@ -381,6 +432,8 @@ pub struct PortModel {
     pub bottleneck: &'static str,
     /// Latency histogram of all queues, ns.
     pub latency_ns: Option<Histogram<u64>>,
+    /// Exact latency extremes and sum of all queues.
+    pub latency_exact: LatencyExact,
     /// Outstanding-read stalls.
     pub read_stalls: u64,
     /// Mean DDIO hit fraction over the queues.
@@ -413,6 +466,7 @@ impl PortModel {
             utilization: Vec::new(),
             bottleneck: "none",
             latency_ns: None,
+            latency_exact: LatencyExact::default(),
             read_stalls: timed.iter().map(|t| t.read_stalls).sum(),
             ddio_hit: 1.0,
             offered_gbps: None,
@@ -463,25 +517,32 @@ impl PortModel {
             }
         }
         out.latency_ns = hist;
+        for t in &timed {
+            out.latency_exact.merge(&t.latency_exact);
+        }
         out.ddio_hit = timed.iter().map(|t| t.ddio_hit).sum::<f64>() / n;
         out.offered_gbps = timed.iter().map(|t| t.offered_gbps).sum::<Option<f64>>();
         out
     }
 
-    /// Latency at quantile `q` (0..=1; 1 = the maximum) in ns, `None` without samples.
+    /// Latency at quantile `q` (0..=1; 0 = the exact minimum, 1 = the exact maximum) in ns,
+    /// `None` without samples. Quantiles in between come from the histogram, clamped to the
+    /// exact extremes, so they never contradict them.
     pub fn latency_quantile(&self, q: f64) -> Option<u64> {
         let h = self.latency_ns.as_ref().filter(|h| !h.is_empty())?;
+        let e = &self.latency_exact;
         Some(if q >= 1.0 {
-            h.max()
+            e.max_ns
+        } else if q <= 0.0 {
+            e.min_ns
         } else {
-            h.value_at_quantile(q)
+            h.value_at_quantile(q).clamp(e.min_ns, e.max_ns)
         })
     }
 
-    /// Mean latency in ns, `None` without samples.
+    /// Exact mean latency in ns, `None` without samples.
     pub fn latency_mean(&self) -> Option<f64> {
-        let h = self.latency_ns.as_ref().filter(|h| !h.is_empty())?;
-        Some(h.mean())
+        self.latency_exact.mean_ns()
     }
 
     /// Latency samples recorded.
@@ -527,6 +588,7 @@ pub(crate) struct Timing {
     first: Option<Ps>,
     last: Ps,
     hist: Histogram<u64>,
+    lat_exact: LatencyExact,
     ddio: DdioModel,
     queues: u64,
     miss_ppm: u64,
@@ -760,6 +822,7 @@ impl Timing {
             busy_ps: busy,
             cpu_busy_ps: self.cpu_busy,
             latency_ns: self.hist.clone(),
+            latency_exact: self.lat_exact,
             read_stalls: self.tl.reads().stalls(),
             ddio_hit: 1.0 - self.miss_ppm as f64 / 1e6,
             offered_gbps: self.offered_gbps,
@@ -896,6 +959,7 @@ impl NicModel {
                     first: None,
                     last: 0,
                     hist,
+                    lat_exact: LatencyExact::default(),
                     ddio: DdioModel::from_profile(&prof.host),
                     queues: u64::from(q),
                     miss_ppm: 0,
@@ -1220,6 +1284,7 @@ impl NicModel {
                 let r = t.tl.get_mut(ResourceKind::WireTx).reserve(ready, bytes);
                 let lat = (r.end / PS_PER_NS).saturating_sub(arrival_ns).max(1);
                 t.hist.saturating_record(lat);
+                t.lat_exact.record(lat);
                 t.last = t.last.max(r.end);
                 r.end
             }
