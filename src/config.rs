@@ -267,10 +267,16 @@ impl RunConfig {
                 ),
             );
         }
-        if d.tx_inline > 930 {
+        if d.tx_inline > dataplane::driver::vnic::MAX_TX_INLINE {
             return bad(
                 "datapath.tx_inline",
-                format!("{} out of range; allowed 0..=930", d.tx_inline),
+                format!(
+                    "{} out of range; allowed 0..={} (a Tx descriptor holds at most 60 16-byte \
+                     segments: control, Ethernet, the inline continuation and up to two data \
+                     pointers)",
+                    d.tx_inline,
+                    dataplane::driver::vnic::MAX_TX_INLINE
+                ),
             );
         }
         if !(1..=dataplane::MAX_BURST).contains(&d.burst) {

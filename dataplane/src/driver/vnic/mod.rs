@@ -34,6 +34,11 @@ pub use model::{
 };
 pub use queue::{RxRingId, VnicQueue};
 
+/// The largest Tx inline size the virtual NIC takes: a WQE holds at most 60 16-byte segments
+/// (mlx5's limit), of which the control and Ethernet segments and up to two data pointers are
+/// not inline data.
+pub const MAX_TX_INLINE: usize = 2 + (tx::MAX_DS - 4) * SEG;
+
 use std::sync::Arc;
 use std::sync::atomic::{AtomicBool, Ordering};
 use std::thread::JoinHandle;
@@ -278,7 +283,7 @@ impl VnicPort {
                 cfg.burst
             ));
         }
-        let max_inline = tx::max_inline(2);
+        let max_inline = MAX_TX_INLINE;
         if cfg.tx_inline > max_inline {
             return bad(format!(
                 "tx_inline {} out of range; allowed 0..={max_inline} (a Tx WQE holds at most {} \

@@ -37,11 +37,6 @@ const INLINE_AT: usize = SEG + 14;
 /// Marks a send-queue slot that holds no packet (a NOP, or the inside of a multi-block WQE).
 const NO_PKT: u32 = u32::MAX;
 
-/// The largest inline size a WQE with `data_segs` data segments can carry within [`MAX_DS`].
-pub(crate) fn max_inline(data_segs: usize) -> usize {
-    2 + (MAX_DS - 2 - data_segs) * SEG
-}
-
 /// Result of the NIC processing the WQEs of one doorbell.
 #[derive(Clone, Copy, Debug, Default, PartialEq, Eq)]
 pub(crate) struct TxOutcome {
