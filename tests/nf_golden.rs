@@ -9,7 +9,7 @@ use std::path::PathBuf;
 use dataplane::DatapathMode;
 use nfs::frames::{FrameSpec, L4Spec};
 use nfs::headers::verify_frame_checksums;
-use nmdp::app::{RunOptions, run};
+use nmdp::run::{RunOptions, run};
 use serde_json::Value;
 
 const NAT_IP: u32 = 0x0a00_0001; // 10.0.0.1

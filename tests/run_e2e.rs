@@ -5,7 +5,7 @@ use std::path::PathBuf;
 use std::process::Command;
 
 use dataplane::DatapathMode;
-use nmdp::app::{RunOptions, run};
+use nmdp::run::{RunOptions, run};
 use serde_json::Value;
 
 fn config(name: &str) -> PathBuf {

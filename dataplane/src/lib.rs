@@ -26,7 +26,7 @@ pub use burst::{
     PacketMut, PacketsMut, RxPacket, RxWriter, TxView,
 };
 pub use mode::DatapathMode;
-pub use nf::{NetworkFunction, NfChain, NfContext, merge_stats};
+pub use nf::{CounterValue, Counters, NetworkFunction, NfChain, NfContext};
 pub use packet::{NicPayload, PacketOwner, PayloadLoc, PayloadRef, PayloadRing};
 pub use port::{Capabilities, Port, Queue, QueueStats};
 pub use verdict::{Action, DropCounts, DropReason, Verdict};

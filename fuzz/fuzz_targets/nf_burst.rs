@@ -91,7 +91,7 @@ fuzz_target!(|data: &[u8]| {
                 assert!(b.header_len(i) <= b.frame_len(i));
             }
         }
-        let s = nf.stats();
+        let s = nf.counters();
         if let (Some(p), Some(d)) = (
             s["packets"].as_u64(),
             s.get("dropped").and_then(|d| d.as_u64()),

@@ -251,13 +251,15 @@ fn nf_setup(which: &str, mode: DatapathMode, fl: &Flows, n: usize, ctx: &NfConte
         s.nf.process(&mut s.bursts[0], ctx);
         k += 32;
     }
-    let st = s.nf.stats();
+    let st = s.nf.counters();
     eprintln!(
         "{which} {mode}: populated in {:.1} s, new={} active={}",
         t0.elapsed().as_secs_f64(),
-        st.get("new_mappings").or(st.get("new_flows")).unwrap(),
-        st.get("active_mappings")
-            .or(st.get("active_flows"))
+        st.count_at("new_mappings")
+            .or(st.count_at("new_flows"))
+            .unwrap(),
+        st.count_at("active_mappings")
+            .or(st.count_at("active_flows"))
             .unwrap()
     );
     s
@@ -326,7 +328,7 @@ fn bench_nf(c: &mut Criterion) {
                     }
                     total
                 });
-                let st = s.nf.stats();
+                let st = s.nf.counters();
                 assert_eq!(
                     st["dropped"], 0,
                     "{which}: the measured packets must all be hits"

@@ -72,15 +72,10 @@ fn round_robin_spreads_flows_and_rewrites_correctly() {
             }
         }
         assert!(per.iter().all(|&n| n == 2), "{mode}: {per:?}");
-        let s = l.stats();
+        let s = l.counters();
         assert_eq!(s["new_flows"], 64);
         assert_eq!(s["packets"], 64);
-        let bp: u64 = s["backend_packets"]
-            .as_array()
-            .unwrap()
-            .iter()
-            .map(|x| x.as_u64().unwrap())
-            .sum();
+        let bp: u64 = s["backend_packets"].as_counts().unwrap().iter().sum();
         assert_eq!(bp, 64);
         // UDP zero checksum stayed zero.
         assert_eq!(read_u16(&out[3].0, 40), 0);
@@ -117,7 +112,7 @@ fn affinity_and_disable_enable() {
                 assert_eq!(a, b, "{mode}: unrelated flow moved");
             }
         }
-        assert_eq!(l.stats()["remapped"], 1);
+        assert_eq!(l.counters()["remapped"], 1);
         // Re-enable: existing flows keep their (new) backends.
         l.set_backend_enabled(5, true);
         let back: Vec<u32> = run(&mut l, &f, &flows, 4 * SEC, 0)
@@ -182,7 +177,7 @@ fn non_vip_policy_and_drops() {
         );
         let (_, v) = run1(&mut l, &f, &arp, SEC);
         assert_eq!(v, Verdict::tx(1));
-        assert_eq!(l.stats()["not_for_vip"], 2);
+        assert_eq!(l.counters()["not_for_vip"], 2);
         let mut l = lb("flows = 64\nnon_vip = \"drop\"");
         assert_eq!(
             run1(&mut l, &f, &other, SEC).1,
@@ -208,7 +203,7 @@ fn non_vip_policy_and_drops() {
             Verdict::drop(reason("no_backend")),
             "{mode}"
         );
-        assert_eq!(l.stats()["drops"]["no_backend"], 1);
+        assert_eq!(l.counters()["drops"]["no_backend"], 1);
     }
 }
 
@@ -219,10 +214,10 @@ fn idle_timeout_and_full_table() {
     let fr = FrameSpec::udp(client(1), ip(VIP), 1, 2, 10).build();
     run1(&mut l, &f, &fr, SEC);
     run1(&mut l, &f, &fr, 60 * SEC);
-    assert_eq!(l.stats()["new_flows"], 1);
+    assert_eq!(l.counters()["new_flows"], 1);
     run1(&mut l, &f, &fr, 122 * SEC);
-    assert_eq!(l.stats()["new_flows"], 2);
-    assert_eq!(l.stats()["expired"], 1);
+    assert_eq!(l.counters()["new_flows"], 2);
+    assert_eq!(l.counters()["expired"], 1);
 
     let mut l = lb("flows = 2\nfull_policy = \"drop\"\nidle_timeout_s = 0");
     let frames: Vec<Vec<u8>> = (0..3)
@@ -230,7 +225,7 @@ fn idle_timeout_and_full_table() {
         .collect();
     let out = run(&mut l, &f, &frames, SEC, 0);
     assert_eq!(out[2].1, Verdict::drop(DropReason::FLOW_TABLE_FULL));
-    assert_eq!(l.stats()["flow_table_full"], 1);
+    assert_eq!(l.counters()["flow_table_full"], 1);
 
     let mut l = lb("flows = 2\nidle_timeout_s = 0");
     let out = run(&mut l, &f, &frames, SEC, 0);
@@ -238,7 +233,7 @@ fn idle_timeout_and_full_table() {
         out.iter().all(|(_, v)| *v == Verdict::tx(1)),
         "evict policy keeps forwarding"
     );
-    assert_eq!(l.stats()["evicted"], 1);
+    assert_eq!(l.counters()["evicted"], 1);
 }
 
 #[test]

@@ -3,7 +3,6 @@
 //!
 //! - [`profile`]: the hardware profile, every constant a named field, loaded from
 //!   `configs/profiles/*.toml`.
-//! - [`overrides`]: `--set key=value` on any TOML table.
 //! - [`pcie`]: link bandwidth and TLP arithmetic (integer bytes and TLP counts).
 //! - [`breakdown`]: per-operation charges and the analytical per-packet breakdown.
 //! - [`timeline`]: busy-until resource timelines in picoseconds, the read model, utilisation
@@ -19,7 +18,6 @@
 
 pub mod breakdown;
 pub mod ddio;
-pub mod overrides;
 pub mod pcie;
 pub mod profile;
 pub mod ratio;
@@ -29,7 +27,6 @@ pub use breakdown::{
     Bound, Breakdown, BreakdownInput, OpCosts, TxShape, TxWqe, render_text, to_json,
 };
 pub use ddio::DdioModel;
-pub use overrides::apply_set;
 pub use pcie::{PcieLink, PerPacket, Traffic};
 pub use profile::HardwareProfile;
 pub use ratio::Ratio;

@@ -13,16 +13,14 @@
 //! Units are in the key names: `_gbps` is Gb/s, `_ns` nanoseconds, `_gbyte_s` GB/s; sizes
 //! accept integers (bytes) or strings with binary units (`"256KiB"`, `"4MiB"`).
 //!
-//! Overrides (`--set nic.pcie.mps=128`) are applied to the TOML table before deserialisation
-//! with [`crate::model::overrides::apply_set`], so validation covers them too.
+//! Overrides (`--set nic.pcie.mps=128`) are applied by the run configuration to the TOML table
+//! before [`HardwareProfile::from_table`] deserialises it, so validation covers them too.
 
 use std::fmt;
 use std::path::Path;
 
 use serde::de::{self, Visitor};
 use serde::{Deserialize, Deserializer, Serialize, Serializer};
-
-use super::overrides;
 
 /// The PCIe efficiency η of the calibrated preset: measured ≥512 B transfers reach 94–95 % of
 /// raw [derived from pcie-bench data].
@@ -408,38 +406,34 @@ impl Default for CycleModel {
             doorbell: 150,
             llc_access: 50,
             dram_access: 172,
-            nf: NfCycles::default(),
+            nf: default_nf_cycles(),
         }
     }
 }
 
-/// `[host.cycles.nf]`: base cycles per packet per network function (memory accesses are
-/// charged separately with [`CycleModel::llc_access`] / [`CycleModel::dram_access`]).
-#[derive(Clone, Debug, PartialEq, Serialize, Deserialize)]
-#[serde(deny_unknown_fields, default)]
-pub struct NfCycles {
-    /// NAT [derived from nicmem Fig. 8: line rate at 14 cores].
-    pub nat: u32,
-    /// Load balancer [derived from nicmem Fig. 8: line rate at 12 cores].
-    pub lb: u32,
-    /// Flow counter \[assumption\].
-    pub flow_counter: u32,
-    /// MAC swap \[assumption\].
-    pub macswap: u32,
-    /// WorkPackage base cost; its N reads are charged as accesses \[assumption\].
-    pub work_package: u32,
-}
+/// `[host.cycles.nf]`: base cycles per packet of each network function, by the function's
+/// canonical name (`nat = 1330`); memory accesses are charged separately with
+/// [`CycleModel::llc_access`] / [`CycleModel::dram_access`]. The set of functions is open: each
+/// one registers its key (`nfs`' registry), and the run configuration refuses keys of functions
+/// it does not know and, in virtual time, a pipeline function without a cost here. A profile
+/// that leaves out `[host.cycles.nf]` gets the default profile's table
+/// ([`default_nf_cycles`]); one that has the table gets exactly what it lists.
+pub type NfCycles = std::collections::BTreeMap<String, u32>;
 
-impl Default for NfCycles {
-    fn default() -> Self {
-        NfCycles {
-            nat: 1330,
-            lb: 1070,
-            flow_counter: 300,
-            macswap: 20,
-            work_package: 20,
-        }
-    }
+/// The `[host.cycles.nf]` table of the default built-in profile (the first of
+/// [`BUILTIN_PROFILES`]): the costs a profile without the table takes, read from the profile
+/// file itself so that no function is named in code here.
+pub fn default_nf_cycles() -> NfCycles {
+    let nf = || -> Option<NfCycles> {
+        let t: toml::Table = BUILTIN_PROFILES.first()?.1.parse().ok()?;
+        t.get("host")?
+            .get("cycles")?
+            .get("nf")?
+            .clone()
+            .try_into()
+            .ok()
+    };
+    nf().unwrap_or_default()
 }
 
 /// One kibibyte.
@@ -561,24 +555,10 @@ impl HardwareProfile {
 
     /// Loads and validates a profile file; errors name the file.
     pub fn load(path: impl AsRef<Path>) -> Result<Self, String> {
-        Self::load_with_overrides(path, &[])
-    }
-
-    /// Loads a profile file, applies `key=value` overrides (as for `--set`), then validates.
-    pub fn load_with_overrides(path: impl AsRef<Path>, sets: &[String]) -> Result<Self, String> {
         let path = path.as_ref();
         let text = crate::textfile::read_bounded(path, crate::textfile::MAX_TEXT_FILE)
             .map_err(|e| format!("{}: hardware profile: {e}", path.display()))?;
-        Self::from_text_with_overrides(&text, sets).map_err(|e| format!("{}: {e}", path.display()))
-    }
-
-    /// Parses TOML text, applies `key=value` overrides, then validates.
-    pub fn from_text_with_overrides(text: &str, sets: &[String]) -> Result<Self, String> {
-        let mut table: toml::Table = text.parse().map_err(|e| format!("{e}"))?;
-        for s in sets {
-            overrides::apply_assignment(&mut table, s)?;
-        }
-        Self::from_table(table)
+        Self::from_toml_str(&text).map_err(|e| format!("{}: {e}", path.display()))
     }
 
     /// A profile compiled into the binary by name (see [`BUILTIN_PROFILES`]).
@@ -594,15 +574,6 @@ impl HardwareProfile {
                 )
             })?;
         Self::from_toml_str(text).map_err(|e| format!("built-in profile {name}: {e}"))
-    }
-
-    /// A built-in profile if `spec` names one, else the file at path `spec`; then overrides.
-    pub fn resolve(spec: &str, sets: &[String]) -> Result<Self, String> {
-        match BUILTIN_PROFILES.iter().find(|(n, _)| *n == spec) {
-            Some((name, text)) => Self::from_text_with_overrides(text, sets)
-                .map_err(|e| format!("built-in profile {name}: {e}")),
-            None => Self::load_with_overrides(spec, sets),
-        }
     }
 
     /// The profile as TOML text (round-trips through [`HardwareProfile::from_toml_str`]).
@@ -861,26 +832,6 @@ mod tests {
         assert!(e.contains("MiB"), "{e}");
         let e = HardwareProfile::from_toml_str("[host]\nddio_ways = 12").unwrap_err();
         assert!(e.contains("host.ddio_ways"), "{e}");
-    }
-
-    #[test]
-    fn overrides_apply_before_validation() {
-        let sets = vec![
-            "nic.pcie.mps=128".to_string(),
-            "nic.pcie.efficiency=spec".to_string(),
-            "nic.nicmem.capacity=4MiB".to_string(),
-        ];
-        let p = HardwareProfile::from_text_with_overrides("", &sets).unwrap();
-        assert_eq!(p.nic.pcie.mps, 128);
-        assert_eq!(p.nic.pcie.efficiency, Efficiency::Spec);
-        assert_eq!(p.nic.nicmem.capacity, ByteSize(4 * MIB));
-        let e = HardwareProfile::from_text_with_overrides("", &["nic.pcie.mps=100".into()])
-            .unwrap_err();
-        assert!(e.contains("nic.pcie.mps"), "{e}");
-        let e = HardwareProfile::resolve("/nonexistent/x.toml", &[]).unwrap_err();
-        assert!(e.contains("/nonexistent/x.toml"), "{e}");
-        let p = HardwareProfile::resolve("cx6dx-gen4x16-200g", &["nic.ports=2".into()]).unwrap();
-        assert_eq!(p.nic.ports, 2);
     }
 
     #[test]

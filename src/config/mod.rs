@@ -2,6 +2,9 @@
 //! the NF pipeline, with `--set key=value` overrides applied before it is checked.
 //!
 //! Every error names the file, the key and what is allowed, and nothing runs on a bad config.
+//!
+//! [`overrides`] is the `--set` parser (generic over any TOML table); [`dpdk`] the `[dpdk]`
+//! section that selects DPDK ports (feature `dpdk`).
 
 use std::fmt;
 use std::path::{Path, PathBuf};
@@ -10,6 +13,10 @@ use dataplane::DatapathMode;
 use dataplane::driver::vnic::{ClockMode, VnicTiming};
 use dataplane::model::HardwareProfile;
 use serde::Deserialize;
+
+#[cfg(feature = "dpdk")]
+pub mod dpdk;
+pub mod overrides;
 
 /// A configuration error: the file, the dotted key (when known) and the message.
 #[derive(Debug, Clone, PartialEq, Eq)]
@@ -189,7 +196,7 @@ impl RunConfig {
             .map_err(|e: toml::de::Error| err("", format!("not valid TOML: {}", e.message())))?;
         let file_sets_nothing = table.is_empty();
         for o in overrides {
-            dataplane::model::overrides::apply_assignment(&mut table, o)
+            overrides::apply_assignment(&mut table, o)
                 .map_err(|m| err(o.split('=').next().unwrap_or(""), m))?;
         }
         let mut cfg = Self::from_table(path, table)?;
@@ -389,7 +396,7 @@ impl RunConfig {
                 _ => {
                     return bad(
                         &format!("pipeline[{i}].name"),
-                        format!("missing; allowed: {}", nfs::NF_NAMES.join(", ")),
+                        format!("missing; allowed: {}", nfs::registry::names().join(", ")),
                     );
                 }
             }
@@ -405,7 +412,7 @@ impl RunConfig {
         let workers = self.run.workers.max(1);
         for (i, nf) in self.pipeline.iter().enumerate() {
             let name = nf.get("name").and_then(|v| v.as_str()).unwrap_or("");
-            if !matches!(name, "flow_counter" | "flow-counter") {
+            if nfs::lookup(name).is_none_or(|s| s.name != nfs::flow_counter::SPEC.name) {
                 continue;
             }
             let Some(toml::Value::String(dump)) = nf.get("dump_path") else {
@@ -486,7 +493,7 @@ impl RunConfig {
             w.push(format!(
                 "no [[pipeline]]: frames are forwarded unchanged, as with a single io_fwd; add \
                  [[pipeline]] entries ({}) to process them",
-                nfs::NF_NAMES.join(", ")
+                nfs::registry::names().join(", ")
             ));
         }
         if let Ok((spec, table, false)) = self.profile_table(path)
@@ -525,6 +532,21 @@ impl RunConfig {
             let key = m.split('`').nth(1).unwrap_or("nic").to_string();
             err(&key, format!("profile `{spec}`: {m}"))
         })?;
+        for name in p.host.cycles.nf.keys() {
+            if nfs::registry::lookup(name).is_none_or(|s| s.name != name) {
+                let hint = match nfs::registry::lookup(name) {
+                    Some(s) => format!("write it under its canonical name `{}`", s.name),
+                    None => format!(
+                        "registered network functions: {}",
+                        nfs::registry::names().join(", ")
+                    ),
+                };
+                return Err(err(
+                    &format!("host.cycles.nf.{name}"),
+                    format!("profile `{spec}`: `{name}` is not a network function's name; {hint}"),
+                ));
+            }
+        }
         Ok(p)
     }
 
@@ -606,32 +628,55 @@ impl RunConfig {
         Ok(Some(pktgen::nat::NatReturnConfig { ratio, nat_ip }))
     }
 
-    /// NF cycles per packet of the pipeline under the profile's `[host.cycles.nf]` (functions
-    /// it does not list, such as `io_fwd`, cost nothing beyond the driver).
-    pub fn nf_cycles(&self, profile: &HardwareProfile) -> u32 {
-        let nf = &profile.host.cycles.nf;
-        self.pipeline
-            .iter()
-            .map(|e| match e.get("name").and_then(|v| v.as_str()) {
-                Some("nat") => nf.nat,
-                Some("lb") => nf.lb,
-                Some("flow_counter") => nf.flow_counter,
-                Some("macswap") => nf.macswap,
-                Some("work_package") => nf.work_package,
-                _ => 0,
-            })
-            .sum()
+    /// NF cycles per packet of the pipeline under the profile's `[host.cycles.nf]`: each
+    /// function's cost under its canonical name (`host.cycles.nf.<name>`, aliases resolved
+    /// first; see [`nfs::NfSpec::cost_key`]). A function the registry does not know, or one the
+    /// profile gives no cost, is an error naming the key: nothing is charged 0 by omission.
+    pub fn nf_cycles(&self, path: &Path, profile: &HardwareProfile) -> Result<u32, ConfigError> {
+        let costs = &profile.host.cycles.nf;
+        let mut total = 0u32;
+        for (i, e) in self.pipeline.iter().enumerate() {
+            let name = e.get("name").and_then(|v| v.as_str()).unwrap_or("");
+            let spec = nfs::lookup(name).ok_or_else(|| ConfigError {
+                file: path.to_path_buf(),
+                key: format!("pipeline[{i}].name"),
+                msg: format!(
+                    "unknown network function `{name}`; allowed: {}",
+                    nfs::registry::names().join(", ")
+                ),
+            })?;
+            let cost = costs.get(spec.name).ok_or_else(|| ConfigError {
+                file: path.to_path_buf(),
+                key: spec.cost_key(),
+                msg: format!(
+                    "the hardware profile has no CPU cost for `{}` (pipeline[{i}]), which a \
+                     virtual-time run charges per packet; set it in the profile's \
+                     [host.cycles.nf] or with --set {}=CYCLES",
+                    spec.name,
+                    spec.cost_key()
+                ),
+            })?;
+            total = total.saturating_add(*cost);
+        }
+        Ok(total)
     }
 
     /// The virtual NIC parameters this config describes on `profile`, paced at `offered_gbps`.
+    /// The CPU cost per packet of the NFs is charged only in virtual time, so only there does
+    /// a missing cost fail ([`RunConfig::nf_cycles`]).
     pub fn vnic_config(
         &self,
+        path: &Path,
         profile: &HardwareProfile,
         offered_gbps: Option<f64>,
-    ) -> dataplane::driver::vnic::VnicConfig {
+    ) -> Result<dataplane::driver::vnic::VnicConfig, ConfigError> {
         let v = &self.vnic;
         let d = &self.datapath;
-        dataplane::driver::vnic::VnicConfig {
+        let nf_cycles = match self.run.clock {
+            ClockMode::Virtual => self.nf_cycles(path, profile)?,
+            ClockMode::Wall => 0,
+        };
+        Ok(dataplane::driver::vnic::VnicConfig {
             mode: d.mode,
             split_offset: d.split_offset,
             tx_inline: d.tx_inline,
@@ -654,10 +699,10 @@ impl RunConfig {
             timing: Some(VnicTiming {
                 clock: self.run.clock,
                 offered_gbps,
-                nf_cycles: self.nf_cycles(profile),
+                nf_cycles,
             }),
             steering: Vec::new(),
-        }
+        })
     }
 
     /// Builds one NF chain for worker `worker` of `workers`. Errors name the pipeline entry.
@@ -772,6 +817,43 @@ fn merge(table: &mut toml::Table, section: &str, over: toml::Table) {
     }
 }
 
+/// True when `a` and `b` name the same existing file (through hard links or symbolic links too).
+pub fn same_file(a: &std::path::Path, b: &std::path::Path) -> bool {
+    #[cfg(unix)]
+    {
+        use std::os::unix::fs::MetadataExt;
+        match (std::fs::metadata(a), std::fs::metadata(b)) {
+            (Ok(x), Ok(y)) => x.dev() == y.dev() && x.ino() == y.ino(),
+            _ => false,
+        }
+    }
+    #[cfg(not(unix))]
+    {
+        matches!((a.canonicalize(), b.canonicalize()), (Ok(x), Ok(y)) if x == y)
+    }
+}
+
+/// A hardware profile for `dataplane model`: a built-in name or a profile file, with `sets`
+/// (`key=value`, as for `--set`) applied before it is checked. Errors name the file.
+pub fn resolve_profile(spec: &str, sets: &[String]) -> Result<HardwareProfile, String> {
+    let builtin = dataplane::model::profile::BUILTIN_PROFILES
+        .iter()
+        .find(|(n, _)| *n == spec);
+    let (text, what) = match builtin {
+        Some((name, text)) => (text.to_string(), format!("built-in profile {name}")),
+        None => (
+            read_config_text(Path::new(spec))
+                .map_err(|e| format!("{spec}: hardware profile: {e}"))?,
+            spec.to_string(),
+        ),
+    };
+    let mut table: toml::Table = text.parse().map_err(|e| format!("{what}: {e}"))?;
+    for s in sets {
+        overrides::apply_assignment(&mut table, s).map_err(|e| format!("{what}: {e}"))?;
+    }
+    HardwareProfile::from_table(table).map_err(|e| format!("{what}: {e}"))
+}
+
 #[cfg(test)]
 mod tests {
     use super::*;
@@ -779,7 +861,7 @@ mod tests {
     fn load_str(s: &str, sets: &[&str]) -> Result<RunConfig, ConfigError> {
         let mut t: toml::Table = s.parse().unwrap();
         for o in sets {
-            dataplane::model::overrides::apply_assignment(&mut t, o).unwrap();
+            overrides::apply_assignment(&mut t, o).unwrap();
         }
         RunConfig::from_table(Path::new("t.toml"), t)
     }
@@ -923,5 +1005,75 @@ mod tests {
                 .iter()
                 .all(|k| !c.generator_table().contains_key(*k))
         );
+    }
+
+    #[test]
+    fn profile_overrides_apply_before_validation() {
+        let sets = vec![
+            "nic.pcie.mps=128".to_string(),
+            "nic.nicmem.capacity=4MiB".to_string(),
+        ];
+        let p = resolve_profile("cx5-gen3x16-100g", &sets).unwrap();
+        assert_eq!(p.nic.pcie.mps, 128);
+        assert_eq!(p.nic.nicmem.capacity.bytes(), 4 << 20);
+        let e = resolve_profile("cx5-gen3x16-100g", &["nic.pcie.mps=100".into()]).unwrap_err();
+        assert!(e.contains("nic.pcie.mps"), "{e}");
+        let e = resolve_profile("/nonexistent/x.toml", &[]).unwrap_err();
+        assert!(e.contains("/nonexistent/x.toml"), "{e}");
+        let p = resolve_profile("cx6dx-gen4x16-200g", &["nic.ports=2".into()]).unwrap();
+        assert_eq!(p.nic.ports, 2);
+    }
+
+    /// The CPU model charges each registered function its own profile key, under its canonical
+    /// name whatever spelling the pipeline used; a missing or unknown key is an error naming it.
+    #[test]
+    fn nf_cycles_follow_the_registry() {
+        let p = Path::new("t.toml");
+        let fc = |name: &str, sets: &[&str]| {
+            let c = load_str(&format!("[[pipeline]]\nname = \"{name}\"\n"), sets).unwrap();
+            let prof = c.profile(p)?;
+            c.nf_cycles(p, &prof)
+        };
+        assert_eq!(fc("flow_counter", &[]).unwrap(), 300);
+        assert_eq!(
+            fc("flow-counter", &[]).unwrap(),
+            300,
+            "an alias costs the same"
+        );
+        assert_eq!(fc("io_fwd", &[]).unwrap(), 0);
+        for s in nfs::REGISTRY {
+            let set = format!("{}=1234", s.cost_key());
+            assert_eq!(fc(s.name, &[&set]).unwrap(), 1234, "--set {set}");
+        }
+        // A profile without the function's cost: the key to set is named.
+        let dir = std::env::temp_dir().join(format!("nmdp-nf-cycles-{}", std::process::id()));
+        std::fs::create_dir_all(&dir).unwrap();
+        let prof = dir.join("p.toml");
+        std::fs::write(&prof, "[host.cycles.nf]\nnat = 1000\n").unwrap();
+        let cfg = dir.join("c.toml");
+        std::fs::write(
+            &cfg,
+            "[nic]\nprofile = \"p.toml\"\n[[pipeline]]\nname = \"lb\"\n",
+        )
+        .unwrap();
+        let c = RunConfig::load(&cfg, &[]).unwrap();
+        let e = c.nf_cycles(&cfg, &c.profile(&cfg).unwrap()).unwrap_err();
+        assert_eq!(e.key, "host.cycles.nf.lb", "{e}");
+        assert!(e.msg.contains("--set host.cycles.nf.lb="), "{e}");
+        // ... which a wall-clock run does not need.
+        let c = RunConfig::load(&cfg, &["run.clock=wall".into()]).unwrap();
+        assert!(c.vnic_config(&cfg, &c.profile(&cfg).unwrap(), None).is_ok());
+        let c = RunConfig::load(&cfg, &["run.clock=virtual".into()]).unwrap();
+        let e = c
+            .vnic_config(&cfg, &c.profile(&cfg).unwrap(), None)
+            .unwrap_err();
+        assert_eq!(e.key, "host.cycles.nf.lb");
+        std::fs::remove_dir_all(&dir).unwrap();
+        // Keys that name no function, or an alias, are refused with the names allowed.
+        let e = fc("nat", &["host.cycles.nf.natt=5"]).unwrap_err();
+        assert_eq!(e.key, "host.cycles.nf.natt");
+        assert!(e.msg.contains("flow_counter"), "{e}");
+        let e = fc("nat", &["host.cycles.nf.flow-counter=5"]).unwrap_err();
+        assert!(e.msg.contains("canonical name `flow_counter`"), "{e}");
     }
 }

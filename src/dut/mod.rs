@@ -1,9 +1,9 @@
-//! Benchmark glue between `pktgen`'s RFC 2544 / MLRsearch harness and the dataplane: a
+//! The device under test of `pktgen`'s RFC 2544 / MLRsearch trials and sweeps: a
 //! [`pktgen::trial::Dut`] that runs a `dataplane` config in-process on the virtual NIC
 //! ([`VnicDut`]), the factory that builds one per sweep point ([`VnicFactory`]), and the
 //! `sim:` test DUT spelled on the command line ([`dut_from_spec`]).
 //!
-//! Each trial is one `nmdp::app::run` of the config with overrides: `run.packets` = the trial's
+//! Each trial is one `nmdp::run::run` of the config with overrides: `run.packets` = the trial's
 //! frames, `traffic.*` = the trial's traffic, `run.clock` = the trial clock and
 //! `traffic.rate_gbps` = the trial's offered load in L1 Gb/s (line bits with preamble, SFD, IFG
 //! and FCS: the model's unit). Two clocks ([`Clock`]):
@@ -57,8 +57,8 @@ use pktgen::testdut::{SimDut, SimDutConfig};
 use pktgen::trial::{Dut, DutError, DutInfo, LossAttribution, TrialResult, TrialSpec, gbps};
 use serde_json::Value;
 
-use crate::app::{RunOptions, load_config};
 use crate::config::PORT_TRAFFIC_KEYS;
+use crate::run::{RunOptions, load_config};
 
 /// Summary keys that depend on the wall clock (dropped from virtual-time trial records).
 const WALL_CLOCK_KEYS: [&str; 3] = ["elapsed_s", "mpps", "gbps"];
@@ -221,15 +221,19 @@ impl VnicDut {
             }
         );
         let cpu_cost = match (timing, &profile) {
-            (Timing::Timed(Clock::Virtual), Some(p)) => format!(
-                "model: profile {} host.cycles, {} cycles/packet (driver {} + NFs {}) at {} GHz; \
-                 not the NF code",
-                p.nic.name,
-                p.host.cycles.driver_per_packet + cfg.nf_cycles(p),
-                p.host.cycles.driver_per_packet,
-                cfg.nf_cycles(p),
-                p.host.cpu_ghz
-            ),
+            (Timing::Timed(Clock::Virtual), Some(p)) => {
+                let nf = cfg
+                    .nf_cycles(config, p)
+                    .map_err(|e| DutError(e.to_string()))?;
+                format!(
+                    "model: profile {} host.cycles, {} cycles/packet (driver {} + NFs {nf}) at \
+                     {} GHz; not the NF code",
+                    p.nic.name,
+                    p.host.cycles.driver_per_packet + nf,
+                    p.host.cycles.driver_per_packet,
+                    p.host.cpu_ghz
+                )
+            }
             (Timing::Timed(Clock::Wall), _) => format!(
                 "measured: the NF code [{}] and the virtual NIC on this machine's cores, {} \
                  worker(s)",
@@ -443,7 +447,7 @@ impl Dut for VnicDut {
             live_stats: false,
             ..RunOptions::default()
         };
-        let summary = crate::app::run(&opts).map_err(|e| DutError(e.to_string()))?;
+        let summary = crate::run::run(&opts).map_err(|e| DutError(e.to_string()))?;
         Ok(result_from_summary(spec, &summary, self.timing))
     }
 }
@@ -569,7 +573,7 @@ pub fn dut_from_spec(
                 .ok_or_else(|| DutError(format!("sim DUT: `{kv}` is not key=value")))?;
             table.insert(
                 k.trim().to_string(),
-                dataplane::model::overrides::parse_value(v),
+                crate::config::overrides::parse_value(v),
             );
         }
         if let Some(g) = opts.line_gbps {

@@ -30,9 +30,9 @@ use pktgen::trial::{
 };
 use pktgen::{CheckingSink, Generator, GeneratorConfig};
 
-use crate::app::RunOptions;
 use crate::dpdk_gen::send_due;
-use crate::dpdk_run;
+use crate::run::RunOptions;
+use crate::run::dpdk as dpdk_run;
 
 /// Stream ids the trials cycle through (1..=253; 0 is the generator default and 255 the warm-up
 /// stream), so consecutive trials never share one.
