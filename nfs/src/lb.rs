@@ -45,15 +45,15 @@
 use dataplane::{Burst, DropCounts, DropReason, NetworkFunction, NfContext, PREFETCH_AHEAD};
 use serde::{Deserialize, Serialize};
 
+use crate::flow_table::{BULK, FlowKey, FlowTable, FullPolicy, NO_SLOT, hash_key, ms_ticks};
+use crate::headers::{
+    CsumDelta, Frag, IPV4_HLEN, L4, ParseError, Parsed, parse, read_u16, write_u16, write_u32,
+};
 use crate::params::{bad_param, mix_seed, parse_ipv4, parse_params, timeout_ms};
 use crate::registry::{
     BuildContext, Memory, NfSpec, Param, Reason, defaults_of, drop_counters, register_reason,
 };
 use crate::verify::ChecksumVerifier;
-use crate::flow_table::{BULK, FlowKey, FlowTable, FullPolicy, NO_SLOT, hash_key, ms_ticks};
-use crate::headers::{
-    CsumDelta, Frag, IPV4_HLEN, L4, ParseError, Parsed, parse, read_u16, write_u16, write_u32,
-};
 
 /// Name of this NF in configs.
 pub const NAME: &str = "lb";

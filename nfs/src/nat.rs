@@ -77,17 +77,17 @@ use dataplane::{Burst, DropCounts, DropReason, NetworkFunction, NfContext, PREFE
 use nicmem::{Align32, HugeArray};
 use serde::{Deserialize, Serialize};
 
-use crate::params::{bad_param, mix_seed, parse_ipv4, parse_params, timeout_ms};
-use crate::registry::{
-    BuildContext, Memory, NfSpec, Param, Reason, defaults_of, drop_counters, register_reason,
-};
-use crate::verify::ChecksumVerifier;
 use crate::flow_table::{BULK, FlowKey, FlowTable, FullPolicy, NO_SLOT, ms_ticks};
 use crate::headers::{
     CsumDelta, Frag, ICMP_HLEN, IPV4_HLEN, L4, PROTO_ICMP, PROTO_TCP, PROTO_UDP, ParseError,
     Parsed, TCP_FIN, TCP_RST, TCP_SYN, icmp_is_error, icmp_is_query, parse, read_u16, read_u32,
     write_u16, write_u32,
 };
+use crate::params::{bad_param, mix_seed, parse_ipv4, parse_params, timeout_ms};
+use crate::registry::{
+    BuildContext, Memory, NfSpec, Param, Reason, defaults_of, drop_counters, register_reason,
+};
+use crate::verify::ChecksumVerifier;
 
 /// Name of this NF in configs.
 pub const NAME: &str = "nat";
@@ -1286,10 +1286,7 @@ impl NetworkFunction for Nat {
         let mut v = dataplane::Counters::new();
         v.count("packets", c.packets)
             .count("skipped", c.skipped)
-            .count(
-                "translations",
-                c.inbound_translated + c.outbound_translated,
-            )
+            .count("translations", c.inbound_translated + c.outbound_translated)
             .count("inbound_translated", c.inbound_translated)
             .count("outbound_translated", c.outbound_translated)
             .count("new_mappings", c.new_mappings)
@@ -1320,4 +1317,3 @@ impl NetworkFunction for Nat {
         v
     }
 }
-
