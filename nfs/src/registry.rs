@@ -262,7 +262,8 @@ mod tests {
                 .err()
                 .expect("an unknown key is refused");
             assert!(e.contains("no_such_key"), "{}: {e}", s.name);
-            let accepted: BTreeSet<&str> = match e.split_once("expected one of ") {
+            // serde: "expected `a`", "expected `a` or `b`", "expected one of `a`, `b`, ...".
+            let accepted: BTreeSet<&str> = match e.split_once("expected ") {
                 Some((_, list)) => list.split('`').skip(1).step_by(2).collect(),
                 None => BTreeSet::new(),
             };
