@@ -47,4 +47,5 @@ network_functions! {
     lb,
     flow_counter,
     work_package,
+    port_filter = "../examples/port_filter.rs",
 }
