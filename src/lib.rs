@@ -6,7 +6,8 @@
 //! - [`traffic`]: the embedded generator and checking sink of a virtual NIC run.
 //! - [`run`]: `dataplane run`, one run path with one file per driver.
 //! - [`dut`]: the device under test that `pktgen`'s RFC 2544 / MLRsearch trials and sweeps drive
-//!   (a run per trial); [`dpdk_gen`]: `pktgen dpdk-gen`, the generator on DPDK ports.
+//!   (a run per trial); `dpdk_gen` (feature `dpdk`): `pktgen dpdk-gen`, the generator on DPDK
+//!   ports.
 
 pub mod config;
 #[cfg(feature = "dpdk")]

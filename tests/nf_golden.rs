@@ -72,7 +72,12 @@ fn golden(
     if bless() {
         dataplane::pcap::write_all(&input, &make_input()).unwrap();
         let (out, s) = run_case(case, &input, DatapathMode::Host);
-        check(&dataplane::pcap::read_all(&input).unwrap(), &out, &s, DatapathMode::Host);
+        check(
+            &dataplane::pcap::read_all(&input).unwrap(),
+            &out,
+            &s,
+            DatapathMode::Host,
+        );
         dataplane::pcap::write_all(&expected, &out).unwrap();
     }
     let frames_in = dataplane::pcap::read_all(&input)
@@ -287,7 +292,10 @@ fn check_nat(all: &[Vec<u8>], got: &[Vec<u8>], s: &Value, mode: DatapathMode) {
         assert_eq!(t.dst, o.dst);
         assert!(t.sport >= 1024);
         let prev = mapping.insert((o.src, o.sport, o.proto), t.sport);
-        assert!(prev.is_none_or(|p| p == t.sport), "{mode}: a flow keeps its mapping");
+        assert!(
+            prev.is_none_or(|p| p == t.sport),
+            "{mode}: a flow keeps its mapping"
+        );
         assert_eq!(
             payload(&got[i]),
             payload(&all[i]),

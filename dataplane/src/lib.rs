@@ -1,8 +1,8 @@
 //! The nicmem dataplane: a split-first packet model, bursts and verdicts, the network-function
 //! interface, datapath modes, the port abstraction, the per-core run loop, and the drivers.
 //!
-//! See `DESIGN.md` in the shared folder for the architecture; the module docs say what each part
-//! holds and why.
+//! The module docs say what each part holds and why; the facts the models rest on, with their
+//! sources, are in `docs/reference/`.
 
 pub mod arena;
 pub mod burst;

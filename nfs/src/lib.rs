@@ -26,7 +26,7 @@ pub mod verify;
 pub use registry::{BuildContext, NfSpec, build, lookup};
 
 /// Declares the NF modules and [`REGISTRY`], the list of their specs, from one list: adding an
-/// NF is one line here (`name,` for `nfs/src/name.rs`, or `name = "path",` for a file
+/// NF is one line here (`name,` for `nfs/src/<name>.rs`, or `name = "path",` for a file
 /// elsewhere, relative to this folder). `cargo fmt` does not enter modules declared in a macro:
 /// format them with `rustfmt --edition 2024 nfs/src/*.rs nfs/examples/*.rs` (CI checks that).
 macro_rules! network_functions {

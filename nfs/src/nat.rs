@@ -70,7 +70,7 @@
 //!   others leave with TTL - 1 and an incrementally updated IP checksum.
 //!
 //! `verify_checksums = true` (debug) re-verifies every translated frame by full recomputation
-//! through the counted slow path ([`crate::common::ChecksumVerifier`]).
+//! through the counted slow path ([`crate::verify::ChecksumVerifier`]).
 #![forbid(unsafe_code)]
 
 use dataplane::{Burst, DropCounts, DropReason, NetworkFunction, NfContext, PREFETCH_AHEAD};

@@ -3,7 +3,7 @@
 //!
 //! Every error names the file, the key and what is allowed, and nothing runs on a bad config.
 //!
-//! [`overrides`] is the `--set` parser (generic over any TOML table); [`dpdk`] the `[dpdk]`
+//! [`overrides`] is the `--set` parser (generic over any TOML table); `dpdk` the `[dpdk]`
 //! section that selects DPDK ports (feature `dpdk`).
 
 use std::fmt;

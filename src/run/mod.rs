@@ -3,7 +3,7 @@
 //! The shared part: what a run is asked to do and how it fails ([`options`]), the workers and
 //! their supervision with the live stats line ([`workers`]), and the summary keys every driver
 //! prints ([`summary`]). One file per driver builds its ports and adds its own keys: the virtual
-//! NIC ([`vnic`]) and DPDK ports ([`dpdk`], feature `dpdk`). [`run`] picks the driver from the
+//! NIC ([`vnic`]) and DPDK ports (`dpdk`, feature `dpdk`). [`run`] picks the driver from the
 //! config: a `[dpdk]` section means DPDK ports, anything else the virtual NIC.
 
 #[cfg(feature = "dpdk")]

@@ -1,6 +1,6 @@
 //! Per-operation PCIe charges and the analytical per-packet breakdown of a forwarded packet.
 //!
-//! Sources: reference `pcie-nic-model.md` §3 (mlx5 descriptor sizes and inline rules, from the
+//! Sources: `docs/reference/pcie-nic-model.md` §3 (mlx5 descriptor sizes and inline rules, from the
 //! DPDK 20.08 mlx5 PMD and the nicmem artifact) and §4 (per-packet accounting, derived from the
 //! pcie-model TLP constants). The simulation (virtual NIC) and the analysis (`dataplane model`)
 //! share one implementation: [`OpCosts`] charges each DMA the NIC performs in integer bytes and

@@ -1,7 +1,7 @@
 //! The DDIO / LLC hit model: how much received packet data stays in the LLC, and what the
 //! misses cost in DRAM traffic and Tx read latency.
 //!
-//! Sources: reference `pcie-nic-model.md` §7 (nicmem §3.4, §6.1, §6.3; pcie-bench data for the
+//! Sources: `docs/reference/pcie-nic-model.md` §7 (nicmem §3.4, §6.1, §6.3; pcie-bench data for the
 //! miss latency). DMA writes allocate into `ways_ddio` of the LLC's ways, so the DDIO capacity
 //! is `C_ddio = LLC × ways_ddio / ways_total` (22 MiB × 2 / 11 = 4 MiB on the paper's host).
 //! Packet data in flight is `W_inflight = Σ (occupied Rx entries + packets queued in software) ×

@@ -11,7 +11,7 @@
 //! - [`ratio`]: exact fractions for amortised per-packet costs.
 //!
 //! Every constant, formula and validation target comes from the shared reference
-//! `reference/pcie-nic-model.md`, whose sources are pcie-bench's `pcie-model` and measured data
+//! `docs/reference/pcie-nic-model.md`, whose sources are pcie-bench's `pcie-model` and measured data
 //! (Neugebauer et al., SIGCOMM'18), the PCIe Base Spec 5.0, KV-Direct (SOSP'17), the nicmem paper
 //! (Pismenny et al., ASPLOS'22) and its artifact, and the DPDK 20.08 mlx5 PMD. Module docs say
 //! which section each part implements; tests pin the reference's numbers.

@@ -1,6 +1,6 @@
 //! The PCIe link: raw and usable bandwidth, and TLP arithmetic in integer bytes and TLP counts.
 //!
-//! Sources (reference `pcie-nic-model.md` §1): raw bandwidth = GT/s × encoding × lanes and the
+//! Sources (`docs/reference/pcie-nic-model.md` §1): raw bandwidth = GT/s × encoding × lanes and the
 //! per-TLP overheads (MWr 24 B, MRd 24 B, CplD 20 B with 64-bit addresses) follow pcie-bench's
 //! `pcie-model`; usable capacity per direction is `C = raw × η`, with the spec efficiency
 //! `η = 1 − 8/AckLimit − 8/FCGuide − 4/1538` from the PCIe Base Spec 5.0 recommended ACK and

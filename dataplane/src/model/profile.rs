@@ -6,7 +6,7 @@
 //! `[host.cycles.nf]`. Every key has a default (the ConnectX-5 / Gen3 x16 / 100 GbE profile the
 //! paper measured), so a file only needs the keys it changes; unknown keys are errors, so a typo
 //! never silently falls back to a default. The shipped files nevertheless spell out every key,
-//! each with a comment giving its source tag from `reference/pcie-nic-model.md`
+//! each with a comment giving its source tag from `docs/reference/pcie-nic-model.md`
 //! (pcie-model, pcie-bench data, PCIe spec, KV-Direct, nicmem §x, mlx5 PMD, VMA, derived,
 //! assumption).
 //!

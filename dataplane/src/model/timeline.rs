@@ -1,7 +1,7 @@
 //! Timing primitives: busy-until resource timelines in integer picoseconds, the DMA-read model
 //! with an outstanding-read cap, utilisation over an interval and a bottleneck picker.
 //!
-//! Sources: reference `pcie-nic-model.md` §9.2–9.3 (one busy-until time per resource:
+//! Sources: `docs/reference/pcie-nic-model.md` §9.2–9.3 (one busy-until time per resource:
 //! `start = max(ready, free); free = start + bytes·ps_per_byte; done = free + latency`; reads
 //! are an MRd on the up timeline, RTT0 plus adders, then CplD on the down timeline, with
 //! outstanding reads capped by a ring of completion times, i.e. Little's law), §2.1 (RTT model

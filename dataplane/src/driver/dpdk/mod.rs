@@ -4,25 +4,21 @@
 //!
 //! # How mbufs map onto the packet model (the load-bearing decision)
 //!
-//! A received mbuf chain **is** the packet: [`crate::Packet`] has a second, feature-gated
-//! representation that owns an mbuf chain ([`Mbuf`]) instead of `nicmem` pool buffers. The first
-//! mbuf segment is the header segment (what `header_mut` exposes to NFs), the second segment, if
-//! any, is the payload segment (host memory, or nicmem: then no byte view exists, exactly like
-//! `Buf<Nic>`). Nothing is copied on receive or transmit in `host` mode, and transmit hands the
-//! same chain back to the PMD.
+//! A received mbuf **is** the packet: its pointer is the handle a [`crate::Burst`] holds, and the
+//! burst reads the header's place and the lengths from the mbuf's own fields (its
+//! [`crate::HandleLayout`]), so `rte_eth_rx_burst` writes straight into the burst and nothing is
+//! copied. The first mbuf segment is the header segment (what network functions rewrite), the
+//! second, if any, the payload segment (host memory, or nicmem: then no byte view exists). The
+//! driver is the [`crate::PacketOwner`] of its packets; the packet core knows nothing of mbufs.
 //!
 //! Alternatives considered:
 //! - *Register our `nicmem` pools with DPDK as external buffers* (`rte_pktmbuf_pool_create_extbuf`
 //!   over a [`nicmem::Region`]): the mbufs would point into our buffers, but two allocators would
-//!   own the same memory (a `Buf` returns to our free ring, the mbuf to DPDK's mempool), and every
-//!   packet would need a lookup from mbuf to `Buf` and back. We still use extbuf pools, but only
-//!   where the memory has no other owner: the nicmem payload pools (emulated or MEMIC).
-//! - *Copy at the boundary*: simplest, but a copy per packet and direction; used only as the slow
-//!   path for packets that were not received from a DPDK port (e.g. built by a test).
-//!
-//! The price of wrapping is in `packet.rs`: a `Segs` enum with an mbuf variant (compiled only with
-//! this feature), and the driver-facing `header_buf`/`payload_buf`/`into_parts`, which panic on an
-//! mbuf packet (a run never mixes vNIC and DPDK ports). The public API of `Packet` is unchanged.
+//!   own the same memory, and every packet would need a lookup from mbuf to buffer and back. We
+//!   still use extbuf pools, but only where the memory has no other owner: the nicmem payload
+//!   pools (emulated or MEMIC).
+//! - *Copy at the boundary*: simplest, but a copy per packet and direction; used only for
+//!   packets software builds ([`crate::Queue::push_frame`]).
 //!
 //! # Hot path
 //!

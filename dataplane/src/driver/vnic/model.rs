@@ -1,4 +1,4 @@
-//! The virtual NIC's accounting and timing layer (DESIGN.md, "The virtual NIC model", layer 2).
+//! The virtual NIC's accounting and timing layer (the second of its two layers).
 //!
 //! **Accounting** (always on). Every DMA the NIC performs is charged, in integer bytes and TLPs,
 //! through [`OpCosts`], the same per-operation arithmetic `dataplane model` composes into its
