@@ -6,7 +6,7 @@
 use std::sync::Arc;
 use std::sync::atomic::{AtomicBool, Ordering};
 
-use dataplane::wire::{FrameSink, FrameSource};
+use dataplane::link::{FrameSink, FrameSource};
 use pktgen::nat::{NatBidirHandles, NatBidirReport, NatReturnConfig, nat_bidir};
 use pktgen::{CheckingSink, GenCounters, Generator, GeneratorConfig, SinkCounters};
 use serde_json::{Value, json};

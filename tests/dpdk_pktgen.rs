@@ -15,8 +15,8 @@ use std::sync::Mutex;
 use std::time::{Duration, Instant};
 
 use dataplane::driver::dpdk::{DpdkPort, DpdkPortConfig, Eal, UnsentPolicy};
+use dataplane::link::{FrameSink, FrameSource, MAX_WIRE_FRAME};
 use dataplane::pcap::PcapSource;
-use dataplane::wire::{FrameSink, FrameSource, MAX_WIRE_FRAME};
 use nmdp::dpdk_gen::{self, GenOptions, GenSummary};
 use nmdp::dut::DpdkDut;
 use pktgen::trial::{Dut, TrialSpec};

@@ -14,10 +14,10 @@ use std::collections::HashMap;
 use std::path::{Path, PathBuf};
 
 use dataplane::DatapathMode;
-use nfs::frames::{FrameSpec, L4Spec};
-use nfs::headers::verify_frame_checksums;
 use nmdp::run::{RunOptions, run};
 use serde_json::Value;
+use wire::classify::verify_frame_checksums;
+use wire::frames::{FrameSpec, L4Spec};
 
 const NAT_IP: u32 = 0x0a00_0001; // 10.0.0.1
 const VIP: u32 = 0x0a02_0001; // 10.2.0.1
@@ -70,7 +70,7 @@ fn golden(
     let input = golden_dir().join(format!("{case}-in.pcap"));
     let expected = golden_dir().join(format!("{case}-out.pcap"));
     if bless() {
-        dataplane::pcap::write_all(&input, &make_input()).unwrap();
+        dataplane::pcap::write_all(&input, make_input()).unwrap();
         let (out, s) = run_case(case, &input, DatapathMode::Host);
         check(
             &dataplane::pcap::read_all(&input).unwrap(),

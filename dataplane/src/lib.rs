@@ -7,6 +7,7 @@
 pub mod arena;
 pub mod burst;
 pub mod driver;
+pub mod link;
 pub mod mode;
 pub mod model;
 pub mod nf;
@@ -19,7 +20,6 @@ pub mod steer;
 pub mod testkit;
 pub mod textfile;
 pub mod verdict;
-pub mod wire;
 
 pub use burst::{
     Burst, DEFAULT_BURST, Describe, DescribeOut, HandleLayout, MAX_BURST, PREFETCH_AHEAD,

@@ -89,20 +89,31 @@ impl Rss {
     /// anything else hashes to 0 (queue 0), as NICs do.
     #[inline]
     pub fn hash_frame(&self, frame: &[u8]) -> u32 {
-        if frame.len() < 34 || frame[12] != 0x08 || frame[13] != 0x00 {
+        use wire::ethernet::{ETH_HLEN, ETHERTYPE_IPV4};
+        use wire::ipv4::{IPV4_HLEN, Ipv4View, PROTO_TCP, PROTO_UDP};
+        if frame.len() < ETH_HLEN + IPV4_HLEN || wire::field::read_u16(frame, 12) != ETHERTYPE_IPV4
+        {
             return 0;
         }
-        let ihl = ((frame[14] & 0x0f) as usize) * 4;
-        let proto = frame[23];
-        let frag = u16::from_be_bytes([frame[20], frame[21]]) & 0x1fff;
-        let l4 = 14 + ihl;
-        if ihl >= 20 && (proto == 6 || proto == 17) && frag == 0 && frame.len() >= l4 + 4 {
+        let Some(ip) = Ipv4View::new_checked(&frame[ETH_HLEN..]) else {
+            return 0;
+        };
+        let ihl = ip.header_len();
+        let proto = ip.protocol();
+        let l4 = ETH_HLEN + ihl;
+        // Source and destination address: the 8 bytes from offset 12 of the IPv4 header.
+        let addrs = &frame[ETH_HLEN + 12..ETH_HLEN + IPV4_HLEN];
+        if ihl >= IPV4_HLEN
+            && (proto == PROTO_TCP || proto == PROTO_UDP)
+            && ip.frag_offset() == 0
+            && frame.len() >= l4 + 4
+        {
             let mut input = [0u8; 12];
-            input[..8].copy_from_slice(&frame[26..34]);
+            input[..8].copy_from_slice(addrs);
             input[8..].copy_from_slice(&frame[l4..l4 + 4]);
             self.hash12(&input)
         } else {
-            self.hash(&frame[26..34])
+            self.hash(addrs)
         }
     }
 }

@@ -228,9 +228,9 @@ pub fn run_on_vnic(
     frames: Vec<Vec<u8>>,
 ) -> Result<VnicRun, String> {
     use crate::driver::vnic::{VnicConfig, VnicPort};
+    use crate::link::{CollectSink, Link, VecSource};
     use crate::port::Port;
     use crate::runloop::{LiveStats, RunControl, WorkerSetup, run_worker};
-    use crate::wire::{CollectSink, Link, VecSource};
 
     let sink = CollectSink::default();
     let link = Link {

@@ -31,10 +31,10 @@ use criterion::{BenchmarkId, Criterion, Throughput, criterion_group, criterion_m
 use dataplane::testkit::PacketFactory;
 use dataplane::{Burst, DatapathMode, NetworkFunction, NfContext, Verdict};
 use nfs::flow_table::{FlowKey, FlowTable, FullPolicy, NO_SLOT};
-use nfs::frames::udp64;
 use nfs::lb::LoadBalancer;
 use nfs::nat::Nat;
 use nfs::work_package::XorShift64;
+use wire::frames::udp64;
 
 fn cpu_mhz() -> Option<f64> {
     let s = std::fs::read_to_string("/proc/cpuinfo").ok()?;

@@ -14,15 +14,15 @@
 //! proto = "tcp"
 //! ```
 //!
-//! It reads the header segment only ([`crate::headers::parse`] checks lengths against the frame,
+//! It reads the header segment only ([`wire::classify::parse`] checks lengths against the frame,
 //! never the segment), so it runs unchanged in every mode; frames it cannot parse pass and are
 //! counted as `unparsed`.
 #![forbid(unsafe_code)]
 
 use dataplane::{Burst, Counters, DropReason, NetworkFunction, NfContext};
 use serde::{Deserialize, Serialize};
+use wire::classify::{L4, parse};
 
-use crate::headers::{L4, parse};
 use crate::params::parse_params;
 use crate::registry::{
     BuildContext, NfSpec, Param, Reason, defaults_of, no_memory, register_reason,
@@ -151,9 +151,9 @@ impl NetworkFunction for PortFilter {
 #[cfg(test)]
 mod tests {
     use super::*;
-    use crate::frames::FrameSpec;
     use dataplane::testkit::run_on_vnic;
     use dataplane::{DatapathMode, NfChain};
+    use wire::frames::FrameSpec;
 
     fn filter(params: &str) -> NfChain {
         let mut chain = NfChain::new();

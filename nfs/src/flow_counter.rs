@@ -39,9 +39,9 @@ use std::path::{Path, PathBuf};
 
 use dataplane::{Burst, DropCounts, DropReason, NetworkFunction, NfContext, PREFETCH_AHEAD};
 use serde::{Deserialize, Serialize};
+use wire::classify::{ParseError, parse};
 
 use crate::flow_table::{BULK, FlowKey, FlowTable, FullPolicy, NO_SLOT, TableValue};
-use crate::headers::parse;
 use crate::params::{bad_param, mix_seed, parse_params, timeout_ms};
 use crate::registry::{BuildContext, Memory, NfSpec, Param, defaults_of, drop_counters};
 
@@ -432,7 +432,7 @@ impl FlowCounter {
                     n += 1;
                 }
                 Err(e) => {
-                    if e == crate::headers::ParseError::SegmentShort {
+                    if e == ParseError::SegmentShort {
                         self.c.header_segment_short += 1;
                     }
                     self.c.unparsed += 1;

@@ -44,11 +44,12 @@
 
 use dataplane::{Burst, DropCounts, DropReason, NetworkFunction, NfContext, PREFETCH_AHEAD};
 use serde::{Deserialize, Serialize};
+use wire::checksum::CsumDelta;
+use wire::classify::{Frag, L4, ParseError, Parsed, parse};
+use wire::field::{read_u16, write_u16, write_u32};
+use wire::ipv4::IPV4_HLEN;
 
 use crate::flow_table::{BULK, FlowKey, FlowTable, FullPolicy, NO_SLOT, hash_key, ms_ticks};
-use crate::headers::{
-    CsumDelta, Frag, IPV4_HLEN, L4, ParseError, Parsed, parse, read_u16, write_u16, write_u32,
-};
 use crate::params::{bad_param, mix_seed, parse_ipv4, parse_params, timeout_ms};
 use crate::registry::{
     BuildContext, Memory, NfSpec, Param, Reason, defaults_of, drop_counters, register_reason,
@@ -655,7 +656,7 @@ impl LoadBalancer {
                     if e == ParseError::SegmentShort {
                         self.c.header_segment_short += 1;
                     }
-                    self.drop_pkt(burst, i, e.drop_reason());
+                    self.drop_pkt(burst, i, DropReason::from(e));
                     self.pending.push(Pending::Done);
                 }
                 Ok(p) if p.dst != self.vip => {

@@ -9,21 +9,44 @@
 //! - [`flow_counter`]: per-flow packets/bytes, top-k, JSON/CSV dumps.
 //! - [`work_package`]: N random reads per packet over an S-MiB buffer (memory-contention sweeps).
 //!
-//! What they share: [`flow_table`], the per-core cuckoo flow table; [`headers`], header views
-//! and checksum arithmetic; [`frames`], frame builders for tests, benches and fuzzing;
-//! [`params`], parameter parsing; [`verify`], the debug checksum verifier; [`registry`], building
-//! a function by its config name and everything else that follows from its spec.
+//! What they share: [`flow_table`], the per-core cuckoo flow table; [`params`], parameter
+//! parsing; [`verify`], the debug checksum verifier; [`registry`], building a function by its
+//! config name and everything else that follows from its spec. Header views, checksums and the
+//! classifier are the `wire` crate's.
 
 #![forbid(unsafe_code)]
 
 pub mod flow_table;
-pub mod frames;
-pub mod headers;
 pub mod params;
 pub mod registry;
 pub mod verify;
 
-pub use registry::{BuildContext, NfSpec, build, lookup};
+pub use registry::{BuildContext, NfSpec};
+
+/// The spec of the function a config calls `name` (canonical name or alias).
+pub fn lookup(name: &str) -> Option<&'static NfSpec> {
+    registry::lookup_in(REGISTRY, name)
+}
+
+/// The canonical names of every registered function, in registry order.
+pub fn names() -> Vec<&'static str> {
+    REGISTRY.iter().map(|s| s.name).collect()
+}
+
+/// Builds the function `name` (canonical name or alias) with `params` (the pipeline entry minus
+/// `name`). Errors name the function and the offending key, and list what is allowed.
+pub fn build(
+    name: &str,
+    params: &toml::Table,
+    ctx: &BuildContext,
+) -> Result<Box<dyn dataplane::NetworkFunction>, String> {
+    registry::build_in(REGISTRY, name, params, ctx)
+}
+
+/// The reference of every registered function in Markdown (what `dataplane nfs` prints).
+pub fn reference_markdown() -> String {
+    registry::reference_markdown_of(REGISTRY)
+}
 
 /// Declares the NF modules and [`REGISTRY`], the list of their specs, from one list: adding an
 /// NF is one line here (`name,` for `nfs/src/<name>.rs`, or `name = "path",` for a file

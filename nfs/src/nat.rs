@@ -53,7 +53,7 @@
 //!
 //! # Malformed input (each a counted drop, never a panic)
 //!
-//! Parsing is [`crate::headers::parse`]: truncated frames and headers outside the header segment
+//! Parsing is [`wire::classify::parse`]: truncated frames and headers outside the header segment
 //! -> `truncated` (+ `header_segment_short` for the latter); bad IHL/total length/TCP data
 //! offset/UDP length -> `malformed`; non-IPv4 -> `not_ipv4`; other L4 protocols and ICMP types
 //! that are neither queries nor errors -> `unsupported_protocol`.
@@ -76,13 +76,14 @@
 use dataplane::{Burst, DropCounts, DropReason, NetworkFunction, NfContext, PREFETCH_AHEAD};
 use nicmem::{Align32, HugeArray};
 use serde::{Deserialize, Serialize};
+use wire::checksum::{CsumDelta, update16};
+use wire::classify::{Frag, L4, ParseError, Parsed, parse};
+use wire::field::{read_u16, read_u32, write_u16, write_u32};
+use wire::icmpv4::{ICMP_HLEN, icmp_is_error, icmp_is_query};
+use wire::ipv4::{IPV4_HLEN, PROTO_ICMP, PROTO_TCP, PROTO_UDP};
+use wire::tcp::{TCP_FIN, TCP_RST, TCP_SYN};
 
 use crate::flow_table::{BULK, FlowKey, FlowTable, FullPolicy, NO_SLOT, ms_ticks};
-use crate::headers::{
-    CsumDelta, Frag, ICMP_HLEN, IPV4_HLEN, L4, PROTO_ICMP, PROTO_TCP, PROTO_UDP, ParseError,
-    Parsed, TCP_FIN, TCP_RST, TCP_SYN, icmp_is_error, icmp_is_query, parse, read_u16, read_u32,
-    write_u16, write_u32,
-};
 use crate::params::{bad_param, mix_seed, parse_ipv4, parse_params, timeout_ms};
 use crate::registry::{
     BuildContext, Memory, NfSpec, Param, Reason, defaults_of, drop_counters, register_reason,
@@ -865,7 +866,7 @@ impl Nat {
                 if e == ParseError::SegmentShort {
                     self.c.header_segment_short += 1;
                 }
-                return Err(e.drop_reason());
+                return Err(DropReason::from(e));
             }
         };
         if p.frag == Frag::Later {
@@ -891,7 +892,7 @@ impl Nat {
             let old = read_u16(ip, 8);
             let new = old - 0x0100;
             ip[8] = p.ttl - 1;
-            let hc = crate::headers::update16(read_u16(ip, 10), old, new);
+            let hc = update16(read_u16(ip, 10), old, new);
             write_u16(ip, 10, hc);
         }
         Ok(p)

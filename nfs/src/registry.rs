@@ -5,12 +5,12 @@
 //! its parameters with their defaults, lists the drop reasons it registers, builds an instance
 //! per worker, and estimates the memory an instance allocates. From the specs follow:
 //!
-//! - building a pipeline from a config ([`build`], names resolved through aliases first);
+//! - building a pipeline from a config ([`crate::build`], names resolved through aliases first);
 //! - the CPU model's cost key `host.cycles.nf.<canonical name>` ([`NfSpec::cost_key`]), which the
 //!   run configuration looks up in the hardware profile for virtual-time runs (a missing key is
 //!   an error naming it, never a free NF);
 //! - the config checker's memory estimate ([`NfSpec::memory`]);
-//! - the reference of every NF (`dataplane nfs`, [`reference_markdown`]).
+//! - the reference of every NF (`dataplane nfs`, [`crate::reference_markdown`]).
 //!
 //! The list of specs is [`crate::REGISTRY`], one line per NF in `nfs/src/lib.rs`: adding an NF is
 //! one new file (its code, its spec, its tests) and one line there.
@@ -132,27 +132,25 @@ pub fn no_params(nf: &str, params: &toml::Table) -> Result<(), String> {
     }
 }
 
-/// The spec of the function a config calls `name` (canonical name or alias).
-pub fn lookup(name: &str) -> Option<&'static NfSpec> {
-    crate::REGISTRY.iter().copied().find(|s| s.answers_to(name))
+/// The spec in `specs` of the function a config calls `name` (canonical name or alias).
+pub fn lookup_in(specs: &[&'static NfSpec], name: &str) -> Option<&'static NfSpec> {
+    specs.iter().copied().find(|s| s.answers_to(name))
 }
 
-/// The canonical names, in registry order.
-pub fn names() -> Vec<&'static str> {
-    crate::REGISTRY.iter().map(|s| s.name).collect()
-}
-
-/// Builds the function `name` (canonical name or alias) with `params` (the pipeline entry
-/// minus `name`). Errors name the function and the offending key, and list what is allowed.
-pub fn build(
+/// Builds the function `name` of `specs` (canonical name or alias) with `params` (the pipeline
+/// entry minus `name`). Errors name the function and the offending key, and list what is
+/// allowed.
+pub fn build_in(
+    specs: &[&'static NfSpec],
     name: &str,
     params: &toml::Table,
     ctx: &BuildContext,
 ) -> Result<Box<dyn NetworkFunction>, String> {
-    let spec = lookup(name).ok_or_else(|| {
+    let spec = lookup_in(specs, name).ok_or_else(|| {
+        let names: Vec<&str> = specs.iter().map(|s| s.name).collect();
         format!(
             "unknown network function `{name}`; allowed: {}",
-            names().join(", ")
+            names.join(", ")
         )
     })?;
     (spec.build)(params, ctx)
@@ -178,11 +176,11 @@ pub fn drop_counters(d: &DropCounts, own: &[DropReason]) -> Counters {
     c
 }
 
-/// The reference of every registered NF in Markdown: name and aliases, what it does, its
+/// The reference of the NFs of `specs` in Markdown: name and aliases, what it does, its
 /// parameters with defaults, its drop reasons and its CPU-cost key.
-pub fn reference_markdown() -> String {
+pub fn reference_markdown_of(specs: &[&'static NfSpec]) -> String {
     let mut out = String::new();
-    for s in crate::REGISTRY {
+    for s in specs {
         out.push_str(&format!("## `{}`\n\n{}\n\n", s.name, s.summary));
         if !s.aliases.is_empty() {
             let a: Vec<String> = s.aliases.iter().map(|a| format!("`{a}`")).collect();
@@ -219,6 +217,7 @@ pub fn reference_markdown() -> String {
 #[cfg(test)]
 mod tests {
     use super::*;
+    use crate::{REGISTRY, build, lookup, reference_markdown};
     use std::collections::BTreeSet;
 
     #[test]
@@ -238,7 +237,7 @@ mod tests {
     #[test]
     fn names_and_aliases_are_unique_and_resolve() {
         let mut seen = BTreeSet::new();
-        for s in crate::REGISTRY {
+        for s in REGISTRY {
             for n in std::iter::once(&s.name).chain(s.aliases) {
                 assert!(seen.insert(*n), "`{n}` registered twice");
                 assert_eq!(lookup(n).map(|x| x.name), Some(s.name));
@@ -255,7 +254,7 @@ mod tests {
             worker: 0,
             workers: 1,
         };
-        for s in crate::REGISTRY {
+        for s in REGISTRY {
             let mut p = toml::Table::new();
             p.insert("no_such_key".into(), toml::Value::Integer(1));
             let e = (s.build)(&p, &ctx)
@@ -283,7 +282,7 @@ mod tests {
     #[test]
     fn the_reference_names_every_function_and_parameter() {
         let md = reference_markdown();
-        for s in crate::REGISTRY {
+        for s in REGISTRY {
             assert!(md.contains(&format!("## `{}`", s.name)));
             assert!(md.contains(&s.cost_key()));
             for p in s.params {

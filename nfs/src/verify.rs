@@ -6,7 +6,7 @@
 
 use dataplane::Burst;
 
-use crate::headers::verify_frame_checksums;
+use wire::classify::verify_frame_checksums;
 
 /// The debug `verify_checksums` slow path: copies the whole frame (reading a nicmem payload
 /// through the counted CPU path) and recomputes every checksum.

@@ -6,8 +6,8 @@ use common::{SEC, ctx, factory, ip, params, run, run1};
 use dataplane::{DatapathMode, DropReason, NetworkFunction, Verdict};
 use nfs::flow_counter::FlowCounter;
 use nfs::flow_table::FlowKey;
-use nfs::frames::FrameSpec;
-use nfs::headers::PROTO_UDP;
+use wire::frames::FrameSpec;
+use wire::ipv4::PROTO_UDP;
 
 fn fc(p: &str) -> FlowCounter {
     FlowCounter::from_params(&params(p), 0, 1).expect("config")

@@ -10,11 +10,12 @@ mod common;
 use dataplane::testkit::PacketFactory;
 use dataplane::{Action, Burst, DatapathMode, DropReason, NetworkFunction, NfContext, Verdict};
 use nfs::flow_counter::FlowCounter;
-use nfs::frames::{FrameSpec, L4Spec};
-use nfs::headers::{TCP_ACK, TCP_FIN, TCP_RST, TCP_SYN, parse};
 use nfs::lb::LoadBalancer;
 use nfs::nat::Nat;
 use nfs::work_package::{WorkPackage, XorShift64};
+use wire::classify::parse;
+use wire::frames::{FrameSpec, L4Spec};
+use wire::tcp::{TCP_ACK, TCP_FIN, TCP_RST, TCP_SYN};
 
 const NAT_IP: u32 = 0x0a00_0001;
 const VIP: u32 = 0x0a02_0001;
@@ -182,7 +183,7 @@ fn fix_ip_checksum(f: &mut [u8]) {
     if f.len() >= 34 && f[12] == 8 && f[13] == 0 && f[14] == 0x45 {
         f[24] = 0;
         f[25] = 0;
-        let c = nfs::headers::ipv4_header_checksum(&f[14..34]);
+        let c = wire::checksum::ipv4_header_checksum(&f[14..34]);
         f[24..26].copy_from_slice(&c.to_be_bytes());
     }
 }

@@ -5,9 +5,12 @@ mod common;
 use common::{SEC, factory, ip, params, reason, run, run1};
 use dataplane::{DatapathMode, DropReason, NetworkFunction, Verdict};
 use nfs::flow_table::FlowKey;
-use nfs::frames::{FrameSpec, L4Spec};
-use nfs::headers::{PROTO_TCP, PROTO_UDP, TCP_SYN, read_u16, read_u32, verify_frame_checksums};
 use nfs::lb::{LoadBalancer, maglev_disruption};
+use wire::classify::verify_frame_checksums;
+use wire::field::{read_u16, read_u32};
+use wire::frames::{FrameSpec, L4Spec};
+use wire::ipv4::{PROTO_TCP, PROTO_UDP};
+use wire::tcp::TCP_SYN;
 
 const VIP: &str = "10.2.0.1";
 

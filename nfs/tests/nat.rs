@@ -5,12 +5,12 @@ mod common;
 use common::{SEC, factory, ip, params, reason, run, run1};
 use dataplane::testkit::PacketFactory;
 use dataplane::{DatapathMode, DropReason, NetworkFunction, Verdict};
-use nfs::frames::{FrameSpec, L4Spec};
-use nfs::headers::{
-    PROTO_TCP, PROTO_UDP, TCP_ACK, TCP_FIN, TCP_SYN, parse, read_u16, read_u32,
-    verify_frame_checksums,
-};
 use nfs::nat::Nat;
+use wire::classify::{parse, verify_frame_checksums};
+use wire::field::{read_u16, read_u32};
+use wire::frames::{FrameSpec, L4Spec};
+use wire::ipv4::{PROTO_TCP, PROTO_UDP};
+use wire::tcp::{TCP_ACK, TCP_FIN, TCP_SYN};
 
 const NAT_IP: &str = "10.0.0.1";
 
@@ -334,7 +334,7 @@ fn icmp_errors_translated_when_they_fit_the_header_segment() {
             assert_eq!(read_u16(&e, 62), 3333);
             // The embedded IP header checksum is valid again.
             assert_eq!(
-                nfs::headers::ipv4_header_checksum(&e[42..62]),
+                wire::checksum::ipv4_header_checksum(&e[42..62]),
                 read_u16(&e, 52)
             );
             if !proto_tcp {

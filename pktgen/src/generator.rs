@@ -44,17 +44,18 @@
 //! against hashes taken before either was optimised).
 
 use crate::dist::{AliasTable, FastMod, FlowDist, Rng, SizeMix, fastrange, mix64, zipf_weights};
-use crate::signature::{
-    ETH_HLEN, ETHERTYPE_IPV4, IPV4_HLEN, L4Proto, PATTERN, PATTERN_PERIOD, SIGNATURE_LEN,
-    Signature, TCP_HLEN, fold_checksum, sum_words,
-};
-use dataplane::wire::{FrameSource, MAX_WIRE_FRAME};
+use crate::signature::{L4Proto, PATTERN, PATTERN_PERIOD, SIGNATURE_LEN, Signature};
+use dataplane::link::{FrameSource, MAX_WIRE_FRAME};
 use serde::{Deserialize, Deserializer, Serialize, Serializer};
 use std::fmt;
 use std::net::Ipv4Addr;
 use std::str::FromStr;
 use std::sync::Arc;
 use std::sync::atomic::{AtomicBool, AtomicU64, Ordering};
+use wire::checksum::{finish, ones_sum};
+use wire::ethernet::{ETH_HLEN, ETHERTYPE_IPV4};
+use wire::ipv4::IPV4_HLEN;
+use wire::tcp::TCP_HLEN;
 
 /// Length of the Ethernet FCS, counted in `frame_size` but not generated (pcap convention).
 pub const FCS_LEN: u32 = 4;
@@ -572,17 +573,17 @@ impl Variant {
         }
         .encode();
         t[hdr_len..hdr_len + SIG_CONST_LEN].copy_from_slice(&sig_const[..SIG_CONST_LEN]);
-        let ip_sum = sum_words(&t[IP..L4]);
+        let ip_sum = ones_sum(&t[IP..L4], 0);
         let want_l4 = cfg.proto == L4Proto::Tcp || cfg.udp_checksum;
         let region = gen_len - hdr_len - SIGNATURE_LEN;
         let (l4_sum, pattern_sums) = if want_l4 {
             // Ports are added per frame; the template's port bytes are zero here.
             let sum = u64::from(cfg.proto.ip_proto())
                 + l4_len as u64
-                + sum_words(&t[L4..hdr_len])
-                + sum_words(&sig_const);
+                + ones_sum(&t[L4..hdr_len], 0)
+                + ones_sum(&sig_const, 0);
             let sums = (0..PATTERN_PERIOD as usize)
-                .map(|k| sum_words(&PATTERN[k..k + region]))
+                .map(|k| ones_sum(&PATTERN[k..k + region], 0))
                 .collect();
             (Some(sum), sums)
         } else {
@@ -817,7 +818,7 @@ impl Generator {
                 h.template[IP_SRC..IP_SRC + 4].copy_from_slice(&src.to_be_bytes());
                 h.template[IP_DST..IP_DST + 4].copy_from_slice(&dst.to_be_bytes());
                 h.template[IP_CSUM..IP_CSUM + 2]
-                    .copy_from_slice(&fold_checksum(h.ip_sum + addr_sum).to_be_bytes());
+                    .copy_from_slice(&finish(h.ip_sum + addr_sum).to_be_bytes());
                 if let Some(s) = &mut h.l4_sum {
                     *s += addr_sum;
                 }
@@ -1087,8 +1088,7 @@ fn fill(
         head[IP_SRC..IP_SRC + 4].copy_from_slice(&src.to_be_bytes());
         head[IP_DST..IP_DST + 4].copy_from_slice(&dst.to_be_bytes());
         addr_sum = addr_words(src, dst);
-        head[IP_CSUM..IP_CSUM + 2]
-            .copy_from_slice(&fold_checksum(h.ip_sum + addr_sum).to_be_bytes());
+        head[IP_CSUM..IP_CSUM + 2].copy_from_slice(&finish(h.ip_sum + addr_sum).to_be_bytes());
     }
     let mut port_sum = 0;
     if shape.ports_vary {
@@ -1126,7 +1126,7 @@ fn fill(
             + u64::from(flow & 0xffff)
             + var
             + pattern_sums.get(cur.pat_off).copied().unwrap_or(0);
-        let mut c = fold_checksum(sum);
+        let mut c = finish(sum);
         if c == 0 && shape.udp {
             c = 0xffff;
         }
@@ -1213,7 +1213,8 @@ impl FrameSource for Generator {
 #[cfg(test)]
 mod tests {
     use super::*;
-    use crate::signature::{PATTERN, UDP_HLEN};
+    use crate::signature::PATTERN;
+    use wire::udp::UDP_HLEN;
 
     fn frames(cfg: &GeneratorConfig, n: usize) -> Vec<Vec<u8>> {
         let mut g = Generator::new(cfg.clone()).unwrap();

@@ -5,7 +5,7 @@
 //! * [`signature`]: the 16-byte test payload after the L4 header (v1: stream, flow, 64-bit
 //!   sequence; v2: stream, flow, 32-bit sequence and departure timestamp), the pattern after it,
 //!   and the header walk that finds both again in frames NFs have rewritten.
-//! * [`generator`]: [`Generator`], a [`dataplane::wire::FrameSource`] of UDP/TCP frames over
+//! * [`generator`]: [`Generator`], a [`dataplane::link::FrameSource`] of UDP/TCP frames over
 //!   flows with address/port ranges, round-robin/uniform/Zipf popularity, fixed sizes or mixes.
 //! * [`dist`]: PRNG, division-free reductions, alias tables, size mixes (IMIX).
 //! * [`rate`]: rates (pps, L1/L2 bps, % of line), wire overhead, intended departure times.
@@ -29,7 +29,7 @@
 //! can read while traffic runs. `examples/gen_sink_speed.rs` measures their combined rate.
 //!
 //! ```
-//! use dataplane::wire::{FrameSink, FrameSource, MAX_WIRE_FRAME};
+//! use dataplane::link::{FrameSink, FrameSource, MAX_WIRE_FRAME};
 //! use pktgen::{CheckingSink, Generator, GeneratorConfig, report};
 //!
 //! let cfg = GeneratorConfig { frame_size: 128, flows: 4, count: Some(1000), ..Default::default() };

@@ -47,15 +47,17 @@
 
 use crate::generator::{ConfigError, FCS_LEN, GenCounters, Generator, GeneratorConfig};
 use crate::signature::{
-    ETH_HLEN, ETHERTYPE_IPV4, IPV4_HLEN, L4Proto, Located, PATTERN, PATTERN_PERIOD, SIGNATURE_LEN,
-    Signature, fold_checksum, parse, sum_words,
+    L4Proto, Located, PATTERN, PATTERN_PERIOD, SIGNATURE_LEN, Signature, parse,
 };
 use crate::sink::{CheckingSink, SinkCounters, TrafficReport, report};
-use dataplane::wire::{FrameSink, FrameSource};
+use dataplane::link::{FrameSink, FrameSource};
 use serde::Serialize;
 use std::net::Ipv4Addr;
 use std::sync::Arc;
 use std::sync::atomic::{AtomicBool, AtomicU64, Ordering};
+use wire::checksum::{finish, ones_sum};
+use wire::ethernet::{ETH_HLEN, ETHERTYPE_IPV4};
+use wire::ipv4::{IPV4_HLEN, PROTO_UDP};
 
 const VALID: u64 = 1 << 63;
 
@@ -264,10 +266,10 @@ fn write_return_frame(
     f[l3 + 2..l3 + 4].copy_from_slice(&((len - l3) as u16).to_be_bytes());
     f[l3 + 6] = 0x40;
     f[l3 + 8] = 64;
-    f[l3 + 9] = crate::signature::IPPROTO_UDP;
+    f[l3 + 9] = PROTO_UDP;
     f[l3 + 12..l3 + 16].copy_from_slice(&t.dst_ip.octets());
     f[l3 + 16..l3 + 20].copy_from_slice(&out.0.octets());
-    let c = fold_checksum(sum_words(&f[l3..l4]));
+    let c = finish(ones_sum(&f[l3..l4], 0));
     f[l3 + 10..l3 + 12].copy_from_slice(&c.to_be_bytes());
     f[l4..l4 + 2].copy_from_slice(&t.dst_port.to_be_bytes());
     f[l4 + 2..l4 + 4].copy_from_slice(&out.1.to_be_bytes());
@@ -846,7 +848,7 @@ pub fn nat_bidir(
 #[cfg(test)]
 mod tests {
     use super::*;
-    use dataplane::wire::MAX_WIRE_FRAME;
+    use dataplane::link::MAX_WIRE_FRAME;
     use std::collections::{HashMap, VecDeque};
 
     /// A toy source NAT: inside (ip, port) -> 10.0.0.1:(1024 + n), n in order of first sight;
@@ -880,7 +882,7 @@ mod tests {
 
     fn fix_ip(f: &mut [u8]) {
         f[24..26].fill(0);
-        let c = fold_checksum(sum_words(&f[14..34]));
+        let c = finish(ones_sum(&f[14..34], 0));
         f[24..26].copy_from_slice(&c.to_be_bytes());
     }
 
@@ -919,11 +921,7 @@ mod tests {
         let mut inside = ReverseChecker::new(&fwd);
         while let Some(n) = rev.next_frame(&mut buf) {
             assert_eq!(n, 96);
-            assert_eq!(
-                fold_checksum(sum_words(&buf[14..34])),
-                0,
-                "valid IPv4 checksum"
-            );
+            assert_eq!(finish(ones_sum(&buf[14..34], 0)), 0, "valid IPv4 checksum");
             // Addressed to the NAT's outside address.
             assert_eq!(buf[30..34], [10, 0, 0, 1]);
             nat.reverse(&mut buf[..n], false);

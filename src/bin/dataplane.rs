@@ -97,7 +97,7 @@ fn main() -> ExitCode {
     let cli = Cli::parse();
     match cli.cmd {
         Cmd::Nfs => {
-            print!("{}", nfs::registry::reference_markdown());
+            print!("{}", nfs::reference_markdown());
             ExitCode::SUCCESS
         }
         Cmd::Model {

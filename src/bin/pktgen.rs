@@ -18,7 +18,7 @@ use std::sync::Arc;
 use std::sync::atomic::{AtomicU64, Ordering};
 
 use clap::{Parser, Subcommand};
-use dataplane::wire::{FrameSink, FrameSource, MAX_WIRE_FRAME};
+use dataplane::link::{FrameSink, FrameSource, MAX_WIRE_FRAME};
 use std::io::Write;
 
 use nmdp::dut::{Clock, DutOptions, VnicFactory, dut_from_spec};

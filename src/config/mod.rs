@@ -396,7 +396,7 @@ impl RunConfig {
                 _ => {
                     return bad(
                         &format!("pipeline[{i}].name"),
-                        format!("missing; allowed: {}", nfs::registry::names().join(", ")),
+                        format!("missing; allowed: {}", nfs::names().join(", ")),
                     );
                 }
             }
@@ -493,7 +493,7 @@ impl RunConfig {
             w.push(format!(
                 "no [[pipeline]]: frames are forwarded unchanged, as with a single io_fwd; add \
                  [[pipeline]] entries ({}) to process them",
-                nfs::registry::names().join(", ")
+                nfs::names().join(", ")
             ));
         }
         if let Ok((spec, table, false)) = self.profile_table(path)
@@ -533,13 +533,10 @@ impl RunConfig {
             err(&key, format!("profile `{spec}`: {m}"))
         })?;
         for name in p.host.cycles.nf.keys() {
-            if nfs::registry::lookup(name).is_none_or(|s| s.name != name) {
-                let hint = match nfs::registry::lookup(name) {
+            if nfs::lookup(name).is_none_or(|s| s.name != name) {
+                let hint = match nfs::lookup(name) {
                     Some(s) => format!("write it under its canonical name `{}`", s.name),
-                    None => format!(
-                        "registered network functions: {}",
-                        nfs::registry::names().join(", ")
-                    ),
+                    None => format!("registered network functions: {}", nfs::names().join(", ")),
                 };
                 return Err(err(
                     &format!("host.cycles.nf.{name}"),
@@ -642,7 +639,7 @@ impl RunConfig {
                 key: format!("pipeline[{i}].name"),
                 msg: format!(
                     "unknown network function `{name}`; allowed: {}",
-                    nfs::registry::names().join(", ")
+                    nfs::names().join(", ")
                 ),
             })?;
             let cost = costs.get(spec.name).ok_or_else(|| ConfigError {

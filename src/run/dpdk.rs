@@ -121,7 +121,7 @@ fn inject(cfg: &RunConfig, q: &mut dyn Queue, n: u32) -> Result<(), RunError> {
     let mut src = t
         .take_source()
         .ok_or_else(|| RunError::Setup("no traffic source".into()))?;
-    let mut buf = vec![0u8; dataplane::wire::MAX_WIRE_FRAME];
+    let mut buf = vec![0u8; dataplane::link::MAX_WIRE_FRAME];
     let mut list = Burst::with_capacity(32);
     let mut drops = DropCounts::default();
     let mut left = n;

@@ -6,9 +6,9 @@
 use std::sync::atomic::{AtomicU64, Ordering};
 
 use dataplane::driver::vnic::{Item, LiveModel, ModelSink, PortModel, VnicPort};
+use dataplane::link::{FrameSink, FrameSource, Link};
 use dataplane::model::HardwareProfile;
 use dataplane::runloop::{WorkerReport, WorkerSetup};
-use dataplane::wire::{FrameSink, FrameSource, Link};
 use dataplane::{DropCounts, Port, QueueStats};
 use pktgen::nat::{NatBidirReport, NatReturnConfig};
 use serde_json::{Value, json};
@@ -118,7 +118,7 @@ pub fn run(opts: &RunOptions) -> Result<Value, RunError> {
             }
         }
         (None, Some(c)) => c,
-        (None, None) => Box::new(dataplane::wire::CountingSink::default()),
+        (None, None) => Box::new(dataplane::link::CountingSink::default()),
     };
     // Flow steering the NFs ask for (e.g. NAT return traffic to the worker owning its port
     // slice); with one queue there is nothing to steer.

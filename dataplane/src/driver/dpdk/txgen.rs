@@ -36,8 +36,8 @@ use super::eal::register_worker_thread;
 use super::mbuf::data_ptr;
 use super::port::{DpdkPort, PortShared, nic_pool_kind};
 use super::{DpdkError, strerror};
+use crate::link::MAX_WIRE_FRAME;
 use crate::port::Port;
-use crate::wire::MAX_WIRE_FRAME;
 
 /// Largest burst a [`TxGen`] or [`RxTap`] moves per call.
 pub const MAX_GEN_BURST: usize = 1024;

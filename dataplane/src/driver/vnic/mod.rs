@@ -41,12 +41,12 @@ use std::thread::JoinHandle;
 use nicmem::{BufPool, Host, Nic, NicMem, ProtectionDomain, Region, RegionTable};
 
 use crate::arena::{PacketArena, header_buffer_size};
+use crate::link::{FrameRing, Link, MAX_WIRE_FRAME};
 use crate::mode::DatapathMode;
 use crate::model::HardwareProfile;
 use crate::port::{Capabilities, Port, Queue};
 use crate::rss::{DEFAULT_RSS_KEY, Rss};
 use crate::steer::{SteerRule, steer};
-use crate::wire::{FrameRing, Link, MAX_WIRE_FRAME};
 use model::{ModelParams, NicModel};
 use queue::{Egress, Ingress, QueueModel, QueueParams, QueueParts};
 use tx::TxRing;

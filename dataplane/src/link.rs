@@ -1,4 +1,5 @@
-//! The wire side of a port: where frames come from and where transmitted frames go.
+//! The link of a port: where the frames arriving on its wire come from and where the frames it
+//! transmits go.
 //!
 //! A port's link is a [`FrameSource`] (frames arriving from the wire) and a [`FrameSink`] (frames
 //! the port transmits). Implementations: the in-process traffic generator and checking sink
