@@ -19,7 +19,7 @@
 use std::path::Path;
 
 use dataplane::driver::vnic::{SEG, WQEBB};
-use dataplane::model::HardwareProfile;
+use dataplane::pcie_model::HardwareProfile;
 
 use crate::config::{ConfigError, RunConfig};
 

@@ -13,7 +13,7 @@ use std::process::Command;
 use nmdp::dut::{Clock, DutOptions, Timing, VnicDut};
 use nmdp::run::{RunOptions, run};
 use pktgen::GeneratorConfig;
-use pktgen::nat::check_reverse;
+use pktgen::nat_traffic::check_reverse;
 use pktgen::signature::parse;
 use pktgen::trial::{Dut, TrialSpec};
 use serde_json::Value;

@@ -20,9 +20,10 @@
 //!   back-to-back, latency.
 //! * [`sweep`]: products of parameters, progress bar, JSON/CSV; [`plot`]: SVG/PNG plots;
 //!   [`progress`]: the progress display of a search.
-//! * [`nat`]: learning NAT mappings from forwarded frames and valid return traffic, also both
-//!   directions on one wire ([`nat::nat_bidir`]: forward and return frames from one source, split
-//!   and checked by one sink).
+//! * [`nat_traffic`]: NAT-aware traffic (this crate has no NAT): learning how a NAT mapped each
+//!   flow from the frames it forwards and sending valid return traffic, also both directions on
+//!   one wire ([`nat_traffic::nat_bidir`]: forward and return frames from one source, split and
+//!   checked by one sink).
 //!
 //! Both ends are built for the hot path of a 30 Mpps-per-core dataplane: no allocation, lock or
 //! syscall per frame; counters are shared through `Arc`s of relaxed atomics that a stats thread
@@ -48,7 +49,7 @@
 pub mod dist;
 pub mod generator;
 pub mod latency;
-pub mod nat;
+pub mod nat_traffic;
 pub mod plot;
 pub mod profile;
 pub mod progress;

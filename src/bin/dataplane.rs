@@ -10,7 +10,7 @@ use std::process::ExitCode;
 
 use clap::{Parser, Subcommand};
 use dataplane::DatapathMode;
-use dataplane::model::{Breakdown, BreakdownInput, render_text, to_json};
+use dataplane::pcie_model::{Breakdown, BreakdownInput, render_text, to_json};
 use nmdp::run::{RunOptions, print_summary, run};
 
 #[derive(Parser)]

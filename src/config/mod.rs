@@ -11,7 +11,7 @@ use std::path::{Path, PathBuf};
 
 use dataplane::DatapathMode;
 use dataplane::driver::vnic::{ClockMode, VnicTiming};
-use dataplane::model::HardwareProfile;
+use dataplane::pcie_model::HardwareProfile;
 use serde::Deserialize;
 
 #[cfg(feature = "dpdk")]
@@ -358,13 +358,13 @@ impl RunConfig {
                 toml::Value::Float(f) => *f,
                 _ => f64::NAN,
             };
-            if !(ratio > 0.0 && ratio <= pktgen::nat::MAX_RETURN_RATIO) {
+            if !(ratio > 0.0 && ratio <= pktgen::nat_traffic::MAX_RETURN_RATIO) {
                 return bad(
                     "traffic.return_ratio",
                     format!(
                         "`{v}` is not allowed; give return frames per forward frame, \
                          0 < ratio <= {}",
-                        pktgen::nat::MAX_RETURN_RATIO
+                        pktgen::nat_traffic::MAX_RETURN_RATIO
                     ),
                 );
             }
@@ -442,7 +442,7 @@ impl RunConfig {
             Some(toml::Value::String(s)) => s.clone(),
             _ => DEFAULT_PROFILE.to_string(),
         };
-        let builtin = dataplane::model::profile::BUILTIN_PROFILES
+        let builtin = dataplane::pcie_model::profile::BUILTIN_PROFILES
             .iter()
             .find(|(n, _)| *n == spec);
         let text = match builtin {
@@ -595,7 +595,7 @@ impl RunConfig {
     pub fn nat_return(
         &self,
         path: &Path,
-    ) -> Result<Option<pktgen::nat::NatReturnConfig>, ConfigError> {
+    ) -> Result<Option<pktgen::nat_traffic::NatReturnConfig>, ConfigError> {
         if self.traffic.get("nat_return") != Some(&toml::Value::Boolean(true)) {
             return Ok(None);
         }
@@ -622,7 +622,7 @@ impl RunConfig {
             key,
             msg: format!("`{text}` is not an IPv4 address"),
         })?;
-        Ok(Some(pktgen::nat::NatReturnConfig { ratio, nat_ip }))
+        Ok(Some(pktgen::nat_traffic::NatReturnConfig { ratio, nat_ip }))
     }
 
     /// NF cycles per packet of the pipeline under the profile's `[host.cycles.nf]`: each
@@ -783,7 +783,7 @@ pub const MAX_DRAIN_TIMEOUT_S: f64 = 3_600.0;
 pub const DEFAULT_PROFILE: &str = "cx5-gen3x16-100g";
 
 fn builtin_names() -> String {
-    dataplane::model::profile::BUILTIN_PROFILES
+    dataplane::pcie_model::profile::BUILTIN_PROFILES
         .iter()
         .map(|(n, _)| *n)
         .collect::<Vec<_>>()
@@ -833,7 +833,7 @@ pub fn same_file(a: &std::path::Path, b: &std::path::Path) -> bool {
 /// A hardware profile for `dataplane model`: a built-in name or a profile file, with `sets`
 /// (`key=value`, as for `--set`) applied before it is checked. Errors name the file.
 pub fn resolve_profile(spec: &str, sets: &[String]) -> Result<HardwareProfile, String> {
-    let builtin = dataplane::model::profile::BUILTIN_PROFILES
+    let builtin = dataplane::pcie_model::profile::BUILTIN_PROFILES
         .iter()
         .find(|(n, _)| *n == spec);
     let (text, what) = match builtin {

@@ -34,7 +34,7 @@
 //! `desc_errors`.
 //!
 //! With `traffic.nat_return = true` in the config (NAT-aware return traffic, see
-//! [`pktgen::nat::nat_bidir`]) the trial's frames are both directions together on the one port:
+//! [`pktgen::nat_traffic::nat_bidir`]) the trial's frames are both directions together on the one port:
 //! `run.packets` and the offered load count forward and return frames, `sent`, `received` and
 //! `lost` cover both directions (the summary's `traffic` totals), and frames delivered with a
 //! wrong translation count as lost (stage `translated_wrong`). The per-direction counts are in

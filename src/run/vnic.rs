@@ -7,10 +7,10 @@ use std::sync::atomic::{AtomicU64, Ordering};
 
 use dataplane::driver::vnic::{Item, LiveModel, ModelSink, PortModel, VnicPort};
 use dataplane::link::{FrameSink, FrameSource, Link};
-use dataplane::model::HardwareProfile;
+use dataplane::pcie_model::HardwareProfile;
 use dataplane::runloop::{WorkerReport, WorkerSetup};
 use dataplane::{DropCounts, Port, QueueStats};
-use pktgen::nat::{NatBidirReport, NatReturnConfig};
+use pktgen::nat_traffic::{NatBidirReport, NatReturnConfig};
 use serde_json::{Value, json};
 
 use super::options::{RunError, RunOptions, load_config};
@@ -373,7 +373,7 @@ fn model_keys(
             )
         })
         .collect();
-    let capacity = dataplane::model::PcieLink::from_profile(&profile.nic.pcie)
+    let capacity = dataplane::pcie_model::PcieLink::from_profile(&profile.nic.pcie)
         .map(|l| l.capacity_gbps())
         .unwrap_or(0.0);
     out["pcie"] = json!({

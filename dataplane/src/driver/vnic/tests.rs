@@ -371,7 +371,7 @@ fn multi_queue_port_spreads_flows_and_keeps_every_frame() {
 #[test]
 fn accounting_equals_the_breakdown_item_by_item() {
     use crate::link::{CountingSink, RepeatSource};
-    use crate::model::{Breakdown, BreakdownInput, HardwareProfile, Ratio};
+    use crate::pcie_model::{Breakdown, BreakdownInput, HardwareProfile, Ratio};
     let profile = HardwareProfile::default();
     for f in [64usize, 1500] {
         for mode in DatapathMode::ALL {

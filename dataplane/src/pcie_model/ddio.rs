@@ -107,7 +107,7 @@ pub fn inflight_bytes(packets: u64, host_bytes_per_packet: u64) -> u64 {
 #[cfg(test)]
 mod tests {
     use super::*;
-    use crate::model::profile::{HardwareProfile, MIB};
+    use crate::pcie_model::profile::{HardwareProfile, MIB};
 
     fn paper() -> DdioModel {
         DdioModel::from_profile(&HardwareProfile::default().host)

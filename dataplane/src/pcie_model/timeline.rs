@@ -558,8 +558,8 @@ impl Timelines {
 mod tests {
     use super::*;
     use crate::DatapathMode;
-    use crate::model::breakdown::OpCosts;
-    use crate::model::profile::Efficiency;
+    use crate::pcie_model::costs::OpCosts;
+    use crate::pcie_model::profile::Efficiency;
 
     #[test]
     fn resource_busy_until() {
