@@ -50,94 +50,25 @@
 //! [`Capabilities::nicmem`]: crate::Capabilities::nicmem
 
 mod eal;
+mod error;
 mod mbuf;
+mod mempool;
 pub mod mlx5;
 mod port;
 mod queue;
+mod shared;
 mod spill;
 mod txgen;
 
-pub use eal::{Eal, EalError, register_worker_thread};
+#[cfg(test)]
+pub(crate) use eal::test_eal;
+pub use eal::{Eal, register_worker_thread};
+pub use error::{DpdkError, EalError};
 pub use mbuf::PayloadMem;
-pub use port::{DpdkPort, DpdkPortConfig, MempoolStats, NicmemSource, PortStatsHandle};
+pub use mempool::MempoolStats;
+pub use port::{DpdkPort, DpdkPortConfig, NicmemSource, PortStatsHandle};
 pub use queue::{DpdkQueue, RxStop};
 pub use spill::SpillStats;
 pub use txgen::{
     MAX_GEN_BURST, PortRxStats, PortTxStats, RxTap, TxBurst, TxGen, TxGenCounters, UnsentPolicy,
 };
-
-use std::fmt;
-
-/// Errors of the DPDK driver. Every message says what failed and, where it helps, what to do.
-#[derive(Clone, Debug, PartialEq, Eq)]
-pub enum DpdkError {
-    /// EAL initialisation failed or was not done.
-    Eal(String),
-    /// A port could not be found, probed or configured.
-    Port(String),
-    /// A mempool could not be created.
-    Mempool(String),
-    /// The requested datapath mode cannot run on this port; says what is missing and which
-    /// modes still work.
-    Unsupported(String),
-}
-
-impl fmt::Display for DpdkError {
-    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
-        match self {
-            DpdkError::Eal(s) => write!(f, "DPDK EAL: {s}"),
-            DpdkError::Port(s) => write!(f, "DPDK port: {s}"),
-            DpdkError::Mempool(s) => write!(f, "DPDK mempool: {s}"),
-            DpdkError::Unsupported(s) => write!(f, "DPDK: {s}"),
-        }
-    }
-}
-
-impl std::error::Error for DpdkError {}
-
-impl From<EalError> for DpdkError {
-    fn from(e: EalError) -> Self {
-        DpdkError::Eal(e.to_string())
-    }
-}
-
-/// `rte_strerror(errno)` as a Rust string.
-pub(crate) fn strerror(errno: i32) -> String {
-    // SAFETY: `rte_strerror` returns a pointer to a static or thread-local NUL-terminated string
-    // for any errno value; we copy it out before any other DPDK call on this thread.
-    unsafe {
-        let p = dpdk_sys::rte_strerror(errno);
-        if p.is_null() {
-            return format!("errno {errno}");
-        }
-        std::ffi::CStr::from_ptr(p).to_string_lossy().into_owned()
-    }
-}
-
-/// The calling thread's `rte_errno`.
-pub(crate) fn rte_errno() -> i32 {
-    // SAFETY: a plain read of a thread-local integer through the shim.
-    unsafe { dpdk_sys::nmdp_rte_errno() }
-}
-
-/// EAL for the unit tests of this module (once per test process; later calls reuse it): no
-/// hugepages, no PCI, lcore 0.
-#[cfg(test)]
-pub(crate) fn test_eal() {
-    let args: Vec<String> = [
-        "nmdp-dpdk-unit",
-        "-l",
-        "0",
-        "--no-huge",
-        "-m",
-        "128",
-        "--no-pci",
-        "--no-shconf",
-        "--no-telemetry",
-        "--file-prefix=nmdp-dpdk-unit",
-        "--log-level=*:warning",
-    ]
-    .map(String::from)
-    .to_vec();
-    Eal::init(&args).expect("EAL without hugepages");
-}
