@@ -11,13 +11,13 @@
 //! for every changed 16-bit word, summed into one [`CsumDelta`] that can be precomputed per flow
 //! (as VPP does) and negated for the reverse direction. Eqn. 3 never turns a valid checksum into
 //! the "negative zero" 0xFFFF that RFC 1141's form produces. UDP's "no checksum" value 0 is kept
-//! (see [`CsumDelta::apply_udp`]) and a computed 0 is sent as 0xFFFF (RFC 768).
+//! (see [`CsumDelta::apply_udp`]) and a computed 0 is sent as 0xFFFF (RFC 768,
+//! [`crate::udp::udp_checksum_ipv4`]).
 //!
 //! [`fold`] is four unconditional folds rather than a loop: the loop's trip count depends on the
 //! carries of each sum, a branch the CPU mispredicts on the per-frame path of a generator.
 
 use crate::field::read_u16;
-use crate::ipv4::PROTO_UDP;
 
 /// Adds `data` as big-endian 16-bit words (an odd last byte padded with zero) to `acc` without
 /// folding. Fold the result with [`fold`]. The accumulator is 64 bits wide so inputs of any
@@ -67,7 +67,7 @@ pub fn ipv4_header_checksum(hdr: &[u8]) -> u16 {
 
 /// The TCP/UDP checksum over the IPv4 pseudo-header and the whole L4 segment `l4` (header and
 /// payload), with the checksum field (at `csum_off` within `l4`) taken as zero. For UDP, a result
-/// of 0 must be transmitted as 0xFFFF (see [`udp_checksum_ipv4`]).
+/// of 0 must be transmitted as 0xFFFF (see [`crate::udp::udp_checksum_ipv4`]).
 pub fn ipv4_l4_checksum(src: u32, dst: u32, proto: u8, l4: &[u8], csum_off: usize) -> u16 {
     let mut acc = pseudo_header_sum(src, dst, proto, l4.len());
     acc += ones_sum(l4, 0);
@@ -75,14 +75,6 @@ pub fn ipv4_l4_checksum(src: u32, dst: u32, proto: u8, l4: &[u8], csum_off: usiz
         acc -= u64::from(read_u16(l4, csum_off));
     }
     !fold(acc)
-}
-
-/// The UDP checksum to transmit for `udp` (header + payload): a computed 0 becomes 0xFFFF.
-pub fn udp_checksum_ipv4(src: u32, dst: u32, udp: &[u8]) -> u16 {
-    match ipv4_l4_checksum(src, dst, PROTO_UDP, udp, 6) {
-        0 => 0xFFFF,
-        c => c,
-    }
 }
 
 /// The ICMP checksum over the whole ICMP message (no pseudo-header in ICMPv4).
@@ -212,7 +204,7 @@ impl CsumDelta {
 #[cfg(test)]
 mod tests {
     use super::*;
-    use crate::ipv4::Ipv4View;
+    use crate::ipv4::{Ipv4View, PROTO_UDP};
 
     /// A textbook IPv4 header (from the Wikipedia/RFC 1071 style example) with its checksum.
     const IP_EXAMPLE: [u8; 20] = [

@@ -278,8 +278,9 @@ pub fn verify_frame_checksums(frame: &[u8]) -> Result<(), &'static str> {
 #[cfg(test)]
 mod tests {
     use super::*;
-    use crate::checksum::{ipv4_header_checksum, udp_checksum_ipv4};
+    use crate::checksum::ipv4_header_checksum;
     use crate::ethernet::EthernetView;
+    use crate::udp::udp_checksum_ipv4;
 
     fn frame(ethertype: u16, ip: &[u8]) -> Vec<u8> {
         let mut f = vec![0u8; 12];

@@ -5,9 +5,10 @@
 //! integration tests, the criterion benches and the fuzz crate build the same frames. The tests
 //! below check what it builds against `etherparse`, an implementation written apart from ours.
 
-use crate::checksum::{icmp_checksum, ipv4_header_checksum, ipv4_l4_checksum, udp_checksum_ipv4};
+use crate::checksum::{icmp_checksum, ipv4_header_checksum, ipv4_l4_checksum};
 use crate::ethernet::{ETHERTYPE_IPV4, ETHERTYPE_VLAN};
 use crate::ipv4::{PROTO_ICMP, PROTO_TCP, PROTO_UDP};
+use crate::udp::udp_checksum_ipv4;
 
 /// The L4 part of a [`FrameSpec`].
 #[derive(Clone, Debug, PartialEq, Eq)]

@@ -1,10 +1,20 @@
 //! UDP: the 8-byte header. Setters leave the checksum alone (see
 //! [`crate::checksum::CsumDelta::apply_udp`] for the "no checksum" value 0).
 
+use crate::checksum::ipv4_l4_checksum;
 use crate::field::{read_u16, view_common, write_u16};
+use crate::ipv4::PROTO_UDP;
 
 /// UDP header length.
 pub const UDP_HLEN: usize = 8;
+
+/// The UDP checksum to transmit for `udp` (header + payload): a computed 0 becomes 0xFFFF.
+pub fn udp_checksum_ipv4(src: u32, dst: u32, udp: &[u8]) -> u16 {
+    match ipv4_l4_checksum(src, dst, PROTO_UDP, udp, 6) {
+        0 => 0xFFFF,
+        c => c,
+    }
+}
 
 /// A view over a UDP header.
 #[derive(Debug)]
