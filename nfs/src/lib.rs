@@ -49,13 +49,11 @@ pub fn reference_markdown() -> String {
 }
 
 /// Declares the NF modules and [`REGISTRY`], the list of their specs, from one list: adding an
-/// NF is one line here (`name,` for `nfs/src/<name>.rs`, or `name = "path",` for a file
-/// elsewhere, relative to this folder). `cargo fmt` does not enter modules declared in a macro:
-/// format them with `rustfmt --edition 2024 nfs/src/*.rs nfs/examples/*.rs` (CI checks that).
+/// NF is one line here (`name,` for `nfs/src/<name>.rs`). `cargo fmt` does not enter modules
+/// declared in a macro: format them with `rustfmt --edition 2024 nfs/src/*.rs` (CI checks that).
 macro_rules! network_functions {
-    ($($name:ident $(= $path:literal)?,)*) => {
+    ($($name:ident,)*) => {
         $(
-            $(#[path = $path])?
             pub mod $name;
         )*
         /// Every registered network function, in the order the docs list them.
@@ -70,5 +68,4 @@ network_functions! {
     lb,
     flow_counter,
     work_package,
-    port_filter = "../examples/port_filter.rs",
 }
