@@ -68,4 +68,5 @@ network_functions! {
     lb,
     flow_counter,
     work_package,
+    port_filter,
 }
