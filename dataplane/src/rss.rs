@@ -89,31 +89,30 @@ impl Rss {
     /// anything else hashes to 0 (queue 0), as NICs do.
     #[inline]
     pub fn hash_frame(&self, frame: &[u8]) -> u32 {
-        use wire::ethernet::{ETH_HLEN, ETHERTYPE_IPV4};
-        use wire::ipv4::{IPV4_HLEN, Ipv4View, PROTO_TCP, PROTO_UDP};
-        if frame.len() < ETH_HLEN + IPV4_HLEN || wire::field::read_u16(frame, 12) != ETHERTYPE_IPV4
-        {
+        use wire::ethernet::{ETH_HLEN as L3, ETHERTYPE_IPV4};
+        use wire::ipv4::{IPV4_HLEN, PROTO_TCP, PROTO_UDP, offset};
+        // Source and destination address, side by side.
+        const ADDRS: std::ops::Range<usize> = L3 + offset::SRC..L3 + offset::DST + 4;
+        let [t0, t1] = ETHERTYPE_IPV4.to_be_bytes();
+        if frame.len() < L3 + IPV4_HLEN || frame[12] != t0 || frame[13] != t1 {
             return 0;
         }
-        let Some(ip) = Ipv4View::new_checked(&frame[ETH_HLEN..]) else {
-            return 0;
-        };
-        let ihl = ip.header_len();
-        let proto = ip.protocol();
-        let l4 = ETH_HLEN + ihl;
-        // Source and destination address: the 8 bytes from offset 12 of the IPv4 header.
-        let addrs = &frame[ETH_HLEN + 12..ETH_HLEN + IPV4_HLEN];
+        let ihl = ((frame[L3 + offset::VER_IHL] & 0x0f) as usize) * 4;
+        let proto = frame[L3 + offset::PROTOCOL];
+        let ff = L3 + offset::FLAGS_FRAG;
+        let frag = u16::from_be_bytes([frame[ff], frame[ff + 1]]) & 0x1fff;
+        let l4 = L3 + ihl;
         if ihl >= IPV4_HLEN
             && (proto == PROTO_TCP || proto == PROTO_UDP)
-            && ip.frag_offset() == 0
+            && frag == 0
             && frame.len() >= l4 + 4
         {
             let mut input = [0u8; 12];
-            input[..8].copy_from_slice(addrs);
+            input[..8].copy_from_slice(&frame[ADDRS]);
             input[8..].copy_from_slice(&frame[l4..l4 + 4]);
             self.hash12(&input)
         } else {
-            self.hash(addrs)
+            self.hash(&frame[ADDRS])
         }
     }
 }

@@ -10,9 +10,9 @@
 
 use std::net::Ipv4Addr;
 
-use wire::ethernet::{ETH_HLEN, ETHERTYPE_IPV4};
-use wire::field::read_u16;
-use wire::ipv4::{IPV4_HLEN, Ipv4View, PROTO_TCP, PROTO_UDP};
+use wire::ethernet::{ETH_HLEN as L3, ETHERTYPE_IPV4};
+use wire::field::{read_u16, read_u32};
+use wire::ipv4::{IPV4_HLEN, PROTO_TCP, PROTO_UDP, offset};
 
 /// One rule: IPv4 TCP or UDP frames to `dst_ip` with a destination port in `dst_ports`
 /// (inclusive) go to Rx queue `queue`.
@@ -30,24 +30,21 @@ pub struct SteerRule {
 /// (first-fragment) IPv4 TCP/UDP frames match; everything else is left to RSS.
 #[inline]
 pub fn steer(rules: &[SteerRule], frame: &[u8]) -> Option<u16> {
-    if rules.is_empty()
-        || frame.len() < ETH_HLEN + IPV4_HLEN
-        || read_u16(frame, 12) != ETHERTYPE_IPV4
-    {
+    if rules.is_empty() || frame.len() < L3 + IPV4_HLEN || read_u16(frame, 12) != ETHERTYPE_IPV4 {
         return None;
     }
-    let ip = Ipv4View::new_checked(&frame[ETH_HLEN..])?;
-    let ihl = ip.header_len();
-    let proto = ip.protocol();
-    let l4 = ETH_HLEN + ihl;
+    let ihl = usize::from(frame[L3 + offset::VER_IHL] & 0x0f) * 4;
+    let proto = frame[L3 + offset::PROTOCOL];
+    let frag_off = read_u16(frame, L3 + offset::FLAGS_FRAG) & 0x1fff;
+    let l4 = L3 + ihl;
     if ihl < IPV4_HLEN
         || !(proto == PROTO_TCP || proto == PROTO_UDP)
-        || ip.frag_offset() != 0
+        || frag_off != 0
         || frame.len() < l4 + 4
     {
         return None;
     }
-    let dst = Ipv4Addr::from(ip.dst());
+    let dst = Ipv4Addr::from(read_u32(frame, L3 + offset::DST));
     let port = read_u16(frame, l4 + 2);
     rules
         .iter()

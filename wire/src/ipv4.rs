@@ -6,6 +6,27 @@ use crate::field::{read_u16, read_u32, view_common, write_u16, write_u32};
 
 /// IPv4 header length without options.
 pub const IPV4_HLEN: usize = 20;
+
+/// Offsets of the header's fields, for code that reads a field or two straight from a frame
+/// (RSS hashing, flow steering) without making a view.
+pub mod offset {
+    /// Version and IHL.
+    pub const VER_IHL: usize = 0;
+    /// Total length.
+    pub const TOTAL_LEN: usize = 2;
+    /// Flags and fragment offset.
+    pub const FLAGS_FRAG: usize = 6;
+    /// Time to live.
+    pub const TTL: usize = 8;
+    /// Protocol.
+    pub const PROTOCOL: usize = 9;
+    /// Header checksum.
+    pub const CHECKSUM: usize = 10;
+    /// Source address (the destination follows it).
+    pub const SRC: usize = 12;
+    /// Destination address.
+    pub const DST: usize = 16;
+}
 /// IP protocol number of ICMP.
 pub const PROTO_ICMP: u8 = 1;
 /// IP protocol number of TCP.
