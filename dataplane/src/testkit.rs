@@ -1,10 +1,9 @@
-//! Testing network functions without hardware, in any datapath mode.
+//! Building bursts from byte frames without a NIC, in any datapath mode.
 //!
 //! Network-function tests, property tests and fuzz targets use [`PacketFactory`] to get packets
 //! laid out exactly as the virtual NIC lays them out (a header segment of `split_offset` bytes
 //! with headroom before it, the payload in a host or nicmem buffer), so network functions are
-//! exercised against split packets from day one. [`run_on_vnic`] runs a chain end to end on the
-//! virtual NIC (wire, descriptors, rings, the run loop) over a list of frames.
+//! exercised against split packets from day one.
 
 use nicmem::{BufPool, Host, Nic, NicMem, ProtectionDomain, Region};
 
@@ -206,54 +205,4 @@ mod tests {
         b.clear();
         assert!(f.push(&mut b, &[0u8; 300]));
     }
-}
-
-/// What [`run_on_vnic`] saw: the frames the port transmitted, in order, and the run's counts.
-#[derive(Debug)]
-pub struct VnicRun {
-    /// Frames put on the wire, in transmit order.
-    pub frames: Vec<Vec<u8>>,
-    /// Drops by reason.
-    pub drops: crate::verdict::DropCounts,
-    /// Each function's counters, in chain order.
-    pub counters: Vec<(String, crate::nf::Counters)>,
-}
-
-/// Runs `frames` through `chain` on one queue of a virtual NIC port in `mode` (default rings,
-/// no timing model), back out of the port they arrived on unless a function decides otherwise,
-/// until the wire has nothing more to deliver.
-pub fn run_on_vnic(
-    mode: DatapathMode,
-    chain: crate::nf::NfChain,
-    frames: Vec<Vec<u8>>,
-) -> Result<VnicRun, String> {
-    use crate::driver::vnic::{VnicConfig, VnicPort};
-    use crate::link::{CollectSink, Link, VecSource};
-    use crate::port::Port;
-    use crate::runloop::{LiveStats, RunControl, WorkerSetup, run_worker};
-
-    let sink = CollectSink::default();
-    let link = Link {
-        rx: Box::new(VecSource::new(frames)),
-        tx: Box::new(sink.clone()),
-    };
-    let cfg = VnicConfig {
-        mode,
-        ..VnicConfig::default()
-    };
-    let mut port = VnicPort::new("test", 0, cfg, link).map_err(|e| e.to_string())?;
-    let setup = WorkerSetup {
-        queues: port.take_queues(),
-        chain,
-        egress: None,
-        burst: crate::DEFAULT_BURST,
-    };
-    let report = run_worker(0, 1, setup, &RunControl::default(), &LiveStats::default());
-    port.join();
-    let frames = std::mem::take(&mut *sink.frames.lock().unwrap_or_else(|e| e.into_inner()));
-    Ok(VnicRun {
-        frames,
-        drops: report.drops,
-        counters: report.nf_counters,
-    })
 }

@@ -10,13 +10,15 @@
 //! - [`work_package`]: N random reads per packet over an S-MiB buffer (memory-contention sweeps).
 //!
 //! What they share: [`flow_table`], the per-core cuckoo flow table; [`params`], parameter
-//! parsing; [`verify`], the debug checksum verifier; [`registry`], building a function by its
+//! parsing; [`verify`], the debug checksum verifier; [`on_vnic`], running a chain on the
+//! virtual NIC in tests; [`registry`], building a function by its
 //! config name and everything else that follows from its spec. Header views, checksums and the
 //! classifier are the `wire` crate's.
 
 #![forbid(unsafe_code)]
 
 pub mod flow_table;
+pub mod on_vnic;
 pub mod params;
 pub mod registry;
 pub mod verify;

@@ -151,7 +151,7 @@ impl NetworkFunction for PortFilter {
 #[cfg(test)]
 mod tests {
     use super::*;
-    use dataplane::testkit::run_on_vnic;
+    use crate::on_vnic::run as run_on_vnic;
     use dataplane::{DatapathMode, NfChain};
     use wire::frames::FrameSpec;
 
