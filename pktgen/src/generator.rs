@@ -56,6 +56,7 @@ use wire::checksum::{finish, ones_sum};
 use wire::ethernet::{ETH_HLEN, ETHERTYPE_IPV4};
 use wire::ipv4::IPV4_HLEN;
 use wire::tcp::TCP_HLEN;
+use wire::udp::UDP_HLEN;
 
 /// Length of the Ethernet FCS, counted in `frame_size` but not generated (pcap convention).
 pub const FCS_LEN: u32 = 4;
@@ -544,25 +545,41 @@ impl Variant {
         let gen_len = (frame_size - FCS_LEN) as usize;
         let hdr_len = cfg.header_len();
         let l4_len = gen_len - L4;
+        // The headers, built once per frame size with etherparse (the slow path): addresses,
+        // ports and checksums zero, filled in per frame.
         let mut t = [0u8; TEMPLATE_LEN];
-        t[0..6].copy_from_slice(&cfg.dst_mac.0);
-        t[6..12].copy_from_slice(&cfg.src_mac.0);
-        t[12..14].copy_from_slice(&ETHERTYPE_IPV4.to_be_bytes());
-        t[IP] = 0x45;
-        t[IP + 2..IP + 4].copy_from_slice(&((gen_len - IP) as u16).to_be_bytes());
-        // Identification 0, Don't Fragment, TTL 64.
-        t[IP + 6] = 0x40;
-        t[IP + 8] = 64;
-        t[IP + 9] = cfg.proto.ip_proto();
+        let eth = etherparse::Ethernet2Header {
+            source: cfg.src_mac.0,
+            destination: cfg.dst_mac.0,
+            ether_type: etherparse::EtherType(ETHERTYPE_IPV4),
+        };
+        t[..ETH_HLEN].copy_from_slice(&eth.to_bytes());
+        // Identification 0, Don't Fragment, TTL 64, no options.
+        let ip = etherparse::Ipv4Header::new(
+            l4_len as u16,
+            64,
+            etherparse::IpNumber(cfg.proto.ip_proto()),
+            [0; 4],
+            [0; 4],
+        )
+        .expect("a frame of at most MAX_FRAME_SIZE bytes");
+        t[IP..L4].copy_from_slice(&ip.to_bytes());
         match cfg.proto {
             L4Proto::Udp => {
-                t[L4 + 4..L4 + 6].copy_from_slice(&(l4_len as u16).to_be_bytes());
+                let udp = etherparse::UdpHeader {
+                    source_port: 0,
+                    destination_port: 0,
+                    length: l4_len as u16,
+                    checksum: 0,
+                };
+                t[L4..L4 + UDP_HLEN].copy_from_slice(&udp.to_bytes());
             }
             L4Proto::Tcp => {
-                // Sequence/ack numbers 0, data offset 5 words, ACK|PSH, window 65535.
-                t[L4 + 12] = 0x50;
-                t[L4 + 13] = 0x18;
-                t[L4 + 14..L4 + 16].copy_from_slice(&0xffffu16.to_be_bytes());
+                // Sequence/ack numbers 0, no options, ACK|PSH, window 65535.
+                let mut tcp = etherparse::TcpHeader::new(0, 0, 0, 0xffff);
+                tcp.ack = true;
+                tcp.psh = true;
+                t[L4..L4 + TCP_HLEN].copy_from_slice(&tcp.to_bytes());
             }
         }
         let sig_const = Signature {
@@ -1214,7 +1231,6 @@ impl FrameSource for Generator {
 mod tests {
     use super::*;
     use crate::signature::PATTERN;
-    use wire::udp::UDP_HLEN;
 
     fn frames(cfg: &GeneratorConfig, n: usize) -> Vec<Vec<u8>> {
         let mut g = Generator::new(cfg.clone()).unwrap();

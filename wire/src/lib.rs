@@ -13,7 +13,8 @@
 //! # Why our own views on the fast path, and etherparse beside them
 //!
 //! `etherparse` is the project's general-purpose parser and builder: the tests check our views,
-//! checksums and frame builders against it (an implementation written apart from ours). The
+//! checksums and frame builders against it (an implementation written apart from ours), and
+//! pktgen builds the header templates of its frames with it (once per frame size). The
 //! per-packet path keeps these views because it needs less than etherparse does, and pays less
 //! for it: [`classify::parse`] reads only the fields the network functions key on, checks every
 //! length against the *frame* rather than the bytes at hand (a split packet's header segment is
