@@ -20,7 +20,7 @@ use super::shared::PortShared;
 use super::spill::spill_stats;
 use crate::burst::{Burst, DescribeOut, HandleLayout, RxPacket};
 use crate::mode::DatapathMode;
-use crate::packet::{PacketOwner, PayloadRing as RxRing};
+use crate::packet::{PacketOwner, PayloadRing};
 use crate::port::{Queue, QueueStats};
 use crate::verdict::{DropCounts, DropReason, Verdict};
 
@@ -190,7 +190,7 @@ impl DpdkQueue {
     /// Appends the checked chain `m` to the burst (whose owner is this driver's, adopted by
     /// `rx_burst`); counts it in `acc` (added to the queue's counters once per burst).
     #[inline(always)]
-    fn push(&self, acc: &mut RxAcc, burst: &mut Burst, m: Mbuf, ring: RxRing) {
+    fn push(&self, acc: &mut RxAcc, burst: &mut Burst, m: Mbuf, ring: PayloadRing) {
         let p = RxPacket {
             handle: m.handle(),
             hdr: m.data_ptr(),
@@ -208,9 +208,9 @@ impl DpdkQueue {
         acc.packets += 1;
         acc.bytes += u64::from(p.frame_len);
         match ring {
-            RxRing::Primary => acc.primary += 1,
-            RxRing::Secondary => acc.secondary += 1,
-            RxRing::None => {}
+            PayloadRing::Primary => acc.primary += 1,
+            PayloadRing::Secondary => acc.secondary += 1,
+            PayloadRing::None => {}
         }
         // SAFETY: the burst adopted this driver's owner; the first segment is host memory
         // holding `data_len` bytes after `data_off` bytes of headroom, owned by this chain,
@@ -282,7 +282,7 @@ impl DpdkQueue {
                     None => continue,
                 }
             };
-            self.push(&mut acc, burst, m, RxRing::None);
+            self.push(&mut acc, burst, m, PayloadRing::None);
         }
         self.count(acc);
     }
@@ -344,7 +344,7 @@ impl DpdkQueue {
             let m = self.received(i);
             match m.nb_segs() {
                 1 if m.pkt_len() as usize <= self.split => {
-                    self.push(&mut acc, burst, m, RxRing::None)
+                    self.push(&mut acc, burst, m, PayloadRing::None)
                 }
                 2 => self.push(&mut acc, burst, m, payload_ring(m)),
                 _ => self.split_slow(&mut acc, burst, m),
@@ -401,7 +401,7 @@ impl DpdkQueue {
             let (segs, len) = (m.nb_segs(), m.pkt_len() as usize);
             if segs == 1 {
                 if len <= s {
-                    self.push(&mut acc, burst, m, RxRing::None);
+                    self.push(&mut acc, burst, m, PayloadRing::None);
                     continue;
                 }
                 // SAFETY: the bulk allocation above filled `hdrs` with fresh mbufs this queue
@@ -432,7 +432,7 @@ impl DpdkQueue {
     /// the header; then either copies the payload into a nicmem mbuf (primary ring; `m` is freed)
     /// or chains `m` itself, advanced past the header, as the host payload (secondary ring).
     #[inline]
-    fn split_into(&mut self, h: Mbuf, m: Mbuf, len: usize) -> RxRing {
+    fn split_into(&mut self, h: Mbuf, m: Mbuf, len: usize) -> PayloadRing {
         let s = self.split;
         let nic = if self.mode.uses_nicmem() {
             // SAFETY: `nics` holds fresh mbufs of the nicmem pool this queue owns.
@@ -459,13 +459,13 @@ impl DpdkQueue {
                 unsafe { std::ptr::copy_nonoverlapping(m.data_ptr().add(s), p.data_ptr(), plen) };
                 h.set_next(2, Some(p));
                 self.to_free.push(m.as_ptr());
-                RxRing::Primary
+                PayloadRing::Primary
             }
             None => {
                 let rest = m.data_len() - s as u16;
                 m.set_lengths(m.data_off() + s as u16, rest, u32::from(rest));
                 h.set_next(2, Some(m));
-                RxRing::Secondary
+                PayloadRing::Secondary
             }
         }
     }
@@ -478,7 +478,7 @@ impl DpdkQueue {
         };
         let len = m.pkt_len() as usize;
         if len <= self.split {
-            self.push(acc, burst, m, RxRing::None);
+            self.push(acc, burst, m, PayloadRing::None);
             return;
         }
         let Some(h) = self.alloc(self.hdr_mp) else {
@@ -509,10 +509,10 @@ const MBUF_LAYOUT: HandleLayout = HandleLayout {
 /// Which ring served the second segment of a received two-segment chain: the primary (nicmem)
 /// ring when its buffer is nicmem, else the secondary (host) ring.
 #[inline]
-fn payload_ring(m: Mbuf) -> RxRing {
+fn payload_ring(m: Mbuf) -> PayloadRing {
     match payload_mem(m.next()) {
-        PayloadMem::Host => RxRing::Secondary,
-        PayloadMem::EmulatedNic | PayloadMem::DeviceNic => RxRing::Primary,
+        PayloadMem::Host => PayloadRing::Secondary,
+        PayloadMem::EmulatedNic | PayloadMem::DeviceNic => PayloadRing::Primary,
     }
 }
 
@@ -538,7 +538,7 @@ fn describe_mbufs<const RSS: bool>(handles: &[usize], out: DescribeOut<'_>) {
         headroom[i] = m.data_off();
         frame_len[i] = m.pkt_len();
         ring[i] = if m.nb_segs() == 1 {
-            RxRing::None
+            PayloadRing::None
         } else {
             payload_ring(m)
         };
@@ -702,7 +702,7 @@ impl Queue for DpdkQueue {
         m.set_lengths(m.data_off(), len as u16, len as u32);
         m.set_port(self.port_id);
         let from = burst.len();
-        self.push(&mut RxAcc::default(), burst, m, RxRing::None);
+        self.push(&mut RxAcc::default(), burst, m, PayloadRing::None);
         burst.set_rx_defaults(from, self.index, Verdict::tx(self.index));
         true
     }
