@@ -53,7 +53,7 @@
 //!
 //! # Malformed input (each a counted drop, never a panic)
 //!
-//! Parsing is [`crate::headers::parse`]: truncated frames and headers outside the header segment
+//! Parsing is [`wire::classify::parse`]: truncated frames and headers outside the header segment
 //! -> `truncated` (+ `header_segment_short` for the latter); bad IHL/total length/TCP data
 //! offset/UDP length -> `malformed`; non-IPv4 -> `not_ipv4`; other L4 protocols and ICMP types
 //! that are neither queries nor errors -> `unsupported_protocol`.
@@ -70,29 +70,144 @@
 //!   others leave with TTL - 1 and an incrementally updated IP checksum.
 //!
 //! `verify_checksums = true` (debug) re-verifies every translated frame by full recomputation
-//! through the counted slow path ([`crate::common::ChecksumVerifier`]).
+//! through the counted slow path ([`crate::verify::ChecksumVerifier`]).
 #![forbid(unsafe_code)]
 
-use dataplane::{Burst, DropCounts, DropReason, NetworkFunction, NfContext};
+use dataplane::{Burst, DropCounts, DropReason, NetworkFunction, NfContext, PREFETCH_AHEAD};
 use nicmem::{Align32, HugeArray};
-use serde::Deserialize;
+use serde::{Deserialize, Serialize};
+use wire::checksum::{CsumDelta, update16};
+use wire::classify::{Frag, L4, ParseError, Parsed, parse};
+use wire::field::{read_u16, read_u32, write_u16, write_u32};
+use wire::icmpv4::{ICMP_HLEN, icmp_is_error, icmp_is_query};
+use wire::ipv4::{IPV4_HLEN, PROTO_ICMP, PROTO_TCP, PROTO_UDP};
+use wire::tcp::{TCP_FIN, TCP_RST, TCP_SYN};
 
-use crate::common::{
-    ChecksumVerifier, PREFETCH_AHEAD, bad_param, drops_json, mix_seed, parse_ipv4, parse_params,
-    prefetch_start, register_reason, timeout_ms,
-};
 use crate::flow_table::{BULK, FlowKey, FlowTable, FullPolicy, NO_SLOT, ms_ticks};
-use crate::headers::{
-    CsumDelta, Frag, ICMP_HLEN, IPV4_HLEN, L4, PROTO_ICMP, PROTO_TCP, PROTO_UDP, ParseError,
-    Parsed, TCP_FIN, TCP_RST, TCP_SYN, icmp_is_error, icmp_is_query, parse, read_u16, read_u32,
-    write_u16, write_u32,
+use crate::params::{bad_param, mix_seed, parse_ipv4, parse_params, timeout_ms};
+use crate::registry::{
+    BuildContext, Memory, NfSpec, Param, Reason, defaults_of, drop_counters, register_reason,
 };
+use crate::verify::ChecksumVerifier;
 
 /// Name of this NF in configs.
 pub const NAME: &str = "nat";
 
+/// Drop reason: an inbound packet without a session.
+const NO_MAPPING: Reason = (
+    "no_mapping",
+    "an inbound packet that matches no NAT session",
+);
+/// Drop reason: no free outside port for a new session.
+const PORT_EXHAUSTED: Reason = (
+    "port_exhausted",
+    "no free outside port for a new NAT session",
+);
+
+/// The registration of `nat`.
+pub const SPEC: NfSpec = NfSpec {
+    name: NAME,
+    aliases: &[],
+    summary: "Source NAT (NAPT44): inside flows leave from the NAT address and a port of the \
+              worker's slice, replies are translated back; UDP, TCP, ICMP queries and errors, \
+              incremental checksums (RFC 1624).",
+    params: &[
+        Param {
+            name: "nat_ip",
+            doc: "outside (NAT) address (dotted quad)",
+        },
+        Param {
+            name: "port_min",
+            doc: "lowest outside port (and ICMP identifier)",
+        },
+        Param {
+            name: "port_max",
+            doc: "highest outside port; the range is split evenly over the workers",
+        },
+        Param {
+            name: "flows",
+            doc: "sessions across all workers (each worker holds `flows / workers`), at least 1",
+        },
+        Param {
+            name: "direction",
+            doc: "which packets are outbound: `by-address` (destination is not the NAT address) \
+                  or `by-port` (received on one of `inside_ports`)",
+        },
+        Param {
+            name: "inside_ports",
+            doc: "Rx port indices facing the inside (`direction = \"by-port\"`), each < 64",
+        },
+        Param {
+            name: "full_policy",
+            doc: "a new session with no room in the table: `drop` or `evict`",
+        },
+        Param {
+            name: "udp_timeout_s",
+            doc: "UDP idle timeout in seconds, 1..=2000000",
+        },
+        Param {
+            name: "tcp_established_timeout_s",
+            doc: "established TCP idle timeout in seconds, 1..=2000000",
+        },
+        Param {
+            name: "tcp_transitory_timeout_s",
+            doc: "transitory TCP (opening, closing, reset) idle timeout in seconds, 1..=2000000",
+        },
+        Param {
+            name: "icmp_timeout_s",
+            doc: "ICMP query idle timeout in seconds, 1..=2000000",
+        },
+        Param {
+            name: "ip_options",
+            doc: "packets with IPv4 options: `translate` or `drop` (as `ip_options`)",
+        },
+        Param {
+            name: "decrement_ttl",
+            doc: "decrement TTL, dropping TTL <= 1 as `ttl_expired`",
+        },
+        Param {
+            name: "verify_checksums",
+            doc: "debug: verify every translated frame by full checksum recomputation (slow)",
+        },
+        Param {
+            name: "scan_per_burst",
+            doc: "sessions examined for expiry per burst",
+        },
+        Param {
+            name: "port_attempts",
+            doc: "ports tried per new session before `port_exhausted`, at least 1",
+        },
+        Param {
+            name: "seed",
+            doc: "hash seed (mixed with the worker index)",
+        },
+    ],
+    defaults: defaults_of::<NatConfig>,
+    drop_reasons: &[NO_MAPPING, PORT_EXHAUSTED],
+    build,
+    memory,
+};
+
+fn build(params: &toml::Table, ctx: &BuildContext) -> Result<Box<dyn NetworkFunction>, String> {
+    Ok(Box::new(Nat::from_params(params, ctx.worker, ctx.workers)?))
+}
+
+/// Bytes of one session record plus its free-list entry (32 B sessions, `u32` indices).
+const SESSION_BYTES: u64 = 32 + 4;
+
+fn memory(params: &toml::Table, ctx: &BuildContext) -> Option<Memory> {
+    let c: NatConfig = parse_params(NAME, params).ok()?;
+    let sessions = c.flows.div_ceil(u64::from(ctx.workers.max(1)));
+    let table = FlowTable::<u32>::memory_for(sessions.saturating_mul(2) as usize);
+    Some(Memory {
+        key: "flows",
+        value: c.flows.to_string(),
+        bytes: table.saturating_add(sessions.saturating_mul(SESSION_BYTES)),
+    })
+}
+
 /// How the NAT decides whether a packet is outbound or inbound.
-#[derive(Clone, Copy, Debug, PartialEq, Eq, Deserialize)]
+#[derive(Clone, Copy, Debug, PartialEq, Eq, Deserialize, Serialize)]
 #[serde(rename_all = "kebab-case")]
 pub enum DirectionPolicy {
     /// Destination == NAT address -> inbound, else outbound.
@@ -102,7 +217,7 @@ pub enum DirectionPolicy {
 }
 
 /// What to do with packets carrying IPv4 options.
-#[derive(Clone, Copy, Debug, PartialEq, Eq, Deserialize)]
+#[derive(Clone, Copy, Debug, PartialEq, Eq, Deserialize, Serialize)]
 #[serde(rename_all = "kebab-case")]
 pub enum OptionsPolicy {
     /// Translate when the headers fit the header segment.
@@ -113,7 +228,7 @@ pub enum OptionsPolicy {
 
 /// NAT parameters (the `[[nf]]` table of a pipeline config). Defaults are the paper's setup and
 /// VPP's timeouts.
-#[derive(Clone, Debug, Deserialize)]
+#[derive(Clone, Debug, Deserialize, Serialize)]
 #[serde(deny_unknown_fields, default)]
 pub struct NatConfig {
     /// Outside (NAT) address.
@@ -460,16 +575,8 @@ impl Nat {
             )?,
         };
         let reasons = Reasons {
-            no_mapping: register_reason(
-                NAME,
-                "no_mapping",
-                "an inbound packet that matches no NAT session",
-            )?,
-            port_exhausted: register_reason(
-                NAME,
-                "port_exhausted",
-                "no free outside port for a new NAT session",
-            )?,
+            no_mapping: register_reason(NAME, NO_MAPPING)?,
+            port_exhausted: register_reason(NAME, PORT_EXHAUSTED)?,
         };
         let table = FlowTable::try_new(
             sessions * 2,
@@ -759,7 +866,7 @@ impl Nat {
                 if e == ParseError::SegmentShort {
                     self.c.header_segment_short += 1;
                 }
-                return Err(e.drop_reason());
+                return Err(DropReason::from(e));
             }
         };
         if p.frag == Frag::Later {
@@ -785,7 +892,7 @@ impl Nat {
             let old = read_u16(ip, 8);
             let new = old - 0x0100;
             ip[8] = p.ttl - 1;
-            let hc = crate::headers::update16(read_u16(ip, 10), old, new);
+            let hc = update16(read_u16(ip, 10), old, new);
             write_u16(ip, 10, hc);
         }
         Ok(p)
@@ -1146,7 +1253,7 @@ impl NetworkFunction for Nat {
         let now = ms_ticks(ctx.now_ns);
         self.expire_scan(now);
         let n = burst.len();
-        prefetch_start(burst);
+        burst.prefetch_first();
         let mut start = 0;
         while start < n {
             let end = (start + BULK).min(n);
@@ -1166,54 +1273,48 @@ impl NetworkFunction for Nat {
         }]
     }
 
-    fn stats(&self) -> serde_json::Value {
+    fn counters(&self) -> dataplane::Counters {
         let c = &self.c;
         let ts = self.table.stats();
-        let mut v = serde_json::json!({
-            "packets": c.packets,
-            "skipped": c.skipped,
-            "translations": c.inbound_translated + c.outbound_translated,
-            "inbound_translated": c.inbound_translated,
-            "outbound_translated": c.outbound_translated,
-            "new_mappings": c.new_mappings,
-            "port_exhausted": c.port_exhausted,
-            "table_full": c.table_full,
-            "no_mapping": c.no_mapping,
-            "expired": c.expired,
-            "evicted": c.evicted,
-            "active_mappings": self.active as u64,
-            "icmp_errors_translated": c.icmp_errors_translated,
-            "fragments_dropped": c.fragments_dropped,
-            "header_segment_short": c.header_segment_short,
-            "hairpin_dropped": c.hairpin_dropped,
-            "ttl_expired": c.ttl_expired,
-            "dropped": c.drops.total(),
-            "drops": drops_json(&c.drops, &[self.reasons.no_mapping, self.reasons.port_exhausted]),
-            "table": {
-                "lookups": ts.lookups,
-                "hits": ts.hits,
-                "inserts": ts.inserts,
-                "cuckoo_moves": ts.cuckoo_moves,
-                "evictions": ts.evictions,
-                "full_drops": ts.full_drops,
-            },
-        });
+        let mut table = dataplane::Counters::new();
+        table
+            .count("lookups", ts.lookups)
+            .count("hits", ts.hits)
+            .count("inserts", ts.inserts)
+            .count("cuckoo_moves", ts.cuckoo_moves)
+            .count("evictions", ts.evictions)
+            .count("full_drops", ts.full_drops);
+        let mut v = dataplane::Counters::new();
+        v.count("packets", c.packets)
+            .count("skipped", c.skipped)
+            .count("translations", c.inbound_translated + c.outbound_translated)
+            .count("inbound_translated", c.inbound_translated)
+            .count("outbound_translated", c.outbound_translated)
+            .count("new_mappings", c.new_mappings)
+            .count("port_exhausted", c.port_exhausted)
+            .count("table_full", c.table_full)
+            .count("no_mapping", c.no_mapping)
+            .count("expired", c.expired)
+            .count("evicted", c.evicted)
+            .count("active_mappings", self.active as u64)
+            .count("icmp_errors_translated", c.icmp_errors_translated)
+            .count("fragments_dropped", c.fragments_dropped)
+            .count("header_segment_short", c.header_segment_short)
+            .count("hairpin_dropped", c.hairpin_dropped)
+            .count("ttl_expired", c.ttl_expired)
+            .count("dropped", c.drops.total())
+            .group(
+                "drops",
+                drop_counters(
+                    &c.drops,
+                    &[self.reasons.no_mapping, self.reasons.port_exhausted],
+                ),
+            )
+            .group("table", table);
         if let Some(ver) = &self.verifier {
-            v["verify_slow_path"] = ver.verified.into();
-            v["checksum_mismatches"] = ver.mismatches.into();
+            v.count("verify_slow_path", ver.verified)
+                .count("checksum_mismatches", ver.mismatches);
         }
         v
     }
-}
-
-/// Registry hook: builds a NAT for `name == "nat"`, `None` for other names.
-pub fn build(
-    name: &str,
-    params: &toml::Table,
-    ctx: &NfContext,
-) -> Option<Result<Box<dyn NetworkFunction>, String>> {
-    (name == NAME).then(|| {
-        Nat::from_params(params, ctx.worker, ctx.workers)
-            .map(|n| Box::new(n) as Box<dyn NetworkFunction>)
-    })
 }

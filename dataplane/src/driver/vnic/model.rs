@@ -1,4 +1,4 @@
-//! The virtual NIC's accounting and timing layer (DESIGN.md, "The virtual NIC model", layer 2).
+//! The virtual NIC's accounting and timing layer (the second of its two layers).
 //!
 //! **Accounting** (always on). Every DMA the NIC performs is charged, in integer bytes and TLPs,
 //! through [`OpCosts`], the same per-operation arithmetic `dataplane model` composes into its
@@ -67,11 +67,11 @@ use hdrhistogram::Histogram;
 use serde::Deserialize;
 
 use crate::mode::DatapathMode;
-use crate::model::breakdown::OpCosts;
-use crate::model::ddio::{DdioModel, host_bytes_per_packet};
-use crate::model::pcie::{PcieLink, Traffic};
-use crate::model::profile::{Efficiency, HardwareProfile};
-use crate::model::timeline::{Cost, PS_PER_NS, Ps, ResourceKind, Timelines, pick_bottleneck};
+use crate::pcie_model::costs::OpCosts;
+use crate::pcie_model::ddio::{DdioModel, host_bytes_per_packet};
+use crate::pcie_model::pcie::{PcieLink, Traffic};
+use crate::pcie_model::profile::{Efficiency, HardwareProfile};
+use crate::pcie_model::timeline::{Cost, PS_PER_NS, Ps, ResourceKind, Timelines, pick_bottleneck};
 
 /// How a queue's clock runs.
 #[derive(Clone, Copy, Debug, Default, PartialEq, Eq, Deserialize)]
@@ -118,7 +118,7 @@ impl Default for VnicTiming {
 }
 
 /// The operations of the per-packet breakdown, in its order (names as in
-/// [`crate::model::Breakdown`]'s items).
+/// [`crate::pcie_model::Breakdown`]'s items).
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
 pub enum Item {
     /// Rx data writes.

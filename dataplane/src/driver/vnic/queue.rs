@@ -39,13 +39,13 @@ use super::rx::{CompletionQueue, RxRing};
 use super::tx::{PostError, TxRing};
 use crate::arena::{ArenaCache, ArenaLayout, HEADROOM, PacketArena, PacketMeta};
 use crate::burst::{Burst, MAX_BURST, RxPacket};
+use crate::link::{FrameRing, FrameSink, FrameSource, MAX_WIRE_FRAME, batch_step};
 use crate::mode::DatapathMode;
-use crate::model::timeline::{PS_PER_NS, Ps};
 use crate::packet::{PacketOwner, PayloadRing};
+use crate::pcie_model::timeline::{PS_PER_NS, Ps};
 use crate::port::{Queue, QueueStats};
 use crate::rss::Rss;
 use crate::verdict::{DropCounts, DropReason, Verdict};
-use crate::wire::{FrameRing, FrameSink, FrameSource, MAX_WIRE_FRAME, batch_step};
 
 /// Where a queue's received frames come from.
 pub(crate) enum Ingress {

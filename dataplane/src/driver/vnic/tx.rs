@@ -23,9 +23,9 @@ use super::model::NicModel;
 use super::rx::CompletionQueue;
 use crate::arena::{ArenaLayout, META_BYTES};
 use crate::burst::TxView;
-use crate::model::timeline::{PS_PER_NS, Ps};
+use crate::link::{MAX_WIRE_FRAME, batch_step};
 use crate::packet::PayloadRing;
-use crate::wire::{MAX_WIRE_FRAME, batch_step};
+use crate::pcie_model::timeline::{PS_PER_NS, Ps};
 
 /// Control-segment opcode of a NOP (used to request a completion on flush).
 const OPCODE_NOP: u8 = 0x00;
