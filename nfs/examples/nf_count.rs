@@ -11,8 +11,8 @@
 //! ```
 
 use dataplane::driver::vnic::{VnicConfig, VnicPort};
+use dataplane::link::{CountingSink, Link, RepeatSource};
 use dataplane::testkit::PacketFactory;
-use dataplane::wire::{CountingSink, Link, RepeatSource};
 use dataplane::{Burst, DatapathMode, DropCounts, NetworkFunction, NfContext, Queue, Verdict};
 use nfs::lb::LoadBalancer;
 use nfs::macswap::MacSwap;
@@ -94,9 +94,9 @@ fn nf_alone(mut nf: Box<dyn NetworkFunction>, flows: usize, packets: u64, vip: O
         done += b.len() as u64;
     }
     println!(
-        "{}: {done} packets over {flows} flows; counters {}",
+        "{}: {done} packets over {flows} flows; counters {:?}",
         nf.name(),
-        nf.stats()
+        nf.counters()
     );
 }
 
