@@ -1265,6 +1265,19 @@ impl NetworkFunction for Nat {
     /// Return traffic (to the NAT address, destination port in this instance's slice) must reach
     /// the worker that owns the sessions of that slice. ICMP queries are not steered (their
     /// identifier is not a port a NIC matches on) and follow RSS.
+    /// Back to a fresh NAT: no session ([`Nat::clear`]), zero counters, the port cursor at the
+    /// start of this worker's slice.
+    fn reset(&mut self) -> bool {
+        self.clear();
+        self.table.reset();
+        self.port_cursor = self.port_lo;
+        self.c = Counters::default();
+        if let Some(v) = &mut self.verifier {
+            v.reset();
+        }
+        true
+    }
+
     fn steering_rules(&self, queue: u16) -> Vec<dataplane::steer::SteerRule> {
         vec![dataplane::steer::SteerRule {
             dst_ip: std::net::Ipv4Addr::from(self.nat_ip),
