@@ -109,7 +109,12 @@ impl NfChain {
     /// Resets every function ([`NetworkFunction::reset`]); `true` when all of them are now as
     /// built, `false` when one cannot reset itself (the chain must then be built again).
     pub fn reset(&mut self) -> bool {
-        self.nfs.iter_mut().fold(true, |all, nf| nf.reset() && all)
+        // Every function is reset, also after one that cannot be.
+        let mut all = true;
+        for nf in &mut self.nfs {
+            all &= nf.reset();
+        }
+        all
     }
 
     /// The steering rules of every function for Rx queue `queue` (see

@@ -17,6 +17,7 @@ use super::options::{RunError, RunOptions, load_config};
 use super::summary::{counter_keys, nf_counters, nf_output_errors, print_warnings};
 use super::workers::{Finished, Supervision, Workers, live_interval};
 use crate::config::{ConfigError, RunConfig, same_file};
+use crate::kept_chains::KeptChains;
 use crate::traffic::{Traffic, TrafficReport};
 
 /// Sends every frame to two sinks (pcap capture plus payload checking).
@@ -35,6 +36,12 @@ impl FrameSink for Tee {
 
 /// Runs the config; returns the JSON summary.
 pub fn run(opts: &RunOptions) -> Result<Value, RunError> {
+    run_keeping(opts, &mut KeptChains::new())
+}
+
+/// Runs the config with the NF chains `kept` holds from an earlier run of the same pipeline
+/// (reset, not built again) and keeps this run's chains there for the next one.
+pub fn run_keeping(opts: &RunOptions, kept: &mut KeptChains) -> Result<Value, RunError> {
     if let (Some(rx), Some(tx)) = (&opts.rx_pcap, &opts.tx_pcap)
         && same_file(rx, tx)
     {
@@ -58,10 +65,8 @@ pub fn run(opts: &RunOptions) -> Result<Value, RunError> {
         crate::footprint::check(path, &needs, workers, machine)?;
     }
     cfg.check_outputs(path)?;
-    // Build every NF chain first: a bad pipeline fails before any packet moves.
-    let chains = (0..workers)
-        .map(|w| cfg.build_chain(path, w, workers))
-        .collect::<Result<Vec<_>, _>>()?;
+    // Build (or reset) every NF chain first: a bad pipeline fails before any packet moves.
+    let chains = kept.take(&cfg, path)?;
     let mut traffic = if opts.rx_pcap.is_none() {
         let nat = cfg.nat_return(path)?;
         Some(
@@ -153,10 +158,17 @@ pub fn run(opts: &RunOptions) -> Result<Value, RunError> {
     };
     running.supervise(cfg.run.duration_s, live_interval(&cfg, opts), &mut sup);
     let Finished {
-        reports,
+        mut reports,
         elapsed_s: elapsed,
     } = running.join()?;
     port.join();
+    kept.keep(
+        &cfg,
+        reports
+            .iter_mut()
+            .map(|r| std::mem::take(&mut r.chain))
+            .collect(),
+    );
     nf_output_errors(&reports)?;
     // The capture is flushed once the port is joined: a failed write (now or while running,
     // which stopped the run) fails the run with the file and the OS error.
