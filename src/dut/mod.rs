@@ -61,7 +61,7 @@ use pktgen::testdut::{SimDut, SimDutConfig};
 use pktgen::trial::{Dut, DutError, DutInfo, LossAttribution, TrialResult, TrialSpec, gbps};
 use serde_json::Value;
 
-use crate::config::PORT_TRAFFIC_KEYS;
+use crate::config::{NfCyclesSource, PORT_TRAFFIC_KEYS};
 use crate::kept_chains::KeptChains;
 use crate::run::{RunOptions, load_config};
 
@@ -227,6 +227,20 @@ impl VnicDut {
             }
         );
         let cpu_cost = match (timing, &profile) {
+            (Timing::Timed(Clock::Virtual), Some(p))
+                if cfg.run.nf_cycles == NfCyclesSource::Measured =>
+            {
+                format!(
+                    "model with measured NFs: profile {} host.cycles.driver_per_packet {} \
+                     plus the NF code [{}] measured on this machine over each trial's traffic \
+                     (run.nf_cycles = \"measured\", as dataplane calibrate measures, once per \
+                     traffic), converted at {} GHz; each trial's dut.nf_cycles has the figures",
+                    p.nic.name,
+                    p.host.cycles.driver_per_packet,
+                    nfs.join(","),
+                    p.host.cpu_ghz
+                )
+            }
             (Timing::Timed(Clock::Virtual), Some(p)) => {
                 let nf = cfg
                     .nf_cycles(config, p)

@@ -65,6 +65,9 @@ pub fn run_keeping(opts: &RunOptions, kept: &mut KeptChains) -> Result<Value, Ru
         crate::footprint::check(path, &needs, workers, machine)?;
     }
     cfg.check_outputs(path)?;
+    // What the virtual clock charges the NFs (with run.nf_cycles = "measured" a measurement,
+    // whose chain is gone before the run's are built).
+    let nf_cycles = crate::calibrate::run_nf_cycles(&cfg, path, &profile)?;
     // Build (or reset) every NF chain first: a bad pipeline fails before any packet moves.
     let chains = kept.take(&cfg, path)?;
     let mut traffic = if opts.rx_pcap.is_none() {
@@ -127,7 +130,7 @@ pub fn run_keeping(opts: &RunOptions, kept: &mut KeptChains) -> Result<Value, Ru
     };
     // Flow steering the NFs ask for (e.g. NAT return traffic to the worker owning its port
     // slice); with one queue there is nothing to steer.
-    let mut vnic = cfg.vnic_config(path, &profile, offered)?;
+    let mut vnic = cfg.vnic_config(path, &profile, offered, nf_cycles.charged)?;
     if workers > 1 {
         vnic.steering = chains
             .iter()
@@ -198,6 +201,7 @@ pub fn run_keeping(opts: &RunOptions, kept: &mut KeptChains) -> Result<Value, Ru
         out["pcap"] = pcap_json(c);
     }
     out["warnings"] = json!(warnings);
+    out["nf_cycles"] = nf_cycles.report;
     Ok(out)
 }
 
