@@ -62,6 +62,12 @@ fn every_nf_gets_a_cost_and_costlier_ones_measure_higher() {
     let (io, nat, fc) = (cost("io_fwd"), cost("nat"), cost("flow_counter"));
     for n in &c.nfs {
         assert!(
+            n.ns.min.is_finite() && n.ns.max.is_finite() && n.ns.min >= 0.0,
+            "{}: {:?}",
+            n.name,
+            n.ns
+        );
+        assert!(
             n.ns.min <= n.ns.median && n.ns.median <= n.ns.max,
             "{}: {:?}",
             n.name,
@@ -199,6 +205,12 @@ fn the_cli_prints_the_profile_table_and_names_a_bad_config() {
     let nf = t["host"]["cycles"]["nf"].as_table().unwrap();
     let keys: Vec<&str> = nf.keys().map(String::as_str).collect();
     assert_eq!(keys, ["macswap", "port_filter"], "{text}");
+    for (k, v) in nf {
+        assert!(
+            v.as_integer().is_some_and(|c| c >= 0),
+            "{k}: whole cycles, not negative: {text}"
+        );
+    }
     assert!(text.contains("2 runs of 4096 packets"), "{text}");
     let out = Command::new(bin)
         .args(["calibrate", path.to_str().unwrap(), "--json", "--runs", "1"])
@@ -207,6 +219,10 @@ fn the_cli_prints_the_profile_table_and_names_a_bad_config() {
         .unwrap();
     let j: serde_json::Value = serde_json::from_slice(&out.stdout).unwrap();
     assert_eq!(j["nfs"][1]["cost_key"], "host.cycles.nf.port_filter");
+    for n in j["nfs"].as_array().unwrap() {
+        let ns = n["ns_per_packet"]["median"].as_f64();
+        assert!(ns.is_some_and(|v| v.is_finite() && v >= 0.0), "{n}");
+    }
     let out = Command::new(bin)
         .args(["calibrate", "/nonexistent/x.toml"])
         .output()
