@@ -90,15 +90,14 @@ impl CtrlSeg {
         *out = self.encode();
     }
 
-    /// Decodes 16 bytes.
+    /// Decodes 16 bytes (the named fields' bytes of [`CtrlSeg::encode`]'s layout).
     #[inline(always)]
     pub fn read(b: &[u8; SEG]) -> Self {
-        let w = u128::from_be_bytes(*b);
         Self {
-            opcode: (w >> 96) as u8,
-            wqe_index: (w >> 104) as u16,
-            ds: (w >> 64) as u8,
-            flags: (w >> 32) as u8,
+            opcode: b[3],
+            wqe_index: u16::from_be_bytes([b[1], b[2]]),
+            ds: b[7],
+            flags: b[11],
         }
     }
 }

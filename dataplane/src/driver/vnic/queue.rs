@@ -195,6 +195,8 @@ pub struct VnicQueue {
     tx_lens: Box<[u32]>,
     /// Handles of packets a `tx_post` could not post (freed together).
     unsent: Box<[usize]>,
+    /// The packets of a burst the send queue refused (index in the burst, why).
+    refused: Box<[(u16, PostError)]>,
     _alive: Arc<()>,
 }
 
@@ -285,6 +287,7 @@ impl VnicQueue {
             sink: qm.sink,
             scratch: vec![0u32; p.rx_ring.next_power_of_two()].into_boxed_slice(),
             unsent: vec![0usize; MAX_BURST].into_boxed_slice(),
+            refused: vec![(0, PostError::Full); MAX_BURST].into_boxed_slice(),
             rx_batch: vec![0u8; BATCH_BYTES].into_boxed_slice(),
             rx_lens: vec![0u32; MAX_BURST].into_boxed_slice(),
             tx_lens: vec![0u32; MAX_BURST].into_boxed_slice(),
@@ -723,14 +726,13 @@ impl VnicQueue {
 
     /// Frees completed sends, in bulk.
     fn reclaim(&mut self) {
-        let layout = &self.layout;
         let cache = &mut self.cache;
         let model = &mut self.model;
-        self.tx.complete(&mut |handles, nic_bytes| {
-            // SAFETY: the send queue held these packets (of this queue's arena) until their
+        self.tx.complete(&mut |c| {
+            // SAFETY: the send queue held these buffers (of this queue's arena) until their
             // completion; it gives them up here.
-            unsafe { cache.free_packets(layout, handles) };
-            model.nicmem_freed(nic_bytes);
+            unsafe { cache.free_sorted(c.hdr, c.pay, c.nic) };
+            model.nicmem_freed(c.nic_bytes);
         });
     }
 
@@ -751,30 +753,30 @@ impl VnicQueue {
             _ => u32::MAX,
         };
         let v = pkts.tx_view();
-        let mut unsent = 0usize;
-        let (stats, model, spare) = (&mut self.stats, &mut self.model, &mut self.unsent);
-        let (sent, bytes) = self.tx.post_burst(v, &self.layout, limit, &mut |i, e| {
-            let r = match e {
-                PostError::Full => {
-                    stats.tx_full += 1;
-                    DropReason::TX_FULL
+        let (sent, bytes, nref) = self
+            .tx
+            .post_burst(v, &self.layout, limit, &mut self.refused);
+        if nref > 0 {
+            let mut nic = 0u64;
+            for (k, &(i, e)) in self.refused[..nref].iter().enumerate() {
+                let i = i as usize;
+                let r = match e {
+                    PostError::Full => {
+                        self.stats.tx_full += 1;
+                        DropReason::TX_FULL
+                    }
+                    PostError::TooBig => DropReason::TX_INVALID,
+                };
+                drops.add(r, 1);
+                self.unsent[k] = v.handle[i];
+                if v.ring[i] == PayloadRing::Primary {
+                    nic += u64::from(v.frame_len[i] - u32::from(v.hdr_len[i]));
                 }
-                PostError::TooBig => DropReason::TX_INVALID,
-            };
-            drops.add(r, 1);
-            spare[unsent] = v.handle[i];
-            unsent += 1;
-            if v.ring[i] == PayloadRing::Primary {
-                model.nicmem_freed(u64::from(v.frame_len[i] - u32::from(v.hdr_len[i])));
             }
-        });
-        if unsent > 0 {
             // SAFETY: these packets of this queue's arena were not posted; the burst gives them
             // up below.
-            unsafe {
-                self.cache
-                    .free_packets(&self.layout, &self.unsent[..unsent])
-            };
+            unsafe { self.cache.free_packets(&self.layout, &self.unsent[..nref]) };
+            self.model.nicmem_freed(nic);
         }
         pkts.disown();
         self.stats.tx_packets += sent as u64;
@@ -1119,11 +1121,13 @@ impl VnicQueue {
     /// Takes every buffer back from the rings, the completion queue and the send queue (queue
     /// teardown).
     fn release_all(&mut self) {
-        let mut handles = Vec::new();
-        let nic = self.tx.drain(&mut handles);
-        // SAFETY: the send queue's packets, given up by the drained ring.
-        unsafe { self.cache.free_packets(&self.layout, &handles) };
-        self.model.nicmem_freed(nic);
+        let cache = &mut self.cache;
+        let model = &mut self.model;
+        self.tx.drain(&mut |c| {
+            // SAFETY: the send queue's buffers, given up by the drained ring.
+            unsafe { cache.free_sorted(c.hdr, c.pay, c.nic) };
+            model.nicmem_freed(c.nic_bytes);
+        });
         // Completions the driver never polled: their buffers return too.
         while let Some(cqe) = self.rx_cq.poll() {
             let h = self.hdr.harvest(cqe.wqe_counter);

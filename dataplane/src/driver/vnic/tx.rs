@@ -14,7 +14,7 @@
 //! hardware, against the buffers of the packet posted with that WQE; failures produce an error
 //! completion with an mlx5 syndrome, the frame is not sent, and the packet is still freed.
 
-use nicmem::{MemKey, ProtectionDomain, RegionTable};
+use nicmem::{MemKey, PoolLayout, ProtectionDomain, RegionTable};
 
 use super::desc::{
     Cqe, CtrlSeg, DataSeg, FLAG_CQE_REQUEST, OPCODE_SEND, SEG, WQEBB, cqe_op, syndrome, tx_wqe_ds,
@@ -60,14 +60,52 @@ pub(crate) enum PostError {
     TooBig,
 }
 
+/// What the driver keeps per send-queue slot for the WQE starting there (the mlx5 PMD's `elts`):
+/// the packet's buffers, so completion handling frees them without touching the packet, and so
+/// the NIC knows which buffers that WQE may read.
+#[derive(Clone, Copy)]
+struct TxSlot {
+    /// The producer count the WQE was posted at: a slot that does not hold the start of the
+    /// WQE the NIC is at (the inside of a longer WQE, or a stale one a corrupt segment count
+    /// made the NIC land on) names no packet.
+    at: u32,
+    /// Header buffer index of the packet posted with the WQE ([`NO_PKT`]: none).
+    hdr: u32,
+    /// Its payload buffer index (when `ring` is not `None`).
+    pay: u32,
+    /// nicmem payload bytes the packet holds (returned to the model when freed).
+    nic_len: u32,
+    /// WQEBBs of the WQE.
+    nbb: u8,
+    /// The pool of the payload buffer.
+    ring: PayloadRing,
+}
+
+const EMPTY_SLOT: TxSlot = TxSlot {
+    at: 0,
+    hdr: NO_PKT,
+    pay: 0,
+    nic_len: 0,
+    nbb: 0,
+    ring: PayloadRing::None,
+};
+
+/// Buffers of completed sends, by pool (see [`TxRing::complete`]).
+pub(crate) struct Completed<'a> {
+    /// Header buffers.
+    pub hdr: &'a [u32],
+    /// Host payload buffers.
+    pub pay: &'a [u32],
+    /// nicmem payload buffers.
+    pub nic: &'a [u32],
+    /// nicmem payload bytes they held.
+    pub nic_bytes: u64,
+}
+
 pub(crate) struct TxRing {
     bbs: Box<[[u8; WQEBB]]>,
-    /// Per slot: the packet (header buffer index) posted with the WQE starting there.
-    elts: Box<[u32]>,
-    /// Per slot: WQEBBs of the WQE starting there.
-    nbb: Box<[u8]>,
-    /// Per slot: nicmem payload bytes the packet holds (returned to the model when freed).
-    nic_bytes: Box<[u32]>,
+    /// Per slot: the packet posted with the WQE starting there.
+    slots: Box<[TxSlot]>,
     mask: u32,
     pi: u32,
     nic_ci: u32,
@@ -80,6 +118,9 @@ pub(crate) struct TxRing {
     /// Scratch for a WQE that wraps around the end of the ring (kept, so no per-doorbell
     /// zeroing).
     wrap: Box<[u8; MAX_DS * SEG]>,
+    /// Scratch for the buffers of completed sends (one entry per slot is enough: every packet
+    /// takes at least one).
+    freed: Box<[u32]>,
 }
 
 impl TxRing {
@@ -89,9 +130,7 @@ impl TxRing {
         let size = size.next_power_of_two().max(16);
         Self {
             bbs: vec![[0u8; WQEBB]; size].into_boxed_slice(),
-            elts: vec![NO_PKT; size].into_boxed_slice(),
-            nbb: vec![0u8; size].into_boxed_slice(),
-            nic_bytes: vec![0u32; size].into_boxed_slice(),
+            slots: vec![EMPTY_SLOT; size].into_boxed_slice(),
             mask: size as u32 - 1,
             pi: 0,
             nic_ci: 0,
@@ -102,6 +141,7 @@ impl TxRing {
             inline,
             cq: CompletionQueue::new(size),
             wrap: Box::new([0u8; MAX_DS * SEG]),
+            freed: vec![0u32; 3 * size].into_boxed_slice(),
         }
     }
 
@@ -127,125 +167,215 @@ impl TxRing {
 
     /// Driver side: builds one WQE per packet of `v` (packets of the arena `l`), in order, while
     /// they fit both the ring and `limit` WQEBBs (the room left in model time). Each packet that
-    /// cannot be posted is reported to `refused` (by index, with the reason) and left to the
-    /// caller. Returns the packets posted and their bytes.
+    /// cannot be posted is left to the caller and listed in `refused` (its index in the burst
+    /// and why; `refused` has room for every packet). Returns the packets posted, their bytes
+    /// and the number of refusals listed.
     #[inline]
     pub(crate) fn post_burst(
         &mut self,
         v: TxView<'_>,
         l: &ArenaLayout,
         limit: u32,
-        refused: &mut impl FnMut(usize, PostError),
-    ) -> (usize, u64) {
-        let size = self.mask + 1;
-        let mut room = (size - self.in_use()).min(limit);
-        let (hdr_l, pay_l, nic_l) = (l.hdr, l.pay, l.nic);
-        let inline = self.inline;
-        let (mut sent, mut bytes) = (0usize, 0u64);
-        for i in 0..v.handle.len() {
-            let h = v.handle[i] as u32;
-            let hlen = v.hdr_len[i] as usize;
-            let flen = v.frame_len[i] as usize;
+        refused: &mut [(u16, PostError)],
+    ) -> (usize, u64, usize) {
+        let payloads = l.pay.is_some() || l.nic.is_some();
+        match (self.inline > 0, payloads) {
+            (false, false) => self.post::<false, false>(v, l, limit, refused),
+            (false, true) => self.post::<false, true>(v, l, limit, refused),
+            (true, false) => self.post::<true, false>(v, l, limit, refused),
+            (true, true) => self.post::<true, true>(v, l, limit, refused),
+        }
+    }
+
+    /// [`TxRing::post_burst`] for one shape of WQE: with inline headers (`INLINE`) or without,
+    /// for an arena with payload pools (`PAYLOADS`) or without, each compiled on its own (a WQE
+    /// without inline bytes is one WQEBB and never wraps). The ring's positions are held in
+    /// locals for the pass (the WQE writes go through pointers into the ring, which would
+    /// otherwise make the compiler reload every field after each).
+    #[inline(always)]
+    fn post<const INLINE: bool, const PAYLOADS: bool>(
+        &mut self,
+        v: TxView<'_>,
+        l: &ArenaLayout,
+        limit: u32,
+        refused: &mut [(u16, PostError)],
+    ) -> (usize, u64, usize) {
+        let n = v.handle.len();
+        let (handle, hdr, hdr_len, headroom, frame_len) = (
+            &v.handle[..n],
+            &v.hdr[..n],
+            &v.hdr_len[..n],
+            &v.headroom[..n],
+            &v.frame_len[..n],
+        );
+        let refused = &mut refused[..n];
+        let mask = self.mask;
+        let size = mask as usize + 1;
+        let mut room = (mask + 1 - self.in_use()).min(limit);
+        let hdr_l = l.hdr;
+        let hdr_key = hdr_l.key.0;
+        let inline = if INLINE { self.inline } else { 0 };
+        let (comp_every, half) = (self.comp_every, mask / 2);
+        let (mut pi, mut since, mut bbs_since) = (self.pi, self.since_comp, self.bbs_since_comp);
+        let bbs = self.bbs.as_mut_ptr().cast::<u8>();
+        let slots = self.slots.as_mut_ptr();
+        let wrap = self.wrap.as_mut_ptr();
+        let (mut bytes, mut nref) = (0u64, 0usize);
+        for i in 0..n {
+            let h = handle[i] as u32;
+            let hlen = hdr_len[i] as usize;
+            let flen = frame_len[i] as usize;
             let plen = flen - hlen;
-            let inl = inline.min(hlen);
+            let inl = if INLINE { inline.min(hlen) } else { 0 };
             let rest_hdr = hlen - inl;
             let ds = tx_wqe_ds(inl, (rest_hdr > 0) as usize + (plen > 0) as usize);
-            if ds > MAX_DS {
-                refused(i, PostError::TooBig);
+            if INLINE && ds > MAX_DS {
+                refused[nref] = (i as u16, PostError::TooBig);
+                nref += 1;
                 continue;
             }
-            let nbb = ds.div_ceil(4) as u32;
+            let nbb = if INLINE { ds.div_ceil(4) as u32 } else { 1 };
             if nbb > room {
-                refused(i, PostError::Full);
+                refused[nref] = (i as u16, PostError::Full);
+                nref += 1;
                 continue;
             }
             room -= nbb;
-            let at = self.pi;
-            self.since_comp += 1;
-            self.bbs_since_comp += nbb;
-            let flags = if self.since_comp >= self.comp_every || self.bbs_since_comp > self.mask / 2
-            {
-                self.since_comp = 0;
-                self.bbs_since_comp = 0;
+            since += 1;
+            bbs_since += nbb;
+            let flags = if since >= comp_every || bbs_since > half {
+                since = 0;
+                bbs_since = 0;
                 FLAG_CQE_REQUEST
             } else {
                 0
             };
-            let headroom = v.headroom[i] as usize;
             // The header's bus address: header buffers keep the metadata first, then the
             // headroom the header may have grown into.
-            let hdr_off = META_BYTES + headroom;
+            let hdr_off = META_BYTES + headroom[i] as usize;
             let hdr_iova = hdr_l.iova_of(h) + hdr_off as u64;
-            let (pay_key, pay_iova, nic) = if plen == 0 {
-                (MemKey(0), 0, 0)
-            } else {
+            // Which payload buffer the packet holds (its metadata, written at Rx), kept in the
+            // slot so the NIC and the completion handling need not read the packet again. A
+            // payload the arena cannot name gets a descriptor the NIC refuses.
+            let (ring, pay, pay_seg) = if PAYLOADS {
                 // SAFETY: `h` is a packet of this queue's arena held by the burst, which owns
                 // it; its metadata was written at Rx.
                 let meta = unsafe { *l.meta(h) };
-                match (meta.ring, pay_l, nic_l) {
-                    (PayloadRing::Secondary, Some(p), _) => (p.key, p.iova_of(meta.payload), 0),
-                    (PayloadRing::Primary, _, Some(p)) => {
-                        (p.key, p.iova_of(meta.payload), plen as u32)
-                    }
-                    // A payload the arena cannot name: a descriptor the NIC will refuse.
-                    _ => (MemKey(0), 0, 0),
-                }
+                let pool = match meta.ring {
+                    PayloadRing::Secondary => l.pay,
+                    PayloadRing::Primary => l.nic,
+                    PayloadRing::None => None,
+                };
+                let (key, addr) = match pool {
+                    Some(p) if plen > 0 => (p.key.0, p.iova_of(meta.payload)),
+                    _ => (0, 0),
+                };
+                let ring = if pool.is_some() {
+                    meta.ring
+                } else {
+                    PayloadRing::None
+                };
+                let seg = DataSeg {
+                    byte_count: plen as u32,
+                    key,
+                    addr,
+                };
+                (ring, meta.payload, seg.encode())
+            } else {
+                let seg = DataSeg {
+                    byte_count: plen as u32,
+                    key: 0,
+                    addr: 0,
+                };
+                (PayloadRing::None, 0, seg.encode())
             };
-            // The header and the rest of its buffer (inline copies may round up into it).
-            // SAFETY: the burst owns the packet; its header starts `hdr_off` bytes into header
-            // buffer `h`, whose bytes up to the end of the buffer belong to the packet.
-            let hdr = unsafe {
-                std::slice::from_raw_parts(v.hdr[i].cast_const(), hdr_l.buf_size - hdr_off)
+            let slot = (pi & mask) as usize;
+            let nb = nbb as usize;
+            let wraps = INLINE && slot + nb > size;
+            // SAFETY: slots `slot..slot + nb` of the ring are free (`nbb <= room`); a WQE that
+            // would run past the end of the ring (`wraps`) is built in the scratch instead,
+            // which holds the largest WQE. Nothing else refers to either during the pass.
+            let w = if wraps {
+                wrap
+            } else {
+                unsafe { bbs.add(slot * WQEBB) }
             };
             let ctrl = CtrlSeg {
                 opcode: OPCODE_SEND,
-                wqe_index: at as u16,
+                wqe_index: pi as u16,
                 ds: ds as u8,
                 flags,
             };
-            let slot = (at & self.mask) as usize;
-            let n = nbb as usize;
-            let wraps = slot + n > size as usize;
-            let w = if wraps {
-                &mut self.wrap[..n * WQEBB]
-            } else {
-                self.bbs[slot..slot + n].as_flattened_mut()
-            };
-            write_wqe(
-                w,
-                &ctrl,
-                hdr,
-                inl,
-                &DataSeg {
-                    byte_count: rest_hdr as u32,
-                    key: hdr_l.key.0,
-                    addr: hdr_iova + inl as u64,
-                },
-                &DataSeg {
-                    byte_count: plen as u32,
-                    key: pay_key.0,
-                    addr: pay_iova,
-                },
-            );
+            // SAFETY: `w` has `nb * WQEBB >= ds * SEG` writable bytes (above); segment writes
+            // stay below `ds * SEG`, the inline copy below `nb * WQEBB`.
+            unsafe {
+                put_seg(w, ctrl.encode());
+                // Ethernet segment: 12 zero bytes, the inline size, then the inline bytes.
+                put_seg(w.add(SEG), (u128::from(inl as u16) << 16).to_be_bytes());
+                let mut k = 2 * SEG;
+                if INLINE && inl > 0 {
+                    // The header and the rest of its buffer (the copy may round up into it).
+                    // SAFETY: the burst owns the packet; its header starts `hdr_off` bytes into
+                    // header buffer `h`, whose bytes up to its end belong to the packet.
+                    let src =
+                        std::slice::from_raw_parts(hdr[i].cast_const(), hdr_l.buf_size - hdr_off);
+                    let dst =
+                        std::slice::from_raw_parts_mut(w.add(INLINE_AT), nb * WQEBB - INLINE_AT);
+                    nicmem::copy_prefix(dst, src, inl);
+                    k += inl.saturating_sub(2).div_ceil(SEG) * SEG;
+                }
+                if rest_hdr > 0 {
+                    let seg = DataSeg {
+                        byte_count: rest_hdr as u32,
+                        key: hdr_key,
+                        addr: hdr_iova + inl as u64,
+                    };
+                    put_seg(w.add(k), seg.encode());
+                    k += SEG;
+                }
+                if plen > 0 {
+                    put_seg(w.add(k), pay_seg);
+                }
+            }
             if wraps {
                 // The WQE wraps around the end of the ring: it was built flat; copy the two
                 // parts.
-                let first = size as usize - slot;
-                self.bbs[slot..]
-                    .as_flattened_mut()
-                    .copy_from_slice(&self.wrap[..first * WQEBB]);
-                self.bbs[..n - first]
-                    .as_flattened_mut()
-                    .copy_from_slice(&self.wrap[first * WQEBB..n * WQEBB]);
+                let first = size - slot;
+                // SAFETY: the first part fills slots `slot..size`, the second slots
+                // `0..nb - first`, all free and inside the ring; the scratch is another
+                // allocation.
+                unsafe {
+                    std::ptr::copy_nonoverlapping(wrap, bbs.add(slot * WQEBB), first * WQEBB);
+                    std::ptr::copy_nonoverlapping(
+                        wrap.add(first * WQEBB),
+                        bbs,
+                        (nb - first) * WQEBB,
+                    );
+                }
             }
-            self.elts[slot] = h;
-            self.nbb[slot] = nbb as u8;
-            self.nic_bytes[slot] = nic;
-            self.pi = self.pi.wrapping_add(nbb);
-            sent += 1;
+            let nic_len = if ring == PayloadRing::Primary {
+                plen as u32
+            } else {
+                0
+            };
+            // SAFETY: `slot <= mask` indexes the ring's `mask + 1` slots.
+            unsafe {
+                *slots.add(slot) = TxSlot {
+                    at: pi,
+                    hdr: h,
+                    pay,
+                    nic_len,
+                    nbb: nbb as u8,
+                    ring,
+                };
+            }
+            pi = pi.wrapping_add(nbb);
             bytes += flen as u64;
         }
-        (sent, bytes)
+        self.pi = pi;
+        self.since_comp = since;
+        self.bbs_since_comp = bbs_since;
+        (n - nref, bytes, nref)
     }
 
     /// WQEBBs posted and not yet processed by the NIC (what the next doorbell makes it fetch).
@@ -275,9 +405,11 @@ impl TxRing {
         }
         .write(self.seg_mut(at, 0));
         let slot = (at & self.mask) as usize;
-        self.elts[slot] = NO_PKT;
-        self.nbb[slot] = 1;
-        self.nic_bytes[slot] = 0;
+        self.slots[slot] = TxSlot {
+            at,
+            nbb: 1,
+            ..EMPTY_SLOT
+        };
         self.pi = self.pi.wrapping_add(1);
         self.since_comp = 0;
         self.bbs_since_comp = 0;
@@ -306,95 +438,97 @@ impl TxRing {
         m: &mut NicModel,
         ready: Ps,
     ) -> TxOutcome {
+        if m.t.is_some() {
+            self.nic_pass::<true>(table, pd, l, out, lens, wire, m, ready)
+        } else {
+            self.nic_pass::<false>(table, pd, l, out, lens, wire, m, ready)
+        }
+    }
+
+    /// [`TxRing::nic_process`] for a timed (`TIMED`) or an untimed queue, each compiled on its
+    /// own.
+    #[allow(clippy::too_many_arguments)]
+    #[inline(always)]
+    fn nic_pass<const TIMED: bool>(
+        &mut self,
+        table: &RegionTable,
+        pd: ProtectionDomain,
+        l: &ArenaLayout,
+        out: &mut [u8],
+        lens: &mut [u32],
+        wire: &mut dyn FnMut(&[u8], &[u32]),
+        m: &mut NicModel,
+        ready: Ps,
+    ) -> TxOutcome {
         let mut res = TxOutcome::default();
         let size = (self.mask + 1) as usize;
-        let timed = m.t.is_some();
+        // Frames are gathered while a frame of any size still fits behind the last one.
+        let last_off = out.len().saturating_sub(MAX_WIRE_FRAME);
         let (mut off, mut k) = (0usize, 0usize);
         let (pi, mask) = (self.pi, self.mask);
         let mut ci = self.nic_ci;
+        let bbs = self.bbs.as_ptr().cast::<u8>();
+        let slots = self.slots.as_ptr();
         while ci != pi {
-            if k == lens.len() || out.len() - off < MAX_WIRE_FRAME {
+            if k == lens.len() || off > last_off {
                 wire(&out[..off], &lens[..k]);
+                res.frames += k as u64;
                 (off, k) = (0, 0);
             }
             let at = ci;
             let avail = pi.wrapping_sub(at);
             let slot = (at & mask) as usize;
-            let ctrl = CtrlSeg::read(self.bbs[slot][..SEG].try_into().expect("16-byte segment"));
+            // SAFETY: `slot <= mask` indexes the ring's `mask + 1` WQEBBs; the driver does not
+            // write posted WQEs while the NIC processes them.
+            let head: &[u8; WQEBB] = unsafe { &*bbs.add(slot * WQEBB).cast::<[u8; WQEBB]>() };
+            let ctrl = CtrlSeg::read(head[..SEG].try_into().expect("16-byte segment"));
             let ds = ctrl.ds as usize;
             let nbb = (ds.div_ceil(4) as u32).max(1);
             let mut done = ready;
-            let mut reads = Reads::default();
-            let pkt = self.elts[slot];
-            let (result, consumed) = if ctrl.opcode == OPCODE_NOP && ds == 1 {
-                (Ok(None), 1)
-            } else if ctrl.opcode != OPCODE_SEND || !(2..=MAX_DS).contains(&ds) || nbb > avail {
-                // The NIC cannot tell where the next WQE starts: flush everything posted in error,
-                // as a send queue in error state does.
-                (Err(syndrome::LOCAL_QP_OPERATION), avail)
-            } else {
+            let (result, consumed) = if ctrl.opcode == OPCODE_SEND
+                && (2..=MAX_DS).contains(&ds)
+                && nbb <= avail
+            {
+                // SAFETY: as for the WQE, `slot` indexes the ring's slots.
+                let s = unsafe { &*slots.add(slot) };
+                let s = if s.at == at { s } else { &EMPTY_SLOT };
                 let n = nbb as usize;
                 let w: &[u8] = if slot + n <= size {
-                    self.bbs[slot..slot + n].as_flattened()
+                    // SAFETY: the WQE's `n` WQEBBs lie inside the ring (`slot + n <= size`).
+                    unsafe { std::slice::from_raw_parts(bbs.add(slot * WQEBB), n * WQEBB) }
                 } else {
-                    let first = size - slot;
-                    let tmp = &mut self.wrap[..];
-                    tmp[..first * WQEBB].copy_from_slice(self.bbs[slot..].as_flattened());
-                    tmp[first * WQEBB..n * WQEBB]
-                        .copy_from_slice(self.bbs[..n - first].as_flattened());
-                    &self.wrap[..n * WQEBB]
+                    wrapped(&self.bbs, &mut self.wrap, slot, n)
                 };
-                let stage = &mut out[off..];
-                (
-                    gather(
-                        w, ds, pkt, l, table, pd, stage, m, ready, &mut done, &mut reads,
-                    )
-                    .map(Some),
-                    nbb,
-                )
-            };
-            let cqe_wanted = ctrl.flags & FLAG_CQE_REQUEST != 0;
-            match result {
-                Ok(Some(len)) => {
+                let r =
+                    gather::<TIMED>(w, ds, s, l, table, pd, &mut out[off..], m, ready, &mut done);
+                if let Ok(len) = r {
                     lens[k] = len as u32;
                     k += 1;
                     off += batch_step(len);
-                    if timed {
-                        let arrival = if pkt == NO_PKT {
+                    if TIMED {
+                        let arrival = if s.hdr == NO_PKT {
                             0
                         } else {
                             // SAFETY: the slot's packet is owned by the send queue until its
                             // completion is reaped; nothing else uses its metadata meanwhile.
-                            unsafe { l.meta(pkt) }.arrival / PS_PER_NS
+                            unsafe { l.meta(s.hdr) }.arrival / PS_PER_NS
                         };
                         done = m.tx_wire(done, len, arrival);
-                    } else {
-                        m.tx_untimed(reads.host, reads.nic, len);
                     }
-                    res.frames += 1;
                 }
-                Ok(None) => {}
-                Err(_) => {
-                    if !timed {
-                        m.tx_reads_untimed(reads.host, reads.nic);
-                    }
-                    res.errors += 1;
-                }
+                (r.map(|_| ()), nbb)
+            } else if ctrl.opcode == OPCODE_NOP && ds == 1 {
+                (Ok(()), 1)
+            } else {
+                // The NIC cannot tell where the next WQE starts: flush everything posted in error,
+                // as a send queue in error state does.
+                (Err(syndrome::LOCAL_QP_OPERATION), avail)
+            };
+            if result.is_err() || ctrl.flags & FLAG_CQE_REQUEST != 0 {
+                self.tx_completion(at, result, m, done);
+                res.errors += u64::from(result.is_err());
             }
-            if result.is_err() || cqe_wanted {
-                let (opcode, syn) = match result {
-                    Err(s) => (cqe_op::REQ_ERR, s),
-                    Ok(_) => (cqe_op::REQ, 0),
-                };
-                self.cq.push(&Cqe {
-                    wqe_counter: at as u16,
-                    syndrome: syn,
-                    opcode,
-                    ..Cqe::default()
-                });
-                m.tx_cqe(done);
-            }
-            if timed {
+            if TIMED {
                 m.tx_done(done, consumed);
             }
             ci = ci.wrapping_add(consumed);
@@ -402,48 +536,77 @@ impl TxRing {
         self.nic_ci = ci;
         if k > 0 {
             wire(&out[..off], &lens[..k]);
+            res.frames += k as u64;
         }
         m.tx_flush();
         res
     }
 
-    /// Driver side: polls completions and hands every packet up to each completed WQE to `free`
-    /// (in bulk: a slice of header buffer indices and the nicmem payload bytes they held).
-    pub(crate) fn complete(&mut self, free: &mut dyn FnMut(&[usize], u64)) -> u64 {
+    /// The NIC writes the completion of the WQE at `at` (done at `done`).
+    #[inline(never)]
+    fn tx_completion(&mut self, at: u32, result: Result<(), u8>, m: &mut NicModel, done: Ps) {
+        let (opcode, syn) = match result {
+            Err(s) => (cqe_op::REQ_ERR, s),
+            Ok(_) => (cqe_op::REQ, 0),
+        };
+        self.cq.push(&Cqe {
+            wqe_counter: at as u16,
+            syndrome: syn,
+            opcode,
+            ..Cqe::default()
+        });
+        m.tx_cqe(done);
+    }
+
+    /// Driver side: polls completions and hands the buffers of every packet up to each
+    /// completed WQE to `free`, in one call, sorted by pool. Returns the error completions seen.
+    #[inline]
+    pub(crate) fn complete(&mut self, free: &mut impl FnMut(Completed<'_>)) -> u64 {
         let mut errors = 0;
-        let mut batch = [0usize; 64];
-        let mut nic = 0u64;
-        let mut k = 0;
+        let (mask, nic_ci) = (self.mask, self.nic_ci);
+        let size = mask as usize + 1;
+        let mut sw = self.sw_ci;
+        let (hdrs, rest) = self.freed.split_at_mut(size);
+        let (pays, nics) = rest.split_at_mut(size);
+        let (mut nh, mut np, mut nn, mut nic) = (0, 0, 0, 0u64);
         while let Some(cqe) = self.cq.poll() {
-            if cqe.is_error() {
-                errors += 1;
-            }
+            errors += u64::from(cqe.is_error());
             let done = cqe.wqe_counter;
-            loop {
-                if self.sw_ci == self.nic_ci {
-                    break;
-                }
-                let ahead = done.wrapping_sub(self.sw_ci as u16) as i16;
+            while sw != nic_ci {
+                let ahead = done.wrapping_sub(sw as u16) as i16;
                 if ahead < 0 {
                     break;
                 }
-                let slot = (self.sw_ci & self.mask) as usize;
-                let n = self.nbb[slot].max(1) as u32;
-                let h = std::mem::replace(&mut self.elts[slot], NO_PKT);
-                if h != NO_PKT {
-                    batch[k] = h as usize;
-                    nic += u64::from(self.nic_bytes[slot]);
-                    k += 1;
-                    if k == batch.len() {
-                        free(&batch, nic);
-                        (k, nic) = (0, 0);
+                let s = self.slots[(sw & mask) as usize];
+                if s.hdr != NO_PKT {
+                    // At most one packet per slot between the driver's and the NIC's consumer
+                    // indices, so the scratch arrays (one entry per slot) never overflow.
+                    hdrs[nh] = s.hdr;
+                    nh += 1;
+                    match s.ring {
+                        PayloadRing::Secondary => {
+                            pays[np] = s.pay;
+                            np += 1;
+                        }
+                        PayloadRing::Primary => {
+                            nics[nn] = s.pay;
+                            nn += 1;
+                        }
+                        PayloadRing::None => {}
                     }
+                    nic += u64::from(s.nic_len);
                 }
-                self.sw_ci = self.sw_ci.wrapping_add(n);
+                sw = sw.wrapping_add(u32::from(s.nbb.max(1)));
             }
         }
-        if k > 0 {
-            free(&batch[..k], nic);
+        self.sw_ci = sw;
+        if nh > 0 {
+            free(Completed {
+                hdr: &hdrs[..nh],
+                pay: &pays[..np],
+                nic: &nics[..nn],
+                nic_bytes: nic,
+            });
         }
         errors
     }
@@ -457,7 +620,7 @@ impl TxRing {
         // Find the start of the last WQE by walking from the NIC's consumer index.
         let mut at = self.nic_ci;
         loop {
-            let n = self.nbb[(at & self.mask) as usize].max(1) as u32;
+            let n = u32::from(self.slots[(at & self.mask) as usize].nbb.max(1));
             if at.wrapping_add(n) == self.pi {
                 break;
             }
@@ -467,21 +630,34 @@ impl TxRing {
         true
     }
 
-    /// Takes every packet still held (queue teardown): their header buffer indices, and the
-    /// nicmem payload bytes they held.
-    pub(crate) fn drain(&mut self, out: &mut Vec<usize>) -> u64 {
-        let mut nic = 0;
-        for (e, b) in self.elts.iter_mut().zip(self.nic_bytes.iter()) {
-            let h = std::mem::replace(e, NO_PKT);
-            if h != NO_PKT {
-                out.push(h as usize);
-                nic += u64::from(*b);
+    /// Hands every packet still held (queue teardown) to `free`, like [`TxRing::complete`], and
+    /// empties the ring.
+    pub(crate) fn drain(&mut self, free: &mut impl FnMut(Completed<'_>)) {
+        let mask = self.mask;
+        let (mut hdrs, mut pays, mut nics, mut nic) = (Vec::new(), Vec::new(), Vec::new(), 0);
+        let mut at = self.sw_ci;
+        while at != self.pi {
+            let s = std::mem::replace(&mut self.slots[(at & mask) as usize], EMPTY_SLOT);
+            if s.hdr != NO_PKT {
+                hdrs.push(s.hdr);
+                match s.ring {
+                    PayloadRing::Secondary => pays.push(s.pay),
+                    PayloadRing::Primary => nics.push(s.pay),
+                    PayloadRing::None => {}
+                }
+                nic += u64::from(s.nic_len);
             }
+            at = at.wrapping_add(u32::from(s.nbb.max(1)));
         }
         self.pi = 0;
         self.nic_ci = 0;
         self.sw_ci = 0;
-        nic
+        free(Completed {
+            hdr: &hdrs,
+            pay: &pays,
+            nic: &nics,
+            nic_bytes: nic,
+        });
     }
 
     /// Completions not yet polled.
@@ -490,26 +666,29 @@ impl TxRing {
     }
 }
 
-/// Writes one WQE into the flat `w` (whole WQEBBs): control segment, Ethernet segment with the
-/// inline size, the inline bytes (contiguous from the last 2 bytes of the Ethernet segment on),
-/// then the data segments that have bytes (`rest` for the header bytes not inlined, `pay` for
-/// the payload). `hdr` holds at least `inl` bytes.
+/// The `n` WQEBBs of a WQE that wraps around the end of the ring from `slot`, made flat in
+/// `scratch`.
+#[cold]
+fn wrapped<'a>(
+    bbs: &[[u8; WQEBB]],
+    scratch: &'a mut [u8; MAX_DS * SEG],
+    slot: usize,
+    n: usize,
+) -> &'a [u8] {
+    let first = bbs.len() - slot;
+    scratch[..first * WQEBB].copy_from_slice(bbs[slot..].as_flattened());
+    scratch[first * WQEBB..n * WQEBB].copy_from_slice(bbs[..n - first].as_flattened());
+    &scratch[..n * WQEBB]
+}
+
+/// Writes one 16 B segment at `p`.
+///
+/// # Safety
+/// `p` must be valid for writes of [`SEG`] bytes.
 #[inline(always)]
-fn write_wqe(w: &mut [u8], ctrl: &CtrlSeg, hdr: &[u8], inl: usize, rest: &DataSeg, pay: &DataSeg) {
-    w[..SEG].copy_from_slice(&ctrl.encode());
-    // Ethernet segment: 12 zero bytes, the inline size, then the inline bytes.
-    w[SEG..2 * SEG].copy_from_slice(&(u128::from(inl as u16) << 16).to_be_bytes());
-    if inl > 0 {
-        nicmem::copy_prefix(&mut w[INLINE_AT..], hdr, inl);
-    }
-    let mut k = (2 + inl.saturating_sub(2).div_ceil(SEG)) * SEG;
-    if rest.byte_count > 0 {
-        w[k..k + SEG].copy_from_slice(&rest.encode());
-        k += SEG;
-    }
-    if pay.byte_count > 0 {
-        w[k..k + SEG].copy_from_slice(&pay.encode());
-    }
+unsafe fn put_seg(p: *mut u8, seg: [u8; SEG]) {
+    // SAFETY: the caller's contract; the write is unaligned.
+    unsafe { p.cast::<[u8; SEG]>().write_unaligned(seg) }
 }
 
 /// Which buffer of the posted packet a data segment names: where the segment starts and how
@@ -519,59 +698,60 @@ enum Src {
     Nic(*const u8, usize, bool),
 }
 
-/// Finds the buffer of packet `h` that `[addr, addr + n)` under `key` lies in: its header buffer
-/// (headroom and header segment), or the payload buffer its metadata names.
-#[inline]
-fn locate(l: &ArenaLayout, h: u32, key: MemKey, addr: u64, n: usize) -> Option<Src> {
-    let inside = |lay: &nicmem::PoolLayout, idx: u32, from: usize| -> Option<(*const u8, usize)> {
-        let base = lay.iova_of(idx);
-        let end = addr.checked_add(n as u64)?;
-        let limit = base + lay.buf_size as u64;
-        (key == lay.key && addr >= base + from as u64 && end <= limit).then(|| {
-            let off = (addr - base) as usize;
-            (
-                lay.ptr(idx).wrapping_add(off).cast_const(),
-                lay.buf_size - off,
-            )
-        })
-    };
-    if let Some((p, avail)) = inside(&l.hdr, h, META_BYTES) {
+/// Where `[addr, addr + n)` under `key` starts in buffer `idx` of `lay`, and how many bytes of
+/// the buffer follow, if the range lies inside the buffer from byte `from` on.
+#[inline(always)]
+fn inside(
+    lay: &PoolLayout,
+    idx: u32,
+    from: usize,
+    key: MemKey,
+    addr: u64,
+    n: usize,
+) -> Option<(*const u8, usize)> {
+    let start = lay.offset(idx);
+    let off = addr.wrapping_sub(lay.iova + start as u64);
+    let size = lay.buf_size as u64;
+    (key == lay.key && off >= from as u64 && off <= size && n as u64 <= size - off).then(|| {
+        (
+            lay.base.wrapping_add(start + off as usize).cast_const(),
+            (size - off) as usize,
+        )
+    })
+}
+
+/// Finds the buffer of the packet posted in slot `s` that `[addr, addr + n)` under `key` lies
+/// in: its header buffer (headroom and header segment), or its payload buffer.
+#[inline(always)]
+fn locate(l: &ArenaLayout, s: &TxSlot, key: MemKey, addr: u64, n: usize) -> Option<Src> {
+    if let Some((p, avail)) = inside(&l.hdr, s.hdr, META_BYTES, key, addr, n) {
         return Some(Src::Host(p, avail));
     }
-    // SAFETY: `h` is the packet posted with this WQE, owned by the send queue until completed.
-    let meta = unsafe { *l.meta(h) };
-    match meta.ring {
+    match s.ring {
         PayloadRing::Secondary => l
             .pay
             .as_ref()
-            .and_then(|p| inside(p, meta.payload, 0))
+            .and_then(|p| inside(p, s.pay, 0, key, addr, n))
             .map(|(ptr, avail)| Src::Host(ptr, avail)),
         PayloadRing::Primary => l.nic.as_ref().and_then(|p| {
-            inside(p, meta.payload, 0).map(|(ptr, avail)| Src::Nic(ptr, avail, p.aliased))
+            inside(p, s.pay, 0, key, addr, n).map(|(ptr, avail)| Src::Nic(ptr, avail, p.aliased))
         }),
         PayloadRing::None => None,
     }
 }
 
-/// The reads of one WQE an untimed queue charges after the WQE (identical WQEs are charged
-/// together): the host data segments' lengths and the nicmem bytes read.
-#[derive(Default)]
-struct Reads {
-    host: [u32; 2],
-    nic: u32,
-}
-
-/// Parses one flat WQE `w` of `ds` segments and gathers its frame into `stage`. A timed queue
-/// charges each read to `m` here (host data reads and nicmem reads start at `ready`; `done`
-/// becomes the time the last byte is at the NIC); an untimed one leaves the charges to the
-/// caller in `reads` (filled as far as the NIC got, also on an error). `pkt` is the packet
-/// posted with the WQE ([`NO_PKT`] for none). Returns the frame length or an mlx5 syndrome.
+/// Parses one flat WQE `w` of `ds` segments and gathers its frame into `stage`, charging its
+/// reads to `m`: a timed queue (`TIMED`) books each read (host data reads and nicmem reads start
+/// at `ready`; `done` becomes the time the last byte is at the NIC), an untimed one charges
+/// them together after the WQE (also the reads made before an error). `s` is the slot the WQE
+/// was posted in (its packet's buffers, or [`NO_PKT`] for none). Returns the frame length or
+/// an mlx5 syndrome.
 #[allow(clippy::too_many_arguments)]
-#[inline]
-fn gather(
+#[inline(always)]
+fn gather<const TIMED: bool>(
     w: &[u8],
     ds: usize,
-    pkt: u32,
+    s: &TxSlot,
     l: &ArenaLayout,
     table: &RegionTable,
     pd: ProtectionDomain,
@@ -579,7 +759,6 @@ fn gather(
     m: &mut NicModel,
     ready: Ps,
     done: &mut Ps,
-    reads: &mut Reads,
 ) -> Result<usize, u8> {
     let inl = u16::from_be_bytes([w[SEG + 12], w[SEG + 13]]) as usize;
     let inl_segs = inl.saturating_sub(2).div_ceil(SEG);
@@ -589,9 +768,11 @@ fn gather(
     if inl > 0 {
         nicmem::copy_prefix(stage, &w[INLINE_AT..], inl);
     }
-    let timed = m.t.is_some();
     let mut len = inl;
-    let mut nh = 0;
+    // An untimed queue's reads, charged after the WQE (identical WQEs are charged together):
+    // the first two host data segments' lengths and the nicmem bytes.
+    let (mut host0, mut host1, mut nic) = (0u32, 0u32, 0u32);
+    let mut err = 0;
     for k in 2 + inl_segs..ds {
         let d = DataSeg::read(
             w[k * SEG..(k + 1) * SEG]
@@ -599,22 +780,26 @@ fn gather(
                 .expect("16-byte segment"),
         );
         let n = d.byte_count as usize;
-        if n == 0 || len + n > stage.len() {
-            return Err(syndrome::LOCAL_LENGTH);
-        }
-        if pkt == NO_PKT {
-            return Err(syndrome::LOCAL_PROTECTION);
+        if n == 0 || n > stage.len() - len {
+            err = syndrome::LOCAL_LENGTH;
+            break;
         }
         let key = MemKey(d.key);
-        let Some(src) = locate(l, pkt, key, d.addr, n) else {
+        let src = if s.hdr == NO_PKT {
+            None
+        } else {
+            locate(l, s, key, d.addr, n)
+        };
+        let Some(src) = src else {
             // Not a buffer of the posted packet: hardware would check the region table (and
             // read any registered range); the model refuses every address the packet does not
             // own, so a corrupt WQE never reads another packet's memory.
-            let _ = table.resolve(pd, key, d.addr, d.byte_count);
-            return Err(syndrome::LOCAL_PROTECTION);
+            refuse(table, pd, key, d.addr, d.byte_count);
+            err = syndrome::LOCAL_PROTECTION;
+            break;
         };
-        // The stage is far longer than any frame: reads may round up to 16 bytes past `n` when
-        // the source has room (`copy_short` checks the source side).
+        // The stage is far longer than any frame: reads may round up past `n` when the source
+        // has room (`copy_prefix` checks the source side).
         let dst = &mut stage[len..];
         let is_host = match src {
             Src::Host(p, avail) => {
@@ -637,22 +822,39 @@ fn gather(
                 false
             }
         };
-        if timed {
+        if TIMED {
             let t = if is_host {
                 m.tx_host_read(ready, d.byte_count)
             } else {
                 m.tx_nic_read(ready, d.byte_count)
             };
             *done = (*done).max(t);
-        } else if is_host && nh < 2 {
-            reads.host[nh] = d.byte_count;
-            nh += 1;
-        } else if is_host {
-            m.tx_host_read(ready, d.byte_count);
+        } else if !is_host {
+            nic += d.byte_count;
+        } else if host0 == 0 {
+            host0 = d.byte_count;
+        } else if host1 == 0 {
+            host1 = d.byte_count;
         } else {
-            reads.nic += d.byte_count;
+            m.tx_host_read(ready, d.byte_count);
         }
         len += n;
     }
+    if err != 0 {
+        if !TIMED {
+            m.tx_reads_untimed([host0, host1], nic);
+        }
+        return Err(err);
+    }
+    if !TIMED {
+        m.tx_untimed([host0, host1], nic, len);
+    }
     Ok(len)
+}
+
+/// What hardware does with a data segment that names no buffer of its packet: it checks the
+/// region table (the model then refuses the read whatever the table says).
+#[cold]
+fn refuse(table: &RegionTable, pd: ProtectionDomain, key: MemKey, addr: u64, len: u32) {
+    let _ = table.resolve(pd, key, addr, len);
 }
