@@ -1068,6 +1068,26 @@ impl NicModel {
         };
     }
 
+    /// Untimed: `n` receives like [`NicModel::rx_untimed`]'s (the same charges as `n` calls).
+    #[inline]
+    pub(crate) fn rx_untimed_many(&mut self, hl: u32, host_payload: u32, nic_payload: u32, n: u64) {
+        if n == 0 {
+            return;
+        }
+        let r = &mut self.rx_run;
+        if r.hl == hl && r.hp == host_payload && r.np == nic_payload {
+            r.n += n;
+            return;
+        }
+        self.rx_flush();
+        self.rx_run = RxRun {
+            hl,
+            hp: host_payload,
+            np: nic_payload,
+            n,
+        };
+    }
+
     /// Charges the pending run of untimed receives.
     #[inline]
     pub(crate) fn rx_flush(&mut self) {

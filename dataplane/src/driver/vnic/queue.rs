@@ -35,7 +35,7 @@ use nicmem::{ProtectionDomain, RegionTable};
 
 use super::desc::{Cqe, SEG, cqe_op, cqe_ring, syndrome};
 use super::model::{LiveModel, ModelSinkRef, NicModel};
-use super::rx::{CompletionQueue, RxRing};
+use super::rx::{CompletionQueue, REFUSED, RxRing};
 use super::tx::{PostError, TxRing};
 use crate::arena::{ArenaCache, ArenaLayout, HEADROOM, PacketArena, PacketMeta};
 use crate::burst::{Burst, MAX_BURST, RxPacket};
@@ -188,9 +188,11 @@ pub struct VnicQueue {
     model: NicModel,
     sink: Option<ModelSinkRef>,
     scratch: Box<[u32]>,
-    /// A burst of frames taken from the wire at once (untimed queues), and their lengths.
+    /// A burst of frames taken from the wire at once (untimed queues), their lengths, and
+    /// where the NIC places each (see `nic_rx_whole`).
     rx_batch: Box<[u8]>,
     rx_lens: Box<[u32]>,
+    rx_place: Box<[u64]>,
     /// Lengths of the frames a doorbell gathered into `stage`.
     tx_lens: Box<[u32]>,
     /// Handles of packets a `tx_post` could not post (freed together).
@@ -290,6 +292,7 @@ impl VnicQueue {
             refused: vec![(0, PostError::Full); MAX_BURST].into_boxed_slice(),
             rx_batch: vec![0u8; BATCH_BYTES].into_boxed_slice(),
             rx_lens: vec![0u32; MAX_BURST].into_boxed_slice(),
+            rx_place: vec![0u64; MAX_BURST].into_boxed_slice(),
             tx_lens: vec![0u32; MAX_BURST].into_boxed_slice(),
             p,
             _alive: alive,
@@ -369,7 +372,7 @@ impl VnicQueue {
             return if self.p.mode.splits() {
                 self.nic_rx_untimed::<true>(limit)
             } else {
-                self.nic_rx_untimed::<false>(limit)
+                self.nic_rx_whole(limit)
             };
         }
         let (mut frames, mut bytes) = (0u64, 0u64);
@@ -404,18 +407,102 @@ impl VnicQueue {
         self.model.rx_flush();
     }
 
+    /// [`VnicQueue::nic_rx`] of an untimed queue in a mode that does not split: every frame goes
+    /// whole to the header ring. The same placement, validation and completions as
+    /// [`VnicQueue::receive`], done in stages over the batch (validate every descriptor, copy
+    /// every frame, write every completion), each a short loop with its state in registers; a
+    /// batch with a frame that does not simply place (empty, oversized, or no descriptor) takes
+    /// the frame-by-frame path. The accounting is charged per run of identical frames.
+    #[inline(never)]
+    fn nic_rx_whole(&mut self, limit: usize) {
+        let lens = &mut self.rx_lens[..limit.min(MAX_BURST)];
+        let got = self.ingress.next_batch(&mut self.rx_batch, lens);
+        let lens = &self.rx_lens[..got];
+        let max = self.p.max_frame as u32;
+        let posted0 = self.hdr.posted();
+        if posted0 < got as u32 || !lens.iter().all(|&l| l != 0 && l <= max) {
+            return self.nic_rx_frames::<false>(got);
+        }
+        let batch = &self.rx_batch[..];
+        let place = &mut self.rx_place[..got];
+        let mut hc = self.hdr.nic_cursor();
+        let first = hc.take_batch(lens, place);
+        let room = hc.room();
+        let mut off = 0;
+        for (&len, &at) in lens.iter().zip(place.iter()) {
+            if at != REFUSED {
+                // SAFETY: `take_batch` accepted the posted buffer's data area for `len <= room`
+                // bytes; the driver does not touch a posted buffer until its completion is
+                // polled, and the stage is a different allocation.
+                unsafe { dma_write(hc.at(at), room, &batch[off..], len as usize) };
+            }
+            off += batch_step(len as usize);
+        }
+        let model = &mut self.model;
+        let rss = self.rss.as_ref();
+        let mut cq = self.rx_cq.cursor();
+        let (mut run_len, mut run) = (0u32, 0u64);
+        let mut off = 0;
+        for (i, (&len, &at)) in lens.iter().zip(place.iter()).enumerate() {
+            let hash = match rss {
+                Some(r) => r.hash_frame(&batch[off..off + len as usize]),
+                None => 0,
+            };
+            off += batch_step(len as usize);
+            let c = first.wrapping_add(i as u32);
+            let (syn, opcode) = if at != REFUSED {
+                if len == run_len {
+                    run += 1;
+                } else {
+                    model.rx_untimed_many(run_len, 0, 0, run);
+                    (run_len, run) = (len, 1);
+                }
+                (0, cqe_op::RESP_SEND)
+            } else {
+                model.rx_cqes(1);
+                (hc.refusal_at(c, len as usize), cqe_op::RESP_ERR)
+            };
+            cq.push(&Cqe {
+                rss_hash: hash,
+                byte_cnt: len,
+                hdr_len: len as u16,
+                ring: cqe_ring::NONE,
+                syndrome: syn,
+                wqe_counter: c as u16,
+                payload_counter: 0,
+                opcode,
+            });
+        }
+        model.rx_untimed_many(run_len, 0, 0, run);
+        self.hdr.nic_commit(hc);
+        self.rx_cq.commit(cq);
+        let bytes: u64 = lens.iter().map(|&l| u64::from(l)).sum();
+        let frames = got as u64;
+        model.rx_wqes_untimed(got as u32, posted0);
+        model.wire_rx_frames(frames, bytes + frames * model.wire_overhead());
+        model.rx_flush();
+    }
+
     /// [`VnicQueue::nic_rx`] of an untimed queue: the same placement, validation and completions
     /// as [`VnicQueue::receive`], with the ring positions held in registers for the pass and the
     /// accounting charged per run of identical frames. `SPLIT` is the mode's
     /// [`DatapathMode::splits`] (a constant, so each shape of the loop is compiled on its own).
+    #[inline(never)]
     fn nic_rx_untimed<const SPLIT: bool>(&mut self, limit: usize) {
+        let lens = &mut self.rx_lens[..limit.min(MAX_BURST)];
+        let got = self.ingress.next_batch(&mut self.rx_batch, lens);
+        self.nic_rx_frames::<SPLIT>(got);
+    }
+
+    /// The frame-by-frame receive of [`VnicQueue::nic_rx_untimed`], of the `got` frames in
+    /// `rx_batch` (lengths in `rx_lens`).
+    fn nic_rx_frames<const SPLIT: bool>(&mut self, got: usize) {
         let Self {
             p,
             hdr,
             primary,
             secondary,
             rx_cq,
-            ingress,
             rx_batch,
             rx_lens,
             rss,
@@ -430,17 +517,16 @@ impl VnicQueue {
         let mut pc = primary.as_ref().map(|r| r.nic_cursor());
         let mut sc = secondary.as_ref().map(|r| r.nic_cursor());
         let mut cq = rx_cq.cursor();
-        let lens = &mut rx_lens[..limit.min(MAX_BURST)];
-        let got = ingress.next_batch(rx_batch, lens);
+        let lens = &rx_lens[..got];
         let (mut bytes, mut taken) = (0u64, 0u32);
         let (mut oversize, mut missed) = (0u64, 0u64);
         let frames = got as u64;
         let mut off = 0;
-        for &len in &lens[..got] {
+        for &len in lens {
             let len = len as usize;
             let stage = &rx_batch[off..];
             off += batch_step(len);
-            bytes += len as u64 + ovh;
+            bytes += len as u64;
             if len == 0 {
                 continue;
             }
@@ -529,7 +615,7 @@ impl VnicQueue {
         stats.rx_oversize += oversize;
         stats.rx_missed += missed;
         model.rx_wqes_untimed(taken, posted0);
-        model.wire_rx_frames(frames, bytes);
+        model.wire_rx_frames(frames, bytes + frames * ovh);
         model.rx_flush();
     }
 
@@ -924,9 +1010,76 @@ impl VnicQueue {
         (got, latest)
     }
 
+    /// [`VnicQueue::harvest`] of an untimed queue in a mode that does not split (every frame is
+    /// whole in its header buffer): every pending completion, up to the burst's room, into the
+    /// burst, with the ring positions and the pool's layout in registers for the pass. Returns
+    /// the packets added.
+    #[inline(never)]
+    fn harvest_whole(&mut self, burst: &mut Burst, arrival: Ps) -> usize {
+        let from = burst.len();
+        let mut cq = self.rx_cq.poll_cursor();
+        let mut hc = self.hdr.sw_cursor();
+        let room = hc.room();
+        let hdr_l = self.layout.hdr;
+        let cache = &mut self.cache;
+        let mut w = burst.rx_writer();
+        let n = (w.room() as u32).min(self.rx_cq.pending());
+        let (mut bytes, mut errors) = (0u64, 0u64);
+        for _ in 0..n {
+            let Some(cqe) = cq.poll() else {
+                break;
+            };
+            let h = hc.harvest(cqe.wqe_counter);
+            let len = cqe.byte_cnt as usize;
+            if cqe.is_error() || len != cqe.hdr_len as usize || len > room {
+                errors += 1;
+                give_back(cache, h, cqe_ring::NONE, 0);
+                continue;
+            }
+            let buf = hdr_l.ptr(h);
+            // SAFETY: header buffer `h` was just harvested: the driver owns it and nothing else
+            // refers to its metadata, which starts the buffer (64-byte aligned, `META_BYTES`
+            // long).
+            unsafe {
+                *buf.cast::<PacketMeta>() = PacketMeta {
+                    payload: 0,
+                    ring: PayloadRing::None,
+                    arrival,
+                };
+            }
+            bytes += len as u64;
+            // SAFETY: the burst adopted this queue's arena as owner (checked by `rx_burst`); the
+            // header pointer names `len <= room` bytes of buffer `h`, after `HEADROOM` bytes of
+            // the same buffer, all owned by the packet from now on.
+            let pushed = unsafe {
+                w.push(&RxPacket {
+                    handle: h as usize,
+                    hdr: buf.wrapping_add(crate::arena::DATA_OFF),
+                    hdr_len: len as u16,
+                    headroom: HEADROOM as u16,
+                    frame_len: len as u32,
+                    ring: PayloadRing::None,
+                    rss_hash: cqe.rss_hash,
+                })
+            };
+            debug_assert!(pushed, "room was checked");
+        }
+        w.finish();
+        self.rx_cq.poll_commit(cq);
+        self.hdr.sw_commit(hc);
+        let got = burst.len() - from;
+        let port = self.p.port_id;
+        burst.set_rx_defaults(from, port, Verdict::tx(port));
+        self.stats.rx_packets += got as u64;
+        self.stats.rx_bytes += bytes;
+        self.stats.desc_errors += errors;
+        got
+    }
+
     /// [`VnicQueue::harvest`] of an untimed queue: every pending completion, up to the burst's
     /// room, into the burst, with the ring positions held in registers for the pass. `SPLIT`
     /// is the mode's [`DatapathMode::splits`]. Returns the packets added.
+    #[inline(never)]
     fn harvest_untimed<const SPLIT: bool>(&mut self, burst: &mut Burst, arrival: Ps) -> usize {
         let from = burst.len();
         let Self {
@@ -1183,7 +1336,7 @@ impl Queue for VnicQueue {
             if self.p.mode.splits() {
                 self.harvest_untimed::<true>(burst, now)
             } else {
-                self.harvest_untimed::<false>(burst, now)
+                self.harvest_whole(burst, now)
             }
         };
         self.refill();

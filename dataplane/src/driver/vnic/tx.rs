@@ -446,9 +446,12 @@ impl TxRing {
     }
 
     /// [`TxRing::nic_process`] for a timed (`TIMED`) or an untimed queue, each compiled on its
-    /// own.
+    /// own. The common WQE (a send posted with its packet, not wrapping around the ring, with at
+    /// most two data segments that lie in the packet's buffers) is gathered inline; every other
+    /// WQE, and every WQE the common path does not fully accept, goes through
+    /// [`TxRing::nic_wqe`], the general parse with every error case.
     #[allow(clippy::too_many_arguments)]
-    #[inline(always)]
+    #[inline(never)]
     fn nic_pass<const TIMED: bool>(
         &mut self,
         table: &RegionTable,
@@ -469,6 +472,7 @@ impl TxRing {
         let mut ci = self.nic_ci;
         let bbs = self.bbs.as_ptr().cast::<u8>();
         let slots = self.slots.as_ptr();
+        let pools = *l;
         while ci != pi {
             if k == lens.len() || off > last_off {
                 wire(&out[..off], &lens[..k]);
@@ -476,35 +480,118 @@ impl TxRing {
                 (off, k) = (0, 0);
             }
             let at = ci;
-            let avail = pi.wrapping_sub(at);
             let slot = (at & mask) as usize;
             // SAFETY: `slot <= mask` indexes the ring's `mask + 1` WQEBBs; the driver does not
             // write posted WQEs while the NIC processes them.
-            let head: &[u8; WQEBB] = unsafe { &*bbs.add(slot * WQEBB).cast::<[u8; WQEBB]>() };
-            let ctrl = CtrlSeg::read(head[..SEG].try_into().expect("16-byte segment"));
-            let ds = ctrl.ds as usize;
-            let nbb = (ds.div_ceil(4) as u32).max(1);
-            let mut done = ready;
-            let (result, consumed) = if ctrl.opcode == OPCODE_SEND
+            let w = unsafe { bbs.add(slot * WQEBB) };
+            // SAFETY: the control segment's bytes (`CtrlSeg::read`'s layout).
+            let (opcode, ds, flags) = unsafe { (*w.add(3), *w.add(7) as usize, *w.add(11)) };
+            let nbb = ds.div_ceil(4);
+            // SAFETY: as for the WQE, `slot` indexes the ring's slots.
+            let s = unsafe { &*slots.add(slot) };
+            let common = opcode == OPCODE_SEND
                 && (2..=MAX_DS).contains(&ds)
-                && nbb <= avail
-            {
-                // SAFETY: as for the WQE, `slot` indexes the ring's slots.
-                let s = unsafe { &*slots.add(slot) };
-                let s = if s.at == at { s } else { &EMPTY_SLOT };
-                let n = nbb as usize;
-                let w: &[u8] = if slot + n <= size {
-                    // SAFETY: the WQE's `n` WQEBBs lie inside the ring (`slot + n <= size`).
-                    unsafe { std::slice::from_raw_parts(bbs.add(slot * WQEBB), n * WQEBB) }
-                } else {
-                    wrapped(&self.bbs, &mut self.wrap, slot, n)
-                };
-                let r =
-                    gather::<TIMED>(w, ds, s, l, table, pd, &mut out[off..], m, ready, &mut done);
-                if let Ok(len) = r {
+                && nbb as u32 <= pi.wrapping_sub(at)
+                && slot + nbb <= size
+                && s.at == at;
+            // SAFETY: a common WQE's `ds` segments lie flat in the ring from `w`, and the stage
+            // behind `off` holds at least `MAX_WIRE_FRAME` bytes.
+            let g = if common {
+                unsafe { gather_common(w, ds, s, &pools, &mut out[off..]) }
+            } else {
+                None
+            };
+            let Some(g) = g else {
+                let (consumed, len, failed) =
+                    self.nic_wqe::<TIMED>(at, table, pd, l, &mut out[off..], m, ready);
+                if let Some(len) = len {
                     lens[k] = len as u32;
                     k += 1;
                     off += batch_step(len);
+                }
+                res.errors += u64::from(failed);
+                ci = ci.wrapping_add(consumed);
+                continue;
+            };
+            let mut done = ready;
+            if TIMED {
+                for h in g.host.into_iter().filter(|&h| h > 0) {
+                    done = done.max(m.tx_host_read(ready, h));
+                }
+                if g.nic > 0 {
+                    done = done.max(m.tx_nic_read(ready, g.nic));
+                }
+                // SAFETY: the slot's packet is owned by the send queue until its completion is
+                // reaped; nothing else uses its metadata meanwhile.
+                let arrival = unsafe { l.meta(s.hdr) }.arrival / PS_PER_NS;
+                done = m.tx_wire(done, g.len, arrival);
+            } else {
+                m.tx_untimed(g.host, g.nic, g.len);
+            }
+            lens[k] = g.len as u32;
+            k += 1;
+            off += batch_step(g.len);
+            if flags & FLAG_CQE_REQUEST != 0 {
+                self.tx_completion(at, Ok(()), m, done);
+            }
+            if TIMED {
+                m.tx_done(done, nbb as u32);
+            }
+            ci = ci.wrapping_add(nbb as u32);
+        }
+        self.nic_ci = ci;
+        if k > 0 {
+            wire(&out[..off], &lens[..k]);
+            res.frames += k as u64;
+        }
+        m.tx_flush();
+        res
+    }
+
+    /// The NIC processes the WQE at `at` (the general parse: any opcode and segment count,
+    /// every error case), gathering a frame into `stage` (at least [`MAX_WIRE_FRAME`] bytes).
+    /// Returns the WQEBBs consumed, the frame's length if one was gathered, and whether the WQE
+    /// completed in error.
+    #[allow(clippy::too_many_arguments)]
+    #[inline(never)]
+    fn nic_wqe<const TIMED: bool>(
+        &mut self,
+        at: u32,
+        table: &RegionTable,
+        pd: ProtectionDomain,
+        l: &ArenaLayout,
+        stage: &mut [u8],
+        m: &mut NicModel,
+        ready: Ps,
+    ) -> (u32, Option<usize>, bool) {
+        let size = (self.mask + 1) as usize;
+        let avail = self.pi.wrapping_sub(at);
+        let slot = (at & self.mask) as usize;
+        let ctrl = CtrlSeg::read(self.bbs[slot][..SEG].try_into().expect("16-byte segment"));
+        let ds = ctrl.ds as usize;
+        let nbb = (ds.div_ceil(4) as u32).max(1);
+        let mut done = ready;
+        let mut frame = None;
+        let (result, consumed) =
+            if ctrl.opcode == OPCODE_SEND && (2..=MAX_DS).contains(&ds) && nbb <= avail {
+                // A slot holds the packet of the WQE the NIC is at only if it was posted there.
+                let s = match self.slots[slot] {
+                    s if s.at == at => s,
+                    _ => EMPTY_SLOT,
+                };
+                let n = nbb as usize;
+                let w: &[u8] = if slot + n <= size {
+                    self.bbs[slot..slot + n].as_flattened()
+                } else {
+                    wrapped(&self.bbs, &mut self.wrap, slot, n)
+                };
+                // SAFETY: `w` holds the WQE's `n * WQEBB >= ds * SEG` bytes, flat; the stage holds
+                // at least `MAX_WIRE_FRAME` bytes (the caller's contract).
+                let r = unsafe {
+                    gather::<TIMED>(w.as_ptr(), ds, &s, l, table, pd, stage, m, ready, &mut done)
+                };
+                if let Ok(len) = r {
+                    frame = Some(len);
                     if TIMED {
                         let arrival = if s.hdr == NO_PKT {
                             0
@@ -520,26 +607,17 @@ impl TxRing {
             } else if ctrl.opcode == OPCODE_NOP && ds == 1 {
                 (Ok(()), 1)
             } else {
-                // The NIC cannot tell where the next WQE starts: flush everything posted in error,
-                // as a send queue in error state does.
+                // The NIC cannot tell where the next WQE starts: flush everything posted in error, as
+                // a send queue in error state does.
                 (Err(syndrome::LOCAL_QP_OPERATION), avail)
             };
-            if result.is_err() || ctrl.flags & FLAG_CQE_REQUEST != 0 {
-                self.tx_completion(at, result, m, done);
-                res.errors += u64::from(result.is_err());
-            }
-            if TIMED {
-                m.tx_done(done, consumed);
-            }
-            ci = ci.wrapping_add(consumed);
+        if result.is_err() || ctrl.flags & FLAG_CQE_REQUEST != 0 {
+            self.tx_completion(at, result, m, done);
         }
-        self.nic_ci = ci;
-        if k > 0 {
-            wire(&out[..off], &lens[..k]);
-            res.frames += k as u64;
+        if TIMED {
+            m.tx_done(done, consumed);
         }
-        m.tx_flush();
-        res
+        (consumed, frame, result.is_err())
     }
 
     /// The NIC writes the completion of the WQE at `at` (done at `done`).
@@ -740,16 +818,118 @@ fn locate(l: &ArenaLayout, s: &TxSlot, key: MemKey, addr: u64, n: usize) -> Opti
     }
 }
 
-/// Parses one flat WQE `w` of `ds` segments and gathers its frame into `stage`, charging its
-/// reads to `m`: a timed queue (`TIMED`) books each read (host data reads and nicmem reads start
-/// at `ready`; `done` becomes the time the last byte is at the NIC), an untimed one charges
-/// them together after the WQE (also the reads made before an error). `s` is the slot the WQE
-/// was posted in (its packet's buffers, or [`NO_PKT`] for none). Returns the frame length or
-/// an mlx5 syndrome.
+/// A frame gathered by [`gather_common`]: its length, the lengths of its host data segments
+/// (0: none) and the nicmem bytes read.
+struct Gathered {
+    len: usize,
+    host: [u32; 2],
+    nic: u32,
+}
+
+/// [`gather`] for the common WQE: inline bytes, then at most two data segments that each lie
+/// in a buffer of the packet posted in slot `s` (host segments first, at most one nicmem
+/// segment, no aliased nicmem). Returns `None`, having charged nothing, for any other WQE (the
+/// caller then runs the general parse, which gives the same result for the WQEs accepted
+/// here); bytes it copied into `stage` are then scratch.
+///
+/// # Safety
+/// As [`gather`].
+#[inline(always)]
+unsafe fn gather_common(
+    w: *const u8,
+    ds: usize,
+    s: &TxSlot,
+    l: &ArenaLayout,
+    stage: &mut [u8],
+) -> Option<Gathered> {
+    // SAFETY: the WQE's bytes (the caller's contract), as in `gather`.
+    let inl = u16::from_be(unsafe { w.add(SEG + 12).cast::<u16>().read_unaligned() }) as usize;
+    let data_at = 2 + inl.saturating_sub(2).div_ceil(SEG);
+    if data_at > ds {
+        return None;
+    }
+    if inl > 0 {
+        // SAFETY: as in `gather`.
+        let src = unsafe { std::slice::from_raw_parts(w.add(INLINE_AT), ds * SEG - INLINE_AT) };
+        nicmem::copy_prefix(stage, src, inl);
+    }
+    let mut g = Gathered {
+        len: inl,
+        host: [0; 2],
+        nic: 0,
+    };
+    // SAFETY (both calls): segments `data_at` and `data_at + 1` are below `ds`.
+    match ds - data_at {
+        0 => {}
+        1 => unsafe { common_seg(w.add(data_at * SEG), s, l, stage, &mut g)? },
+        2 => unsafe {
+            common_seg(w.add(data_at * SEG), s, l, stage, &mut g)?;
+            common_seg(w.add((data_at + 1) * SEG), s, l, stage, &mut g)?;
+        },
+        _ => return None,
+    }
+    Some(g)
+}
+
+/// One data segment of [`gather_common`] at `seg`: validated against the slot's buffers,
+/// copied behind the frame's bytes so far, and noted in `g`.
+///
+/// # Safety
+/// `seg` must be valid for reads of [`SEG`] bytes.
+#[inline(always)]
+unsafe fn common_seg(
+    seg: *const u8,
+    s: &TxSlot,
+    l: &ArenaLayout,
+    stage: &mut [u8],
+    g: &mut Gathered,
+) -> Option<()> {
+    // SAFETY: the caller's contract.
+    let d = DataSeg::read(unsafe { &*seg.cast::<[u8; SEG]>() });
+    let n = d.byte_count as usize;
+    if n == 0 || n > MAX_WIRE_FRAME - g.len || s.hdr == NO_PKT || g.nic > 0 {
+        return None;
+    }
+    let key = MemKey(d.key);
+    let (src, is_host) = match inside(&l.hdr, s.hdr, META_BYTES, key, d.addr, n) {
+        Some(src) => (src, true),
+        None => match (s.ring, &l.pay, &l.nic) {
+            (PayloadRing::Secondary, Some(p), _) => (inside(p, s.pay, 0, key, d.addr, n)?, true),
+            (PayloadRing::Primary, _, Some(p)) if !p.aliased => {
+                (inside(p, s.pay, 0, key, d.addr, n)?, false)
+            }
+            _ => return None,
+        },
+    };
+    // SAFETY: `inside` checked that `src.1 >= n` bytes from `src.0` lie inside a buffer of the
+    // posted packet, which the send queue owns until completion: nobody writes them now.
+    let bytes = unsafe { std::slice::from_raw_parts(src.0, src.1) };
+    nicmem::copy_prefix(&mut stage[g.len..], bytes, n);
+    if !is_host {
+        g.nic = d.byte_count;
+    } else if g.host[0] == 0 {
+        g.host[0] = d.byte_count;
+    } else {
+        g.host[1] = d.byte_count;
+    }
+    g.len += n;
+    Some(())
+}
+
+/// Parses one flat WQE `w` of `ds` segments and gathers its frame (at most
+/// [`MAX_WIRE_FRAME`] bytes) into `stage`, charging its reads to `m`: a timed queue (`TIMED`)
+/// books each read (host data reads and nicmem reads start at `ready`; `done` becomes the time
+/// the last byte is at the NIC), an untimed one charges them together after the WQE (also the
+/// reads made before an error). `s` is the slot the WQE was posted in (its packet's buffers, or
+/// [`NO_PKT`] for none). Returns the frame length or an mlx5 syndrome.
+///
+/// # Safety
+/// `w` must be valid for reads of `ds * SEG` bytes (`2 <= ds <= MAX_DS`), and `stage` must
+/// hold at least [`MAX_WIRE_FRAME`] bytes.
 #[allow(clippy::too_many_arguments)]
 #[inline(always)]
-fn gather<const TIMED: bool>(
-    w: &[u8],
+unsafe fn gather<const TIMED: bool>(
+    w: *const u8,
     ds: usize,
     s: &TxSlot,
     l: &ArenaLayout,
@@ -760,27 +940,30 @@ fn gather<const TIMED: bool>(
     ready: Ps,
     done: &mut Ps,
 ) -> Result<usize, u8> {
-    let inl = u16::from_be_bytes([w[SEG + 12], w[SEG + 13]]) as usize;
-    let inl_segs = inl.saturating_sub(2).div_ceil(SEG);
-    if 2 + inl_segs > ds || inl > stage.len() {
+    debug_assert!((2..=MAX_DS).contains(&ds) && stage.len() >= MAX_WIRE_FRAME);
+    // SAFETY: the WQE's bytes (the caller's contract); the inline size is in the Ethernet
+    // segment, the second of `ds >= 2`.
+    let inl = u16::from_be(unsafe { w.add(SEG + 12).cast::<u16>().read_unaligned() }) as usize;
+    let data_at = 2 + inl.saturating_sub(2).div_ceil(SEG);
+    if data_at > ds {
         return Err(syndrome::LOCAL_LENGTH);
     }
     if inl > 0 {
-        nicmem::copy_prefix(stage, &w[INLINE_AT..], inl);
+        // SAFETY: the inline bytes run from `INLINE_AT` to the end of the inline segments,
+        // inside the WQE's `ds` segments (`data_at <= ds`).
+        let src = unsafe { std::slice::from_raw_parts(w.add(INLINE_AT), ds * SEG - INLINE_AT) };
+        nicmem::copy_prefix(stage, src, inl);
     }
     let mut len = inl;
     // An untimed queue's reads, charged after the WQE (identical WQEs are charged together):
     // the first two host data segments' lengths and the nicmem bytes.
     let (mut host0, mut host1, mut nic) = (0u32, 0u32, 0u32);
     let mut err = 0;
-    for k in 2 + inl_segs..ds {
-        let d = DataSeg::read(
-            w[k * SEG..(k + 1) * SEG]
-                .try_into()
-                .expect("16-byte segment"),
-        );
+    for k in data_at..ds {
+        // SAFETY: segment `k < ds` of the WQE.
+        let d = DataSeg::read(unsafe { &*w.add(k * SEG).cast::<[u8; SEG]>() });
         let n = d.byte_count as usize;
-        if n == 0 || n > stage.len() - len {
+        if n == 0 || n > MAX_WIRE_FRAME - len {
             err = syndrome::LOCAL_LENGTH;
             break;
         }
@@ -798,8 +981,8 @@ fn gather<const TIMED: bool>(
             err = syndrome::LOCAL_PROTECTION;
             break;
         };
-        // The stage is far longer than any frame: reads may round up past `n` when the source
-        // has room (`copy_prefix` checks the source side).
+        // The stage is longer than any frame: reads may round up past `n` when the source has
+        // room (`copy_prefix` checks the source side).
         let dst = &mut stage[len..];
         let is_host = match src {
             Src::Host(p, avail) => {
