@@ -35,7 +35,7 @@ use nicmem::{ProtectionDomain, RegionTable};
 
 use super::desc::{Cqe, SEG, cqe_op, cqe_ring, syndrome};
 use super::model::{LiveModel, ModelSinkRef, NicModel};
-use super::rx::{CompletionQueue, REFUSED, RxRing};
+use super::rx::{CompletionQueue, NicCursor, REFUSED, RxRing};
 use super::tx::{PostError, TxRing};
 use crate::arena::{ArenaCache, ArenaLayout, HEADROOM, PacketArena, PacketMeta};
 use crate::burst::{Burst, MAX_BURST, RxPacket};
@@ -113,6 +113,35 @@ pub(crate) enum Egress {
     Sink(Box<dyn FrameSink>),
     /// A ring drained by the port's front end (multi-queue ports); full ring = retry later.
     Ring(Arc<FrameRing>),
+}
+
+/// Where the NIC places a frame's payload (see `nic_rx_untimed`): the ring (`cqe_ring`), the
+/// payload WQE's counter, and the place in that ring's buffers (for [`NicCursor::at`]) or why
+/// the descriptor was refused.
+#[derive(Clone, Copy)]
+struct PayPlace {
+    ring: u8,
+    count: u16,
+    place: Result<u64, u8>,
+}
+
+impl Default for PayPlace {
+    fn default() -> Self {
+        Self {
+            ring: cqe_ring::NONE,
+            count: 0,
+            place: Err(0),
+        }
+    }
+}
+
+impl PayPlace {
+    /// Takes the next descriptor of `ring` (cursor `c`) for a payload of `len` bytes.
+    #[inline(always)]
+    fn take(ring: u8, c: &mut NicCursor, len: u32) -> Self {
+        let (count, place) = c.take_place(len as usize);
+        Self { ring, count, place }
+    }
 }
 
 /// Which Rx ring a test wants to corrupt.
@@ -193,6 +222,8 @@ pub struct VnicQueue {
     rx_batch: Box<[u8]>,
     rx_lens: Box<[u32]>,
     rx_place: Box<[u64]>,
+    /// Where each frame's payload goes (split modes).
+    rx_pay: Box<[PayPlace]>,
     /// Lengths of the frames a doorbell gathered into `stage`.
     tx_lens: Box<[u32]>,
     /// Handles of packets a `tx_post` could not post (freed together).
@@ -293,6 +324,7 @@ impl VnicQueue {
             rx_batch: vec![0u8; BATCH_BYTES].into_boxed_slice(),
             rx_lens: vec![0u32; MAX_BURST].into_boxed_slice(),
             rx_place: vec![0u64; MAX_BURST].into_boxed_slice(),
+            rx_pay: vec![PayPlace::default(); MAX_BURST].into_boxed_slice(),
             tx_lens: vec![0u32; MAX_BURST].into_boxed_slice(),
             p,
             _alive: alive,
@@ -372,7 +404,7 @@ impl VnicQueue {
             return if self.p.mode.splits() {
                 self.nic_rx_untimed::<true>(limit)
             } else {
-                self.nic_rx_whole(limit)
+                self.nic_rx_untimed::<false>(limit)
             };
         }
         let (mut frames, mut bytes) = (0u64, 0u64);
@@ -407,74 +439,145 @@ impl VnicQueue {
         self.model.rx_flush();
     }
 
-    /// [`VnicQueue::nic_rx`] of an untimed queue in a mode that does not split: every frame goes
-    /// whole to the header ring. The same placement, validation and completions as
-    /// [`VnicQueue::receive`], done in stages over the batch (validate every descriptor, copy
-    /// every frame, write every completion), each a short loop with its state in registers; a
-    /// batch with a frame that does not simply place (empty, oversized, or no descriptor) takes
-    /// the frame-by-frame path. The accounting is charged per run of identical frames.
+    /// [`VnicQueue::nic_rx`] of an untimed queue: the same placement, validation and completions
+    /// as [`VnicQueue::receive`], done in stages over the batch (validate every header
+    /// descriptor, take every payload descriptor, then copy each frame and write its
+    /// completion), each a short loop with its state in registers; a batch with a frame that does
+    /// not simply place (empty, oversized, or too few descriptors) takes the frame-by-frame path.
+    /// The accounting is charged per run of identical frames. `SPLIT` is the mode's
+    /// [`DatapathMode::splits`] (a constant, so each shape is compiled on its own).
     #[inline(never)]
-    fn nic_rx_whole(&mut self, limit: usize) {
+    fn nic_rx_untimed<const SPLIT: bool>(&mut self, limit: usize) {
         let lens = &mut self.rx_lens[..limit.min(MAX_BURST)];
         let got = self.ingress.next_batch(&mut self.rx_batch, lens);
         let lens = &self.rx_lens[..got];
-        let max = self.p.max_frame as u32;
+        let (max, h) = (self.p.max_frame as u32, self.p.split_offset as u32);
         let posted0 = self.hdr.posted();
-        if posted0 < got as u32 || !lens.iter().all(|&l| l != 0 && l <= max) {
-            return self.nic_rx_frames::<false>(got);
+        let (mut simple, mut npay) = (posted0 >= got as u32, 0u32);
+        for &l in lens {
+            simple &= l != 0 && l <= max;
+            npay += u32::from(SPLIT && l > h);
+        }
+        let prim = self.primary.as_ref().map_or(0, |r| r.posted());
+        let sec = self.secondary.as_ref().map_or(0, |r| r.posted());
+        if !simple || npay > prim + sec {
+            return self.nic_rx_frames::<SPLIT>(got);
+        }
+        let cap = if SPLIT { h } else { max };
+        let mut hc = self.hdr.nic_cursor();
+        let first = hc.take_batch(lens, cap, &mut self.rx_place[..got]);
+        // Payloads go to the primary (nicmem) ring while it has descriptors, then spill to the
+        // secondary (host) ring, in frame order.
+        let mut pc = self.primary.as_ref().map(|r| r.nic_cursor());
+        let mut sc = self.secondary.as_ref().map(|r| r.nic_cursor());
+        if SPLIT && npay > 0 {
+            for (i, &len) in lens.iter().enumerate() {
+                if len <= h {
+                    continue;
+                }
+                self.rx_pay[i] = match (&mut pc, &mut sc) {
+                    (Some(c), _) if c.posted() > 0 => PayPlace::take(cqe_ring::PRIMARY, c, len - h),
+                    (_, Some(c)) if c.posted() > 0 => {
+                        PayPlace::take(cqe_ring::SECONDARY, c, len - h)
+                    }
+                    // No payload descriptor (the count above rules it out): the frame does not
+                    // fit the header buffer.
+                    _ => PayPlace {
+                        ring: cqe_ring::NONE,
+                        count: 0,
+                        place: Err(syndrome::LOCAL_LENGTH),
+                    },
+                };
+            }
         }
         let batch = &self.rx_batch[..];
-        let place = &mut self.rx_place[..got];
-        let mut hc = self.hdr.nic_cursor();
-        let first = hc.take_batch(lens, place);
-        let room = hc.room();
-        let mut off = 0;
-        for (&len, &at) in lens.iter().zip(place.iter()) {
-            if at != REFUSED {
-                // SAFETY: `take_batch` accepted the posted buffer's data area for `len <= room`
-                // bytes; the driver does not touch a posted buffer until its completion is
-                // polled, and the stage is a different allocation.
-                unsafe { dma_write(hc.at(at), room, &batch[off..], len as usize) };
-            }
-            off += batch_step(len as usize);
-        }
+        let place = &self.rx_place[..got];
         let model = &mut self.model;
         let rss = self.rss.as_ref();
+        let hroom = hc.room();
         let mut cq = self.rx_cq.cursor();
-        let (mut run_len, mut run) = (0u32, 0u64);
+        let mut run = (0u32, 0u32, 0u32, 0u64);
         let mut off = 0;
-        for (i, (&len, &at)) in lens.iter().zip(place.iter()).enumerate() {
-            let hash = match rss {
-                Some(r) => r.hash_frame(&batch[off..off + len as usize]),
-                None => 0,
-            };
+        for (i, (&len, &at)) in lens.iter().zip(place).enumerate() {
+            let stage = &batch[off..];
             off += batch_step(len as usize);
+            let hl = if SPLIT { len.min(h) } else { len };
             let c = first.wrapping_add(i as u32);
-            let (syn, opcode) = if at != REFUSED {
-                if len == run_len {
-                    run += 1;
-                } else {
-                    model.rx_untimed_many(run_len, 0, 0, run);
-                    (run_len, run) = (len, 1);
+            let mut err = 0;
+            if at != REFUSED {
+                // SAFETY: `take_batch` accepted the posted buffer's data area for `hl <= room`
+                // bytes; the driver does not touch a posted buffer until its completion is
+                // polled, and the stage is a different allocation.
+                unsafe { dma_write(hc.at(at), hroom, stage, hl as usize) };
+            } else {
+                err = hc.refusal_at(c, hl as usize);
+            }
+            let (mut ring, mut pcount, mut hp, mut np) = (cqe_ring::NONE, 0, 0, 0);
+            if SPLIT && len > hl {
+                let pp = self.rx_pay[i];
+                (ring, pcount) = (pp.ring, pp.count);
+                let plen = len - hl;
+                let cur = match ring {
+                    cqe_ring::PRIMARY => {
+                        np = plen;
+                        pc.as_ref()
+                    }
+                    cqe_ring::SECONDARY => {
+                        hp = plen;
+                        sc.as_ref()
+                    }
+                    _ => None,
+                };
+                match (pp.place, cur) {
+                    (Ok(p), Some(cur)) if err == 0 && cur.keeps_bytes() => {
+                        // SAFETY: the payload descriptor was accepted for `plen <= room` bytes
+                        // of its posted buffer, untouched by the driver until the completion is
+                        // polled; the stage is a different allocation.
+                        unsafe {
+                            dma_write(cur.at(p), cur.room(), &stage[hl as usize..], plen as usize)
+                        };
+                    }
+                    (Err(e), _) if err == 0 => err = e,
+                    _ => {}
                 }
-                (0, cqe_op::RESP_SEND)
+            }
+            if err == 0 {
+                if (hl, hp, np) == (run.0, run.1, run.2) {
+                    run.3 += 1;
+                } else {
+                    model.rx_untimed_many(run.0, run.1, run.2, run.3);
+                    run = (hl, hp, np, 1);
+                }
             } else {
                 model.rx_cqes(1);
-                (hc.refusal_at(c, len as usize), cqe_op::RESP_ERR)
+            }
+            let hash = match rss {
+                Some(r) => r.hash_frame(&stage[..len as usize]),
+                None => 0,
             };
             cq.push(&Cqe {
                 rss_hash: hash,
                 byte_cnt: len,
-                hdr_len: len as u16,
-                ring: cqe_ring::NONE,
-                syndrome: syn,
+                hdr_len: hl as u16,
+                ring,
+                syndrome: err,
                 wqe_counter: c as u16,
-                payload_counter: 0,
-                opcode,
+                payload_counter: pcount,
+                opcode: if err == 0 {
+                    cqe_op::RESP_SEND
+                } else {
+                    cqe_op::RESP_ERR
+                },
             });
         }
-        model.rx_untimed_many(run_len, 0, 0, run);
+        model.rx_untimed_many(run.0, run.1, run.2, run.3);
         self.hdr.nic_commit(hc);
+        if let (Some(r), Some(c)) = (self.primary.as_mut(), pc) {
+            r.nic_commit(c);
+        }
+        if let (Some(r), Some(c)) = (self.secondary.as_mut(), sc) {
+            r.nic_commit(c);
+        }
         self.rx_cq.commit(cq);
         let bytes: u64 = lens.iter().map(|&l| u64::from(l)).sum();
         let frames = got as u64;
@@ -483,19 +586,9 @@ impl VnicQueue {
         model.rx_flush();
     }
 
-    /// [`VnicQueue::nic_rx`] of an untimed queue: the same placement, validation and completions
-    /// as [`VnicQueue::receive`], with the ring positions held in registers for the pass and the
-    /// accounting charged per run of identical frames. `SPLIT` is the mode's
-    /// [`DatapathMode::splits`] (a constant, so each shape of the loop is compiled on its own).
-    #[inline(never)]
-    fn nic_rx_untimed<const SPLIT: bool>(&mut self, limit: usize) {
-        let lens = &mut self.rx_lens[..limit.min(MAX_BURST)];
-        let got = self.ingress.next_batch(&mut self.rx_batch, lens);
-        self.nic_rx_frames::<SPLIT>(got);
-    }
-
     /// The frame-by-frame receive of [`VnicQueue::nic_rx_untimed`], of the `got` frames in
     /// `rx_batch` (lengths in `rx_lens`).
+    #[inline(never)]
     fn nic_rx_frames<const SPLIT: bool>(&mut self, got: usize) {
         let Self {
             p,
@@ -1010,30 +1103,52 @@ impl VnicQueue {
         (got, latest)
     }
 
-    /// [`VnicQueue::harvest`] of an untimed queue in a mode that does not split (every frame is
-    /// whole in its header buffer): every pending completion, up to the burst's room, into the
-    /// burst, with the ring positions and the pool's layout in registers for the pass. Returns
-    /// the packets added.
+    /// [`VnicQueue::harvest`] of an untimed queue: every pending completion, up to the burst's
+    /// room, into the burst. The pass carries only the completion queue's position and the
+    /// burst's length (the header ring's consumer count advances once per completion, so once
+    /// per pass; byte and ring counts are summed from the burst afterwards); the layout and the
+    /// rings' views are locals. `SPLIT` is the mode's [`DatapathMode::splits`]. Returns the
+    /// packets added.
     #[inline(never)]
-    fn harvest_whole(&mut self, burst: &mut Burst, arrival: Ps) -> usize {
+    fn harvest_untimed<const SPLIT: bool>(&mut self, burst: &mut Burst, arrival: Ps) -> usize {
         let from = burst.len();
         let mut cq = self.rx_cq.poll_cursor();
-        let mut hc = self.hdr.sw_cursor();
-        let room = hc.room();
+        let hc = self.hdr.sw_cursor();
+        let pc = self.primary.as_ref().map(|r| r.sw_cursor());
+        let sc = self.secondary.as_ref().map(|r| r.sw_cursor());
+        let (mut np, mut ns) = (0u32, 0u32);
+        let hroom = hc.room();
         let hdr_l = self.layout.hdr;
         let cache = &mut self.cache;
         let mut w = burst.rx_writer();
         let n = (w.room() as u32).min(self.rx_cq.pending());
-        let (mut bytes, mut errors) = (0u64, 0u64);
-        for _ in 0..n {
+        let mut polled = 0;
+        while polled < n {
             let Some(cqe) = cq.poll() else {
                 break;
             };
-            let h = hc.harvest(cqe.wqe_counter);
+            polled += 1;
+            let h = hc.buf(cqe.wqe_counter);
+            let (pidx, kind, room) = match (SPLIT, cqe.ring, &pc, &sc) {
+                (true, cqe_ring::PRIMARY, Some(c), _) => {
+                    np += 1;
+                    (c.buf(cqe.payload_counter), PayloadRing::Primary, c.room())
+                }
+                (true, cqe_ring::SECONDARY, _, Some(c)) => {
+                    ns += 1;
+                    (c.buf(cqe.payload_counter), PayloadRing::Secondary, c.room())
+                }
+                _ => (0, PayloadRing::None, 0),
+            };
+            let hl = cqe.hdr_len as usize;
             let len = cqe.byte_cnt as usize;
-            if cqe.is_error() || len != cqe.hdr_len as usize || len > room {
-                errors += 1;
-                give_back(cache, h, cqe_ring::NONE, 0);
+            let fits = hl <= hroom
+                && hl <= len
+                && len - hl <= room
+                && (len > hl) == (kind != PayloadRing::None);
+            if cqe.is_error() || !fits {
+                let ring = if SPLIT { cqe.ring } else { cqe_ring::NONE };
+                give_back(cache, h, ring, pidx);
                 continue;
             }
             let buf = hdr_l.ptr(h);
@@ -1042,120 +1157,18 @@ impl VnicQueue {
             // long).
             unsafe {
                 *buf.cast::<PacketMeta>() = PacketMeta {
-                    payload: 0,
-                    ring: PayloadRing::None,
-                    arrival,
-                };
-            }
-            bytes += len as u64;
-            // SAFETY: the burst adopted this queue's arena as owner (checked by `rx_burst`); the
-            // header pointer names `len <= room` bytes of buffer `h`, after `HEADROOM` bytes of
-            // the same buffer, all owned by the packet from now on.
-            let pushed = unsafe {
-                w.push(&RxPacket {
-                    handle: h as usize,
-                    hdr: buf.wrapping_add(crate::arena::DATA_OFF),
-                    hdr_len: len as u16,
-                    headroom: HEADROOM as u16,
-                    frame_len: len as u32,
-                    ring: PayloadRing::None,
-                    rss_hash: cqe.rss_hash,
-                })
-            };
-            debug_assert!(pushed, "room was checked");
-        }
-        w.finish();
-        self.rx_cq.poll_commit(cq);
-        self.hdr.sw_commit(hc);
-        let got = burst.len() - from;
-        let port = self.p.port_id;
-        burst.set_rx_defaults(from, port, Verdict::tx(port));
-        self.stats.rx_packets += got as u64;
-        self.stats.rx_bytes += bytes;
-        self.stats.desc_errors += errors;
-        got
-    }
-
-    /// [`VnicQueue::harvest`] of an untimed queue: every pending completion, up to the burst's
-    /// room, into the burst, with the ring positions held in registers for the pass. `SPLIT`
-    /// is the mode's [`DatapathMode::splits`]. Returns the packets added.
-    #[inline(never)]
-    fn harvest_untimed<const SPLIT: bool>(&mut self, burst: &mut Burst, arrival: Ps) -> usize {
-        let from = burst.len();
-        let Self {
-            p,
-            hdr,
-            primary,
-            secondary,
-            rx_cq,
-            layout,
-            cache,
-            stats,
-            ..
-        } = self;
-        let mut cq = rx_cq.poll_cursor();
-        let mut hc = hdr.sw_cursor();
-        let mut pc = primary.as_ref().map(|r| r.sw_cursor());
-        let mut sc = secondary.as_ref().map(|r| r.sw_cursor());
-        let mut w = burst.rx_writer();
-        let n = (w.room() as u32).min(rx_cq.pending());
-        let (mut bytes, mut prim, mut sec, mut errors) = (0u64, 0u64, 0u64, 0u64);
-        let hdr_l = layout.hdr;
-        for _ in 0..n {
-            let Some(cqe) = cq.poll() else {
-                break;
-            };
-            let h = hc.harvest(cqe.wqe_counter);
-            let (pidx, kind, room) = if SPLIT {
-                match (cqe.ring, &mut pc, &mut sc) {
-                    (cqe_ring::PRIMARY, Some(c), _) => (
-                        c.harvest(cqe.payload_counter),
-                        PayloadRing::Primary,
-                        c.room(),
-                    ),
-                    (cqe_ring::SECONDARY, _, Some(c)) => (
-                        c.harvest(cqe.payload_counter),
-                        PayloadRing::Secondary,
-                        c.room(),
-                    ),
-                    _ => (0, PayloadRing::None, 0),
-                }
-            } else {
-                (0, PayloadRing::None, 0)
-            };
-            let hl = cqe.hdr_len as usize;
-            let len = cqe.byte_cnt as usize;
-            let fits = hl <= hc.room()
-                && hl <= len
-                && len - hl <= room
-                && (len > hl) == (kind != PayloadRing::None);
-            if cqe.is_error() || !fits {
-                errors += 1;
-                let ring = if SPLIT { cqe.ring } else { cqe_ring::NONE };
-                give_back(cache, h, ring, pidx);
-                continue;
-            }
-            // SAFETY: header buffer `h` was just harvested: the driver owns it and nothing else
-            // refers to its metadata.
-            unsafe {
-                *layout.meta(h) = PacketMeta {
                     payload: pidx,
                     ring: kind,
                     arrival,
                 };
             }
-            bytes += len as u64;
-            if SPLIT {
-                prim += (kind == PayloadRing::Primary) as u64;
-                sec += (kind == PayloadRing::Secondary) as u64;
-            }
-            // SAFETY: the burst adopted this queue's arena as owner (checked by `rx_burst`);
-            // the header pointer names `hl <= header capacity` bytes of buffer `h`, after
-            // `HEADROOM` bytes of the same buffer, all owned by the packet from now on.
+            // SAFETY: the burst adopted this queue's arena as owner (checked by `rx_burst`); the
+            // header pointer names `hl <= room` bytes of buffer `h`, after `HEADROOM` bytes of
+            // the same buffer, all owned by the packet from now on.
             let pushed = unsafe {
                 w.push(&RxPacket {
                     handle: h as usize,
-                    hdr: hdr_l.ptr(h).wrapping_add(crate::arena::DATA_OFF),
+                    hdr: buf.wrapping_add(crate::arena::DATA_OFF),
                     hdr_len: hl as u16,
                     headroom: HEADROOM as u16,
                     frame_len: len as u32,
@@ -1166,22 +1179,30 @@ impl VnicQueue {
             debug_assert!(pushed, "room was checked");
         }
         w.finish();
-        rx_cq.poll_commit(cq);
-        hdr.sw_commit(hc);
-        if let (Some(r), Some(c)) = (primary.as_mut(), pc) {
-            r.sw_commit(c);
+        self.rx_cq.poll_commit(cq);
+        self.hdr.sw_release(polled);
+        if let Some(r) = self.primary.as_mut() {
+            r.sw_release(np);
         }
-        if let (Some(r), Some(c)) = (secondary.as_mut(), sc) {
-            r.sw_commit(c);
+        if let Some(r) = self.secondary.as_mut() {
+            r.sw_release(ns);
         }
         let got = burst.len() - from;
-        let port = p.port_id;
+        let port = self.p.port_id;
         burst.set_rx_defaults(from, port, Verdict::tx(port));
-        stats.rx_packets += got as u64;
-        stats.rx_bytes += bytes;
-        stats.rx_primary += prim;
-        stats.rx_secondary += sec;
-        stats.desc_errors += errors;
+        let v = burst.tx_view();
+        self.stats.rx_packets += got as u64;
+        self.stats.rx_bytes += v.frame_len[from..]
+            .iter()
+            .map(|&l| u64::from(l))
+            .sum::<u64>();
+        if SPLIT {
+            for &r in &v.ring[from..] {
+                self.stats.rx_primary += u64::from(r == PayloadRing::Primary);
+                self.stats.rx_secondary += u64::from(r == PayloadRing::Secondary);
+            }
+        }
+        self.stats.desc_errors += u64::from(polled) - got as u64;
         got
     }
 
@@ -1336,7 +1357,7 @@ impl Queue for VnicQueue {
             if self.p.mode.splits() {
                 self.harvest_untimed::<true>(burst, now)
             } else {
-                self.harvest_whole(burst, now)
+                self.harvest_untimed::<false>(burst, now)
             }
         };
         self.refill();

@@ -238,40 +238,39 @@ impl RxRing {
 }
 
 impl RxRing {
-    /// The driver's side of the ring as a cursor for one harvest pass; hand it back with
-    /// [`RxRing::sw_commit`].
+    /// The driver's view of the ring's posted buffers for one harvest pass; the pass hands back
+    /// how many it harvested with [`RxRing::sw_release`].
     #[inline(always)]
     pub(crate) fn sw_cursor(&self) -> SwCursor {
         SwCursor {
             bufs: self.bufs.as_ptr(),
             mask: self.mask,
-            ci: self.sw_ci,
             room: self.room,
         }
     }
 
-    /// Takes back a cursor from [`RxRing::sw_cursor`].
+    /// The driver harvested `n` more buffers (through a [`SwCursor`]).
     #[inline(always)]
-    pub(crate) fn sw_commit(&mut self, c: SwCursor) {
-        self.sw_ci = c.ci;
+    pub(crate) fn sw_release(&mut self, n: u32) {
+        self.sw_ci = self.sw_ci.wrapping_add(n);
     }
 }
 
-/// The driver's harvest position on an Rx ring (see [`RxRing::sw_cursor`]).
+/// The driver's view of an Rx ring's posted buffers during a harvest (see
+/// [`RxRing::sw_cursor`]).
 #[derive(Clone, Copy)]
 pub(crate) struct SwCursor {
     bufs: *const u32,
     mask: u32,
-    ci: u32,
     room: u32,
 }
 
 impl SwCursor {
-    /// [`RxRing::harvest`] on the cursor.
+    /// The buffer index of the slot a completion names ([`RxRing::harvest`] without the
+    /// consumer count, which the pass advances once with [`RxRing::sw_release`]).
     #[inline(always)]
-    pub(crate) fn harvest(&mut self, counter: u16) -> u32 {
+    pub(crate) fn buf(&self, counter: u16) -> u32 {
         let slot = (u32::from(counter) & self.mask) as usize;
-        self.ci = self.ci.wrapping_add(1);
         // SAFETY: `slot <= mask` indexes the ring's `mask + 1` entries; the ring outlives the
         // cursor and nobody writes it during the pass.
         unsafe { *self.bufs.add(slot) }
@@ -324,12 +323,13 @@ impl NicCursor {
     }
 
     /// [`NicCursor::take`] for a batch: consumes one posted WQE per entry of `lens` (the caller
-    /// checked [`NicCursor::posted`]) and validates each for the length there, writing to
+    /// checked [`NicCursor::posted`]) and validates each for the length there (at most `cap`:
+    /// the header ring takes a split frame's first `cap` bytes), writing to
     /// `place[i]` where frame `i` goes (a byte offset for [`NicCursor::at`]) or [`REFUSED`].
     /// Returns the consumer count of the first WQE (frame `i`'s WQE counter is that plus `i`).
     /// One short loop with few live values per stage of the receive, instead of one long one.
     #[inline(always)]
-    pub(crate) fn take_batch(&mut self, lens: &[u32], place: &mut [u64]) -> u32 {
+    pub(crate) fn take_batch(&mut self, lens: &[u32], cap: u32, place: &mut [u64]) -> u32 {
         debug_assert!(self.posted() as usize >= lens.len());
         let first = self.ci;
         let want_lo = u64::from_ne_bytes(
@@ -355,7 +355,7 @@ impl NicCursor {
             // as encoded bytes, as in `take`).
             let lo = u64::from_ne_bytes(wqe[..8].try_into().expect("8 bytes"));
             let hi = u64::from_ne_bytes(wqe[8..].try_into().expect("8 bytes"));
-            let ok = lo == want_lo && hi == (iova + off).to_be() && len <= room;
+            let ok = lo == want_lo && hi == (iova + off).to_be() && len.min(cap) <= room;
             *out = if ok { off } else { REFUSED };
         }
         self.ci = first.wrapping_add(lens.len() as u32);
@@ -381,6 +381,13 @@ impl NicCursor {
     /// [`NicCursor::posted`]) and validates it for `len` bytes.
     #[inline(always)]
     pub(crate) fn take(&mut self, len: usize) -> (u16, Result<*mut u8, u8>) {
+        let (c, r) = self.take_place(len);
+        (c, r.map(|p| self.at(p)))
+    }
+
+    /// [`NicCursor::take`] giving the place for [`NicCursor::at`] instead of a pointer.
+    #[inline(always)]
+    pub(crate) fn take_place(&mut self, len: usize) -> (u16, Result<u64, u8>) {
         debug_assert!(self.posted() > 0);
         let slot = (self.ci & self.mask) as usize;
         let counter = self.ci as u16;
@@ -401,7 +408,7 @@ impl NicCursor {
         }
         .encode();
         if wqe == want && len <= self.room as usize {
-            return (counter, Ok(self.base.wrapping_add(off as usize)));
+            return (counter, Ok(off));
         }
         (counter, Err(refusal(&wqe, len, self.room)))
     }

@@ -60,9 +60,8 @@ pub(crate) enum PostError {
     TooBig,
 }
 
-/// What the driver keeps per send-queue slot for the WQE starting there (the mlx5 PMD's `elts`):
-/// the packet's buffers, so completion handling frees them without touching the packet, and so
-/// the NIC knows which buffers that WQE may read.
+/// What the driver keeps per send-queue slot for the WQE starting there: the packet's buffers,
+/// so the NIC knows which buffers that WQE may read.
 #[derive(Clone, Copy)]
 struct TxSlot {
     /// The producer count the WQE was posted at: a slot that does not hold the start of the
@@ -73,24 +72,57 @@ struct TxSlot {
     hdr: u32,
     /// Its payload buffer index (when `ring` is not `None`).
     pay: u32,
-    /// nicmem payload bytes the packet holds (returned to the model when freed).
-    nic_len: u32,
     /// WQEBBs of the WQE.
     nbb: u8,
     /// The pool of the payload buffer.
     ring: PayloadRing,
+    /// The WQE asked for a completion, and `TxRing::ends` holds where the packet rings stood
+    /// after it.
+    ends: bool,
 }
 
 const EMPTY_SLOT: TxSlot = TxSlot {
     at: 0,
     hdr: NO_PKT,
     pay: 0,
-    nic_len: 0,
     nbb: 0,
     ring: PayloadRing::None,
+    ends: false,
 };
 
-/// Buffers of completed sends, by pool (see [`TxRing::complete`]).
+/// Buffer indices of the packets in the send queue, in posting order (the mlx5 PMD's `elts`):
+/// packets complete in order, so completed ones leave as contiguous slices.
+struct IdxRing {
+    idx: Box<[u32]>,
+    /// Entries ever pushed.
+    pi: u32,
+    /// Entries ever released.
+    ci: u32,
+}
+
+impl IdxRing {
+    fn new(size: usize) -> Self {
+        Self {
+            idx: vec![0; size].into_boxed_slice(),
+            pi: 0,
+            ci: 0,
+        }
+    }
+
+    /// The entries `ci..end` as at most two slices (the ring wraps), and releases them.
+    #[inline]
+    fn release_to(&mut self, end: u32) -> (&[u32], &[u32]) {
+        let n = end.wrapping_sub(self.ci) as usize;
+        let size = self.idx.len();
+        let start = self.ci as usize & (size - 1);
+        self.ci = end;
+        let first = n.min(size - start);
+        (&self.idx[start..start + first], &self.idx[..n - first])
+    }
+}
+
+/// Buffers of completed sends, by pool (see [`TxRing::complete`]); a pool's buffers may come
+/// in two slices.
 pub(crate) struct Completed<'a> {
     /// Header buffers.
     pub hdr: &'a [u32],
@@ -106,6 +138,17 @@ pub(crate) struct TxRing {
     bbs: Box<[[u8; WQEBB]]>,
     /// Per slot: the packet posted with the WQE starting there.
     slots: Box<[TxSlot]>,
+    /// Per slot whose WQE asked for a completion: the header, host payload and nicmem payload
+    /// rings' producer counts after it (what that completion releases).
+    ends: Box<[[u32; 3]]>,
+    /// The buffers of posted packets: headers, host payloads, nicmem payloads.
+    hdrs: IdxRing,
+    pays: IdxRing,
+    nics: IdxRing,
+    /// Per `nics` entry: nicmem payload bytes posted up to and including it; and the total
+    /// already released.
+    nic_cum: Box<[u64]>,
+    nic_released: u64,
     mask: u32,
     pi: u32,
     nic_ci: u32,
@@ -118,9 +161,6 @@ pub(crate) struct TxRing {
     /// Scratch for a WQE that wraps around the end of the ring (kept, so no per-doorbell
     /// zeroing).
     wrap: Box<[u8; MAX_DS * SEG]>,
-    /// Scratch for the buffers of completed sends (one entry per slot is enough: every packet
-    /// takes at least one).
-    freed: Box<[u32]>,
 }
 
 impl TxRing {
@@ -131,6 +171,12 @@ impl TxRing {
         Self {
             bbs: vec![[0u8; WQEBB]; size].into_boxed_slice(),
             slots: vec![EMPTY_SLOT; size].into_boxed_slice(),
+            ends: vec![[0; 3]; size].into_boxed_slice(),
+            hdrs: IdxRing::new(size),
+            pays: IdxRing::new(size),
+            nics: IdxRing::new(size),
+            nic_cum: vec![0; size].into_boxed_slice(),
+            nic_released: 0,
             mask: size as u32 - 1,
             pi: 0,
             nic_ci: 0,
@@ -141,7 +187,6 @@ impl TxRing {
             inline,
             cq: CompletionQueue::new(size),
             wrap: Box::new([0u8; MAX_DS * SEG]),
-            freed: vec![0u32; 3 * size].into_boxed_slice(),
         }
     }
 
@@ -220,6 +265,8 @@ impl TxRing {
         let bbs = self.bbs.as_mut_ptr().cast::<u8>();
         let slots = self.slots.as_mut_ptr();
         let wrap = self.wrap.as_mut_ptr();
+        let (mut hpi, mut ppi, mut npi) = (self.hdrs.pi, self.pays.pi, self.nics.pi);
+        let mut nic_total = self.nic_cum[(npi.wrapping_sub(1) & mask) as usize];
         let (mut bytes, mut nref) = (0u64, 0usize);
         for i in 0..n {
             let h = handle[i] as u32;
@@ -353,20 +400,35 @@ impl TxRing {
                     );
                 }
             }
-            let nic_len = if ring == PayloadRing::Primary {
-                plen as u32
-            } else {
-                0
-            };
+            // The packet's buffers join the rings completions release, in posting order.
+            let m = mask as usize;
+            self.hdrs.idx[hpi as usize & m] = h;
+            hpi = hpi.wrapping_add(1);
+            match ring {
+                PayloadRing::None => {}
+                PayloadRing::Secondary => {
+                    self.pays.idx[ppi as usize & m] = pay;
+                    ppi = ppi.wrapping_add(1);
+                }
+                PayloadRing::Primary => {
+                    nic_total += plen as u64;
+                    self.nics.idx[npi as usize & m] = pay;
+                    self.nic_cum[npi as usize & m] = nic_total;
+                    npi = npi.wrapping_add(1);
+                }
+            }
+            if flags != 0 {
+                self.ends[slot] = [hpi, ppi, npi];
+            }
             // SAFETY: `slot <= mask` indexes the ring's `mask + 1` slots.
             unsafe {
                 *slots.add(slot) = TxSlot {
                     at: pi,
                     hdr: h,
                     pay,
-                    nic_len,
                     nbb: nbb as u8,
                     ring,
+                    ends: flags != 0,
                 };
             }
             pi = pi.wrapping_add(nbb);
@@ -375,6 +437,7 @@ impl TxRing {
         self.pi = pi;
         self.since_comp = since;
         self.bbs_since_comp = bbs_since;
+        (self.hdrs.pi, self.pays.pi, self.nics.pi) = (hpi, ppi, npi);
         (n - nref, bytes, nref)
     }
 
@@ -408,8 +471,10 @@ impl TxRing {
         self.slots[slot] = TxSlot {
             at,
             nbb: 1,
+            ends: true,
             ..EMPTY_SLOT
         };
+        self.ends[slot] = [self.hdrs.pi, self.pays.pi, self.nics.pi];
         self.pi = self.pi.wrapping_add(1);
         self.since_comp = 0;
         self.bbs_since_comp = 0;
@@ -636,57 +701,82 @@ impl TxRing {
         m.tx_cqe(done);
     }
 
-    /// Driver side: polls completions and hands the buffers of every packet up to each
-    /// completed WQE to `free`, in one call, sorted by pool. Returns the error completions seen.
+    /// Driver side: polls completions and hands the buffers of every packet up to the last
+    /// completed WQE to `free` (by pool; each pool's buffers in up to two slices, so `free` may
+    /// be called twice). Returns the error completions seen.
+    ///
+    /// A completion releases every WQE up to the one it names. When that WQE asked for the
+    /// completion, its slot recorded where the packet rings stood after it; otherwise (an error
+    /// completion of any WQE) the WQEs are walked from the driver's consumer count.
     #[inline]
     pub(crate) fn complete(&mut self, free: &mut impl FnMut(Completed<'_>)) -> u64 {
         let mut errors = 0;
         let (mask, nic_ci) = (self.mask, self.nic_ci);
-        let size = mask as usize + 1;
         let mut sw = self.sw_ci;
-        let (hdrs, rest) = self.freed.split_at_mut(size);
-        let (pays, nics) = rest.split_at_mut(size);
-        let (mut nh, mut np, mut nn, mut nic) = (0, 0, 0, 0u64);
+        let mut ends = [self.hdrs.ci, self.pays.ci, self.nics.ci];
         while let Some(cqe) = self.cq.poll() {
             errors += u64::from(cqe.is_error());
-            let done = cqe.wqe_counter;
-            while sw != nic_ci {
-                let ahead = done.wrapping_sub(sw as u16) as i16;
-                if ahead < 0 {
-                    break;
-                }
+            let ahead = cqe.wqe_counter.wrapping_sub(sw as u16) as i16;
+            if ahead < 0 || sw == nic_ci {
+                continue;
+            }
+            let at = sw.wrapping_add(ahead as u32);
+            let s = self.slots[(at & mask) as usize];
+            if s.at == at && s.ends && at.wrapping_sub(sw) < nic_ci.wrapping_sub(sw) {
+                ends = self.ends[(at & mask) as usize];
+                sw = at.wrapping_add(u32::from(s.nbb.max(1)));
+                continue;
+            }
+            // Walk the WQEs up to the one completed.
+            while sw != nic_ci && cqe.wqe_counter.wrapping_sub(sw as u16) as i16 >= 0 {
                 let s = self.slots[(sw & mask) as usize];
                 if s.hdr != NO_PKT {
-                    // At most one packet per slot between the driver's and the NIC's consumer
-                    // indices, so the scratch arrays (one entry per slot) never overflow.
-                    hdrs[nh] = s.hdr;
-                    nh += 1;
+                    ends[0] = ends[0].wrapping_add(1);
                     match s.ring {
-                        PayloadRing::Secondary => {
-                            pays[np] = s.pay;
-                            np += 1;
-                        }
-                        PayloadRing::Primary => {
-                            nics[nn] = s.pay;
-                            nn += 1;
-                        }
+                        PayloadRing::Secondary => ends[1] = ends[1].wrapping_add(1),
+                        PayloadRing::Primary => ends[2] = ends[2].wrapping_add(1),
                         PayloadRing::None => {}
                     }
-                    nic += u64::from(s.nic_len);
                 }
                 sw = sw.wrapping_add(u32::from(s.nbb.max(1)));
             }
         }
         self.sw_ci = sw;
-        if nh > 0 {
+        self.release(ends, free);
+        errors
+    }
+
+    /// Hands the packet rings' entries up to `ends` (header, host payload, nicmem payload
+    /// producer counts) to `free`.
+    #[inline]
+    fn release(&mut self, ends: [u32; 3], free: &mut impl FnMut(Completed<'_>)) {
+        if ends[0] == self.hdrs.ci {
+            return;
+        }
+        let mask = self.mask as usize;
+        let nic_bytes = if ends[2] == self.nics.ci {
+            0
+        } else {
+            let cum = self.nic_cum[ends[2].wrapping_sub(1) as usize & mask];
+            cum - std::mem::replace(&mut self.nic_released, cum)
+        };
+        let (h0, h1) = self.hdrs.release_to(ends[0]);
+        let (p0, p1) = self.pays.release_to(ends[1]);
+        let (n0, n1) = self.nics.release_to(ends[2]);
+        free(Completed {
+            hdr: h0,
+            pay: p0,
+            nic: n0,
+            nic_bytes,
+        });
+        if !h1.is_empty() || !p1.is_empty() || !n1.is_empty() {
             free(Completed {
-                hdr: &hdrs[..nh],
-                pay: &pays[..np],
-                nic: &nics[..nn],
-                nic_bytes: nic,
+                hdr: h1,
+                pay: p1,
+                nic: n1,
+                nic_bytes: 0,
             });
         }
-        errors
     }
 
     /// Overwrites a 16 B segment of the most recently posted WQE (tests and fuzzing of descriptor
@@ -711,31 +801,10 @@ impl TxRing {
     /// Hands every packet still held (queue teardown) to `free`, like [`TxRing::complete`], and
     /// empties the ring.
     pub(crate) fn drain(&mut self, free: &mut impl FnMut(Completed<'_>)) {
-        let mask = self.mask;
-        let (mut hdrs, mut pays, mut nics, mut nic) = (Vec::new(), Vec::new(), Vec::new(), 0);
-        let mut at = self.sw_ci;
-        while at != self.pi {
-            let s = std::mem::replace(&mut self.slots[(at & mask) as usize], EMPTY_SLOT);
-            if s.hdr != NO_PKT {
-                hdrs.push(s.hdr);
-                match s.ring {
-                    PayloadRing::Secondary => pays.push(s.pay),
-                    PayloadRing::Primary => nics.push(s.pay),
-                    PayloadRing::None => {}
-                }
-                nic += u64::from(s.nic_len);
-            }
-            at = at.wrapping_add(u32::from(s.nbb.max(1)));
-        }
-        self.pi = 0;
-        self.nic_ci = 0;
-        self.sw_ci = 0;
-        free(Completed {
-            hdr: &hdrs,
-            pay: &pays,
-            nic: &nics,
-            nic_bytes: nic,
-        });
+        self.release([self.hdrs.pi, self.pays.pi, self.nics.pi], free);
+        self.slots.fill(EMPTY_SLOT);
+        self.sw_ci = self.pi;
+        self.nic_ci = self.pi;
     }
 
     /// Completions not yet polled.
