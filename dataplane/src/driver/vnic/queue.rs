@@ -35,7 +35,7 @@ use nicmem::{ProtectionDomain, RegionTable};
 
 use super::desc::{Cqe, SEG, cqe_op, cqe_ring, syndrome};
 use super::model::{LiveModel, ModelSinkRef, NicModel};
-use super::rx::{CompletionQueue, NicCursor, REFUSED, RxRing};
+use super::rx::{CompletionQueue, CqCursor, NicCursor, REFUSED, RxRing};
 use super::tx::{PostError, TxRing};
 use crate::arena::{ArenaCache, ArenaLayout, HEADROOM, PacketArena, PacketMeta};
 use crate::burst::{Burst, MAX_BURST, RxPacket};
@@ -465,7 +465,31 @@ impl VnicQueue {
         }
         let cap = if SPLIT { h } else { max };
         let mut hc = self.hdr.nic_cursor();
-        let first = hc.take_batch(lens, cap, &mut self.rx_place[..got]);
+        let (first, refused) = hc.take_batch(lens, cap, &mut self.rx_place[..got]);
+        if npay == 0 && refused == 0 && self.rss.is_none() {
+            // Every frame whole in its header buffer, every descriptor accepted, no hash.
+            let room = hc.room();
+            let mut cq = self.rx_cq.cursor();
+            Self::complete_whole(
+                lens,
+                &self.rx_place[..got],
+                &self.rx_batch,
+                &hc,
+                room,
+                &mut cq,
+                &mut self.model,
+                first,
+            );
+            self.hdr.nic_commit(hc);
+            self.rx_cq.commit(cq);
+            let model = &mut self.model;
+            let bytes: u64 = lens.iter().map(|&l| u64::from(l)).sum();
+            let frames = got as u64;
+            model.rx_wqes_untimed(got as u32, posted0);
+            model.wire_rx_frames(frames, bytes + frames * model.wire_overhead());
+            model.rx_flush();
+            return;
+        }
         // Payloads go to the primary (nicmem) ring while it has descriptors, then spill to the
         // secondary (host) ring, in frame order.
         let mut pc = self.primary.as_ref().map(|r| r.nic_cursor());
@@ -584,6 +608,55 @@ impl VnicQueue {
         model.rx_wqes_untimed(got as u32, posted0);
         model.wire_rx_frames(frames, bytes + frames * model.wire_overhead());
         model.rx_flush();
+    }
+
+    /// The copy and completion stage of [`VnicQueue::nic_rx_untimed`] for a batch whose frames
+    /// all go whole to accepted header buffers (`place`, for `hc`) without a hash: copies each
+    /// frame and writes its completion (WQE counters from `first` on), charging runs of equal
+    /// lengths together.
+    #[allow(clippy::too_many_arguments)]
+    #[inline(never)]
+    fn complete_whole(
+        lens: &[u32],
+        place: &[u64],
+        batch: &[u8],
+        hc: &NicCursor,
+        room: usize,
+        cq: &mut CqCursor,
+        model: &mut NicModel,
+        first: u32,
+    ) {
+        let (mut run_len, mut run) = (0u32, 0u64);
+        let mut off = 0;
+        let mut c = first;
+        // The cursor in a local: the copies write through raw pointers, which would otherwise
+        // make the compiler store and reload it around each.
+        let mut q = *cq;
+        for (&len, &at) in lens.iter().zip(place) {
+            // SAFETY: `take_batch` accepted the posted buffer's data area for `len <= room`
+            // bytes; the driver does not touch a posted buffer until its completion is polled,
+            // and the stage is a different allocation.
+            unsafe { dma_write(hc.at(at), room, &batch[off..], len as usize) };
+            off += batch_step(len as usize);
+            if len != run_len {
+                model.rx_untimed_many(run_len, 0, 0, run);
+                (run_len, run) = (len, 0);
+            }
+            run += 1;
+            q.push(&Cqe {
+                rss_hash: 0,
+                byte_cnt: len,
+                hdr_len: len as u16,
+                ring: cqe_ring::NONE,
+                syndrome: 0,
+                wqe_counter: c as u16,
+                payload_counter: 0,
+                opcode: cqe_op::RESP_SEND,
+            });
+            c = c.wrapping_add(1);
+        }
+        *cq = q;
+        model.rx_untimed_many(run_len, 0, 0, run);
     }
 
     /// The frame-by-frame receive of [`VnicQueue::nic_rx_untimed`], of the `got` frames in
@@ -1114,40 +1187,57 @@ impl VnicQueue {
         let from = burst.len();
         let mut cq = self.rx_cq.poll_cursor();
         let hc = self.hdr.sw_cursor();
-        let pc = self.primary.as_ref().map(|r| r.sw_cursor());
-        let sc = self.secondary.as_ref().map(|r| r.sw_cursor());
+        let (primary, secondary) = (self.primary.as_ref(), self.secondary.as_ref());
         let (mut np, mut ns) = (0u32, 0u32);
         let hroom = hc.room();
         let hdr_l = self.layout.hdr;
         let cache = &mut self.cache;
         let mut w = burst.rx_writer();
         let n = (w.room() as u32).min(self.rx_cq.pending());
-        let mut polled = 0;
-        while polled < n {
+        let ci0 = cq.consumer();
+        let end = ci0.wrapping_add(n);
+        let (mut err_p, mut err_s) = (0u32, 0u32);
+        while cq.consumer() != end {
             let Some(cqe) = cq.poll() else {
                 break;
             };
-            polled += 1;
             let h = hc.buf(cqe.wqe_counter);
-            let (pidx, kind, room) = match (SPLIT, cqe.ring, &pc, &sc) {
-                (true, cqe_ring::PRIMARY, Some(c), _) => {
-                    np += 1;
-                    (c.buf(cqe.payload_counter), PayloadRing::Primary, c.room())
+            let (pidx, kind, room) = if SPLIT && cqe.ring != cqe_ring::NONE {
+                match (cqe.ring, primary, secondary) {
+                    (cqe_ring::PRIMARY, Some(r), _) => {
+                        np += 1;
+                        (
+                            r.buf_at(cqe.payload_counter),
+                            PayloadRing::Primary,
+                            r.room(),
+                        )
+                    }
+                    (cqe_ring::SECONDARY, _, Some(r)) => {
+                        ns += 1;
+                        (
+                            r.buf_at(cqe.payload_counter),
+                            PayloadRing::Secondary,
+                            r.room(),
+                        )
+                    }
+                    _ => (0, PayloadRing::None, 0),
                 }
-                (true, cqe_ring::SECONDARY, _, Some(c)) => {
-                    ns += 1;
-                    (c.buf(cqe.payload_counter), PayloadRing::Secondary, c.room())
-                }
-                _ => (0, PayloadRing::None, 0),
+            } else {
+                (0, PayloadRing::None, 0)
             };
             let hl = cqe.hdr_len as usize;
             let len = cqe.byte_cnt as usize;
-            let fits = hl <= hroom
-                && hl <= len
-                && len - hl <= room
-                && (len > hl) == (kind != PayloadRing::None);
+            // The lengths fit the buffers, and a payload came exactly when the frame is longer
+            // than its header segment.
+            let fits = if kind == PayloadRing::None {
+                len == hl && hl <= hroom
+            } else {
+                hl <= hroom && len > hl && len - hl <= room
+            };
             if cqe.is_error() || !fits {
                 let ring = if SPLIT { cqe.ring } else { cqe_ring::NONE };
+                err_p += u32::from(kind == PayloadRing::Primary);
+                err_s += u32::from(kind == PayloadRing::Secondary);
                 give_back(cache, h, ring, pidx);
                 continue;
             }
@@ -1179,6 +1269,7 @@ impl VnicQueue {
             debug_assert!(pushed, "room was checked");
         }
         w.finish();
+        let polled = cq.consumer().wrapping_sub(ci0);
         self.rx_cq.poll_commit(cq);
         self.hdr.sw_release(polled);
         if let Some(r) = self.primary.as_mut() {
@@ -1196,12 +1287,8 @@ impl VnicQueue {
             .iter()
             .map(|&l| u64::from(l))
             .sum::<u64>();
-        if SPLIT {
-            for &r in &v.ring[from..] {
-                self.stats.rx_primary += u64::from(r == PayloadRing::Primary);
-                self.stats.rx_secondary += u64::from(r == PayloadRing::Secondary);
-            }
-        }
+        self.stats.rx_primary += u64::from(np - err_p);
+        self.stats.rx_secondary += u64::from(ns - err_s);
         self.stats.desc_errors += u64::from(polled) - got as u64;
         got
     }

@@ -249,6 +249,13 @@ impl RxRing {
         }
     }
 
+    /// The buffer index of the slot a completion names, without advancing the driver's
+    /// consumer count (see [`RxRing::sw_release`]).
+    #[inline(always)]
+    pub(crate) fn buf_at(&self, counter: u16) -> u32 {
+        self.bufs[(u32::from(counter) & self.mask) as usize]
+    }
+
     /// The driver harvested `n` more buffers (through a [`SwCursor`]).
     #[inline(always)]
     pub(crate) fn sw_release(&mut self, n: u32) {
@@ -326,10 +333,11 @@ impl NicCursor {
     /// checked [`NicCursor::posted`]) and validates each for the length there (at most `cap`:
     /// the header ring takes a split frame's first `cap` bytes), writing to
     /// `place[i]` where frame `i` goes (a byte offset for [`NicCursor::at`]) or [`REFUSED`].
-    /// Returns the consumer count of the first WQE (frame `i`'s WQE counter is that plus `i`).
+    /// Returns the consumer count of the first WQE (frame `i`'s WQE counter is that plus `i`)
+    /// and how many places were refused.
     /// One short loop with few live values per stage of the receive, instead of one long one.
     #[inline(always)]
-    pub(crate) fn take_batch(&mut self, lens: &[u32], cap: u32, place: &mut [u64]) -> u32 {
+    pub(crate) fn take_batch(&mut self, lens: &[u32], cap: u32, place: &mut [u64]) -> (u32, u32) {
         debug_assert!(self.posted() as usize >= lens.len());
         let first = self.ci;
         let want_lo = u64::from_ne_bytes(
@@ -344,6 +352,7 @@ impl NicCursor {
         );
         let (wqes, bufs, mask) = (self.wqes, self.bufs, self.mask);
         let (iova, stride, room, alias) = (self.iova, self.stride, self.room, self.alias_slots);
+        let mut refused = 0;
         for (i, (&len, out)) in lens.iter().zip(place.iter_mut()).enumerate() {
             let slot = (first.wrapping_add(i as u32) & mask) as usize;
             // SAFETY: `slot <= mask`, and both arrays have `mask + 1` entries; the ring (borrowed
@@ -357,9 +366,10 @@ impl NicCursor {
             let hi = u64::from_ne_bytes(wqe[8..].try_into().expect("8 bytes"));
             let ok = lo == want_lo && hi == (iova + off).to_be() && len.min(cap) <= room;
             *out = if ok { off } else { REFUSED };
+            refused += u32::from(!ok);
         }
         self.ci = first.wrapping_add(lens.len() as u32);
-        first
+        (first, refused)
     }
 
     /// Where to write for a place [`NicCursor::take_batch`] accepted.
@@ -529,6 +539,7 @@ impl CompletionQueue {
 
 /// The NIC's producer position on a completion queue during one pass (see
 /// [`CompletionQueue::cursor`]).
+#[derive(Clone, Copy)]
 pub(crate) struct CqCursor {
     slots: *mut [u8; 64],
     mask: u32,
@@ -557,6 +568,12 @@ pub(crate) struct CqPoll {
 }
 
 impl CqPoll {
+    /// The consumer count (completions ever polled, this pass's included).
+    #[inline(always)]
+    pub(crate) fn consumer(&self) -> u32 {
+        self.ci
+    }
+
     /// [`CompletionQueue::poll`] on the cursor.
     #[inline(always)]
     pub(crate) fn poll(&mut self) -> Option<Cqe> {

@@ -109,6 +109,14 @@ impl IdxRing {
         }
     }
 
+    /// Appends an entry (the caller keeps at most one per ring slot in flight).
+    #[inline(always)]
+    fn push(&mut self, idx: u32) {
+        let m = self.idx.len() - 1;
+        self.idx[self.pi as usize & m] = idx;
+        self.pi = self.pi.wrapping_add(1);
+    }
+
     /// The entries `ci..end` as at most two slices (the ring wraps), and releases them.
     #[inline]
     fn release_to(&mut self, end: u32) -> (&[u32], &[u32]) {
@@ -265,8 +273,7 @@ impl TxRing {
         let bbs = self.bbs.as_mut_ptr().cast::<u8>();
         let slots = self.slots.as_mut_ptr();
         let wrap = self.wrap.as_mut_ptr();
-        let (mut hpi, mut ppi, mut npi) = (self.hdrs.pi, self.pays.pi, self.nics.pi);
-        let mut nic_total = self.nic_cum[(npi.wrapping_sub(1) & mask) as usize];
+        let mut hpi = self.hdrs.pi;
         let (mut bytes, mut nref) = (0u64, 0usize);
         for i in 0..n {
             let h = handle[i] as u32;
@@ -303,8 +310,10 @@ impl TxRing {
             let hdr_iova = hdr_l.iova_of(h) + hdr_off as u64;
             // Which payload buffer the packet holds (its metadata, written at Rx), kept in the
             // slot so the NIC and the completion handling need not read the packet again. A
-            // payload the arena cannot name gets a descriptor the NIC refuses.
-            let (ring, pay, pay_seg) = if PAYLOADS {
+            // packet holds a payload buffer exactly when it has payload bytes (the header and
+            // frame lengths change together after Rx); a payload the arena cannot name gets a
+            // descriptor the NIC refuses.
+            let (ring, pay, pay_key, pay_iova) = if PAYLOADS && plen > 0 {
                 // SAFETY: `h` is a packet of this queue's arena held by the burst, which owns
                 // it; its metadata was written at Rx.
                 let meta = unsafe { *l.meta(h) };
@@ -313,28 +322,12 @@ impl TxRing {
                     PayloadRing::Primary => l.nic,
                     PayloadRing::None => None,
                 };
-                let (key, addr) = match pool {
-                    Some(p) if plen > 0 => (p.key.0, p.iova_of(meta.payload)),
-                    _ => (0, 0),
-                };
-                let ring = if pool.is_some() {
-                    meta.ring
-                } else {
-                    PayloadRing::None
-                };
-                let seg = DataSeg {
-                    byte_count: plen as u32,
-                    key,
-                    addr,
-                };
-                (ring, meta.payload, seg.encode())
+                match pool {
+                    Some(p) => (meta.ring, meta.payload, p.key.0, p.iova_of(meta.payload)),
+                    None => (PayloadRing::None, meta.payload, 0, 0),
+                }
             } else {
-                let seg = DataSeg {
-                    byte_count: plen as u32,
-                    key: 0,
-                    addr: 0,
-                };
-                (PayloadRing::None, 0, seg.encode())
+                (PayloadRing::None, 0, 0, 0)
             };
             let slot = (pi & mask) as usize;
             let nb = nbb as usize;
@@ -381,7 +374,12 @@ impl TxRing {
                     k += SEG;
                 }
                 if plen > 0 {
-                    put_seg(w.add(k), pay_seg);
+                    let seg = DataSeg {
+                        byte_count: plen as u32,
+                        key: pay_key,
+                        addr: pay_iova,
+                    };
+                    put_seg(w.add(k), seg.encode());
                 }
             }
             if wraps {
@@ -406,19 +404,15 @@ impl TxRing {
             hpi = hpi.wrapping_add(1);
             match ring {
                 PayloadRing::None => {}
-                PayloadRing::Secondary => {
-                    self.pays.idx[ppi as usize & m] = pay;
-                    ppi = ppi.wrapping_add(1);
-                }
+                PayloadRing::Secondary => self.pays.push(pay),
                 PayloadRing::Primary => {
-                    nic_total += plen as u64;
-                    self.nics.idx[npi as usize & m] = pay;
-                    self.nic_cum[npi as usize & m] = nic_total;
-                    npi = npi.wrapping_add(1);
+                    let cum = self.nic_cum[(self.nics.pi.wrapping_sub(1) as usize) & m];
+                    self.nic_cum[self.nics.pi as usize & m] = cum + plen as u64;
+                    self.nics.push(pay);
                 }
             }
             if flags != 0 {
-                self.ends[slot] = [hpi, ppi, npi];
+                self.ends[slot] = [hpi, self.pays.pi, self.nics.pi];
             }
             // SAFETY: `slot <= mask` indexes the ring's `mask + 1` slots.
             unsafe {
@@ -437,7 +431,7 @@ impl TxRing {
         self.pi = pi;
         self.since_comp = since;
         self.bbs_since_comp = bbs_since;
-        (self.hdrs.pi, self.pays.pi, self.nics.pi) = (hpi, ppi, npi);
+        self.hdrs.pi = hpi;
         (n - nref, bytes, nref)
     }
 
