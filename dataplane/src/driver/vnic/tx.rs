@@ -362,7 +362,7 @@ impl TxRing {
                     let dst =
                         std::slice::from_raw_parts_mut(w.add(INLINE_AT), nb * WQEBB - INLINE_AT);
                     nicmem::copy_prefix(dst, src, inl);
-                    k += inl.saturating_sub(2).div_ceil(SEG) * SEG;
+                    k = data_segment_at(inl) * SEG;
                 }
                 if rest_hdr > 0 {
                     let seg = DataSeg {
@@ -537,6 +537,20 @@ impl TxRing {
                 wire(&out[..off], &lens[..k]);
                 res.frames += k as u64;
                 (off, k) = (0, 0);
+            }
+            if !TIMED {
+                // SAFETY: `bbs` and `slots` are the ring's `mask + 1` WQEBBs and slots, which
+                // the driver does not write while the NIC processes them.
+                let r =
+                    unsafe { gather_run(bbs, slots, mask, ci, pi, &pools, out, off, lens, k, m) };
+                (ci, off, k) = (r.ci, r.off, r.k);
+                if let Some(at) = r.completion {
+                    self.tx_completion(at, Ok(()), m, ready);
+                    continue;
+                }
+                if ci == pi || k == lens.len() || off > last_off {
+                    continue;
+                }
             }
             let at = ci;
             let slot = (at & mask) as usize;
@@ -807,6 +821,13 @@ impl TxRing {
     }
 }
 
+/// The first data segment of a WQE with `inl` inline bytes: after the control and Ethernet
+/// segments and the inline bytes' continuation (`2 + ceil((inl - 2) / 16)`, 2 for `inl <= 2`).
+#[inline(always)]
+fn data_segment_at(inl: usize) -> usize {
+    2 + (inl + 13) / SEG
+}
+
 /// The `n` WQEBBs of a WQE that wraps around the end of the ring from `slot`, made flat in
 /// `scratch`.
 #[cold]
@@ -853,7 +874,11 @@ fn inside(
     let start = lay.offset(idx);
     let off = addr.wrapping_sub(lay.iova + start as u64);
     let size = lay.buf_size as u64;
-    (key == lay.key && off >= from as u64 && off <= size && n as u64 <= size - off).then(|| {
+    // `from <= off && off + n <= size` in two unsigned comparisons (`off - from` wraps to a
+    // huge value when `off < from`).
+    let lim = size.saturating_sub(from as u64);
+    let n = n as u64;
+    (key == lay.key && n <= lim && off.wrapping_sub(from as u64) <= lim - n).then(|| {
         (
             lay.base.wrapping_add(start + off as usize).cast_const(),
             (size - off) as usize,
@@ -878,6 +903,88 @@ fn locate(l: &ArenaLayout, s: &TxSlot, key: MemKey, addr: u64, n: usize) -> Opti
             inside(p, s.pay, 0, key, addr, n).map(|(ptr, avail)| Src::Nic(ptr, avail, p.aliased))
         }),
         PayloadRing::None => None,
+    }
+}
+
+/// Where [`gather_run`] stopped: the NIC's consumer count, the staging area's fill and frame
+/// count, and the WQE whose completion is due, if it stopped for one.
+struct RunEnd {
+    ci: u32,
+    off: usize,
+    k: usize,
+    completion: Option<u32>,
+}
+
+/// The untimed NIC's pass over a run of common WQEs (see [`gather_common`]) from `ci`: gathers
+/// each frame behind `off` in `out` with its length at `lens[k]`, charging its reads, until the
+/// posted WQEs (`pi`) or the staging area run out, a WQE is not common (left for the general
+/// parse) or one asks for a completion (gathered; the caller writes the completion). Its own
+/// function, so the loop keeps its few values in registers.
+///
+/// # Safety
+/// `bbs` and `slots` must be the send queue's `mask + 1` WQEBBs and slots, not written while the
+/// pass runs; `out` must hold at least [`MAX_WIRE_FRAME`] bytes behind `off` while
+/// `off <= out.len() - MAX_WIRE_FRAME`.
+#[allow(clippy::too_many_arguments)]
+#[inline(never)]
+unsafe fn gather_run(
+    bbs: *const u8,
+    slots: *const TxSlot,
+    mask: u32,
+    mut ci: u32,
+    pi: u32,
+    l: &ArenaLayout,
+    out: &mut [u8],
+    mut off: usize,
+    lens: &mut [u32],
+    mut k: usize,
+    m: &mut NicModel,
+) -> RunEnd {
+    let size = mask as usize + 1;
+    let last_off = out.len().saturating_sub(MAX_WIRE_FRAME);
+    let out = out.as_mut_ptr();
+    while ci != pi && k < lens.len() && off <= last_off {
+        let slot = (ci & mask) as usize;
+        // SAFETY: `slot <= mask` indexes the ring's WQEBBs and slots (the caller's contract).
+        let (w, s) = unsafe { (bbs.add(slot * WQEBB), &*slots.add(slot)) };
+        // SAFETY: the control segment's bytes (`CtrlSeg::read`'s layout).
+        let (opcode, ds, flags) = unsafe { (*w.add(3), *w.add(7) as usize, *w.add(11)) };
+        let nbb = ds.div_ceil(4);
+        if opcode != OPCODE_SEND
+            || !(2..=MAX_DS).contains(&ds)
+            || nbb as u32 > pi.wrapping_sub(ci)
+            || slot + nbb > size
+            || s.at != ci
+        {
+            break;
+        }
+        // SAFETY: the WQE's `ds` segments lie flat in the ring from `w`; the stage behind `off`
+        // holds at least `MAX_WIRE_FRAME` bytes (`off <= last_off`).
+        let stage = unsafe { std::slice::from_raw_parts_mut(out.add(off), MAX_WIRE_FRAME) };
+        // SAFETY: as above.
+        let Some(g) = (unsafe { gather_common(w, ds, s, l, stage) }) else {
+            break;
+        };
+        m.tx_untimed(g.host, g.nic, g.len);
+        lens[k] = g.len as u32;
+        k += 1;
+        off += batch_step(g.len);
+        let at = ci;
+        ci = ci.wrapping_add(nbb as u32);
+        if flags & FLAG_CQE_REQUEST != 0 {
+            return RunEnd {
+                ci,
+                off,
+                k,
+                completion: Some(at),
+            };
+        }
+    }
+    RunEnd {
+        ci,
+        off,
+        k,
+        completion: None,
     }
 }
 
@@ -907,7 +1014,7 @@ unsafe fn gather_common(
 ) -> Option<Gathered> {
     // SAFETY: the WQE's bytes (the caller's contract), as in `gather`.
     let inl = u16::from_be(unsafe { w.add(SEG + 12).cast::<u16>().read_unaligned() }) as usize;
-    let data_at = 2 + inl.saturating_sub(2).div_ceil(SEG);
+    let data_at = data_segment_at(inl);
     if data_at > ds {
         return None;
     }
@@ -1007,7 +1114,7 @@ unsafe fn gather<const TIMED: bool>(
     // SAFETY: the WQE's bytes (the caller's contract); the inline size is in the Ethernet
     // segment, the second of `ds >= 2`.
     let inl = u16::from_be(unsafe { w.add(SEG + 12).cast::<u16>().read_unaligned() }) as usize;
-    let data_at = 2 + inl.saturating_sub(2).div_ceil(SEG);
+    let data_at = data_segment_at(inl);
     if data_at > ds {
         return Err(syndrome::LOCAL_LENGTH);
     }
