@@ -400,11 +400,24 @@ impl VnicQueue {
                 limit = limit.min(pay as usize);
             }
         }
+        let paced = self.model.t.as_deref().is_some_and(|t| t.paced());
+        if !paced && matches!(self.ingress, Ingress::Source(_)) {
+            // Frames straight from the link: a batch at a time (a ring fed by a front-end
+            // thread is read a frame at a time below, waiting for it on a virtual clock).
+            return match (self.p.mode.splits(), self.model.t.is_some()) {
+                (true, false) => self.nic_rx_staged::<true, false>(limit),
+                (false, false) => self.nic_rx_staged::<false, false>(limit),
+                (true, true) => self.nic_rx_staged::<true, true>(limit),
+                (false, true) => self.nic_rx_staged::<false, true>(limit),
+            };
+        }
         if self.model.t.is_none() {
+            let lens = &mut self.rx_lens[..limit.min(MAX_BURST)];
+            let got = self.ingress.next_batch(&mut self.rx_batch, lens);
             return if self.p.mode.splits() {
-                self.nic_rx_untimed::<true>(limit)
+                self.nic_rx_frames::<true>(got)
             } else {
-                self.nic_rx_untimed::<false>(limit)
+                self.nic_rx_frames::<false>(got)
             };
         }
         let (mut frames, mut bytes) = (0u64, 0u64);
@@ -446,8 +459,11 @@ impl VnicQueue {
     /// not simply place (empty, oversized, or too few descriptors) takes the frame-by-frame path.
     /// The accounting is charged per run of identical frames. `SPLIT` is the mode's
     /// [`DatapathMode::splits`] (a constant, so each shape is compiled on its own).
+    ///
+    /// A timed queue (`TIMED`) books each frame's arrival, descriptor fetch, data writes and
+    /// completion in frame order, as the frame-by-frame receive does.
     #[inline(never)]
-    fn nic_rx_untimed<const SPLIT: bool>(&mut self, limit: usize) {
+    fn nic_rx_staged<const SPLIT: bool, const TIMED: bool>(&mut self, limit: usize) {
         let lens = &mut self.rx_lens[..limit.min(MAX_BURST)];
         let got = self.ingress.next_batch(&mut self.rx_batch, lens);
         let lens = &self.rx_lens[..got];
@@ -461,12 +477,16 @@ impl VnicQueue {
         let prim = self.primary.as_ref().map_or(0, |r| r.posted());
         let sec = self.secondary.as_ref().map_or(0, |r| r.posted());
         if !simple || npay > prim + sec {
-            return self.nic_rx_frames::<SPLIT>(got);
+            return if TIMED {
+                self.nic_rx_frames_timed(got)
+            } else {
+                self.nic_rx_frames::<SPLIT>(got)
+            };
         }
         let cap = if SPLIT { h } else { max };
         let mut hc = self.hdr.nic_cursor();
         let (first, refused) = hc.take_batch(lens, cap, &mut self.rx_place[..got]);
-        if npay == 0 && refused == 0 && self.rss.is_none() {
+        if !TIMED && npay == 0 && refused == 0 && self.rss.is_none() {
             // Every frame whole in its header buffer, every descriptor accepted, no hash.
             let room = hc.room();
             let mut cq = self.rx_cq.cursor();
@@ -522,11 +542,26 @@ impl VnicQueue {
         let mut cq = self.rx_cq.cursor();
         let mut run = (0u32, 0u32, 0u32, 0u64);
         let mut off = 0;
+        let (ovh, pmask) = (
+            model.wire_overhead(),
+            (self.hdr_posted_at.len() as u32).wrapping_sub(1),
+        );
         for (i, (&len, &at)) in lens.iter().zip(place).enumerate() {
             let stage = &batch[off..];
             off += batch_step(len as usize);
             let hl = if SPLIT { len.min(h) } else { len };
             let c = first.wrapping_add(i as u32);
+            // When the frame is in (a timed queue): its wire slot starts no earlier than its
+            // descriptor was posted (flow control); then the descriptor fetch it may trigger.
+            let arrival = match model.t.as_deref_mut() {
+                Some(t) if TIMED => {
+                    let posted = self.hdr_posted_at[(c & pmask) as usize];
+                    let at = t.arrive(posted, len as usize, ovh);
+                    model.rx_wqe_consumed(posted0 - i as u32, at);
+                    at
+                }
+                _ => 0,
+            };
             let mut err = 0;
             if at != REFUSED {
                 // SAFETY: `take_batch` accepted the posted buffer's data area for `hl <= room`
@@ -565,20 +600,31 @@ impl VnicQueue {
                     _ => {}
                 }
             }
-            if err == 0 {
-                if (hl, hp, np) == (run.0, run.1, run.2) {
-                    run.3 += 1;
-                } else {
-                    model.rx_untimed_many(run.0, run.1, run.2, run.3);
-                    run = (hl, hp, np, 1);
+            let ready = if TIMED {
+                if err == 0 {
+                    model.rx_placed(arrival, hl, hp, np);
                 }
+                model.rx_cqe(arrival)
             } else {
-                model.rx_cqes(1);
-            }
+                if err == 0 {
+                    if (hl, hp, np) == (run.0, run.1, run.2) {
+                        run.3 += 1;
+                    } else {
+                        model.rx_untimed_many(run.0, run.1, run.2, run.3);
+                        run = (hl, hp, np, 1);
+                    }
+                } else {
+                    model.rx_cqes(1);
+                }
+                0
+            };
             let hash = match rss {
                 Some(r) => r.hash_frame(&stage[..len as usize]),
                 None => 0,
             };
+            if let (true, Some(t)) = (TIMED, model.t.as_deref_mut()) {
+                t.cq_set(cq.producer(), ready, arrival);
+            }
             cq.push(&Cqe {
                 rss_hash: hash,
                 byte_cnt: len,
@@ -594,7 +640,6 @@ impl VnicQueue {
                 },
             });
         }
-        model.rx_untimed_many(run.0, run.1, run.2, run.3);
         self.hdr.nic_commit(hc);
         if let (Some(r), Some(c)) = (self.primary.as_mut(), pc) {
             r.nic_commit(c);
@@ -605,9 +650,51 @@ impl VnicQueue {
         self.rx_cq.commit(cq);
         let bytes: u64 = lens.iter().map(|&l| u64::from(l)).sum();
         let frames = got as u64;
-        model.rx_wqes_untimed(got as u32, posted0);
+        if !TIMED {
+            model.rx_untimed_many(run.0, run.1, run.2, run.3);
+            model.rx_wqes_untimed(got as u32, posted0);
+        }
         model.wire_rx_frames(frames, bytes + frames * model.wire_overhead());
         model.rx_flush();
+    }
+
+    /// The frame-by-frame receive of a timed queue, of the `got` frames in `rx_batch` (lengths
+    /// in `rx_lens`): each is staged and received as [`VnicQueue::nic_rx`] receives a frame it
+    /// takes from a ring.
+    #[inline(never)]
+    fn nic_rx_frames_timed(&mut self, got: usize) {
+        let ovh = self.model.wire_overhead();
+        let (mut frames, mut bytes) = (0u64, 0u64);
+        let mut off = 0;
+        for i in 0..got {
+            let len = self.rx_lens[i] as usize;
+            self.rx_stage[..len].copy_from_slice(&self.rx_batch[off..off + len]);
+            off += batch_step(len);
+            frames += 1;
+            bytes += len as u64 + ovh;
+            if len == 0 {
+                continue;
+            }
+            if len > self.p.max_frame {
+                self.stats.rx_oversize += 1;
+                continue;
+            }
+            if !self.p.flow_control && !self.has_descriptors(len) {
+                self.stats.rx_missed += 1;
+                continue;
+            }
+            let at = match self.model.t.as_deref_mut() {
+                Some(t) => {
+                    let mask = self.hdr_posted_at.len() as u32 - 1;
+                    let posted = self.hdr_posted_at[(self.hdr.consumer() & mask) as usize];
+                    t.arrive(posted, len, ovh)
+                }
+                None => 0,
+            };
+            self.receive(len, at);
+        }
+        self.model.wire_rx_frames(frames, bytes);
+        self.model.rx_flush();
     }
 
     /// The copy and completion stage of [`VnicQueue::nic_rx_untimed`] for a batch whose frames
@@ -1070,120 +1157,22 @@ impl VnicQueue {
         give_back(&mut self.cache, hdr, ring, payload);
     }
 
-    /// Polls one completion and turns it into a packet's buffers and fields, or gives the
-    /// buffers back (an error completion, or one whose lengths do not fit its buffers).
-    #[inline]
-    fn poll_packet(&mut self, cqe: &Cqe, arrival: Ps) -> Option<RxPacket> {
-        let h = self.hdr.harvest(cqe.wqe_counter);
-        let ring = if cqe.ring > cqe_ring::SECONDARY {
-            cqe_ring::NONE
-        } else {
-            cqe.ring
-        };
-        let (pidx, kind, room) = match ring {
-            cqe_ring::PRIMARY => match self.primary.as_mut() {
-                Some(r) => (
-                    r.harvest(cqe.payload_counter),
-                    PayloadRing::Primary,
-                    r.room(),
-                ),
-                None => (0, PayloadRing::None, 0),
-            },
-            cqe_ring::SECONDARY => match self.secondary.as_mut() {
-                Some(r) => (
-                    r.harvest(cqe.payload_counter),
-                    PayloadRing::Secondary,
-                    r.room(),
-                ),
-                None => (0, PayloadRing::None, 0),
-            },
-            _ => (0, PayloadRing::None, 0),
-        };
-        let hl = cqe.hdr_len as usize;
-        let len = cqe.byte_cnt as usize;
-        let fits = hl <= self.hdr.room()
-            && hl <= len
-            && len - hl <= room
-            && (len > hl) == (kind != PayloadRing::None);
-        if cqe.is_error() || !fits {
-            self.stats.desc_errors += 1;
-            self.give_back(h, ring, pidx);
-            return None;
-        }
-        // SAFETY: header buffer `h` was just harvested: the driver owns it and nothing else
-        // refers to its metadata.
-        unsafe {
-            *self.layout.meta(h) = PacketMeta {
-                payload: pidx,
-                ring: kind,
-                arrival,
-            };
-        }
-        Some(RxPacket {
-            handle: h as usize,
-            hdr: self.layout.header_ptr(h),
-            hdr_len: hl as u16,
-            headroom: HEADROOM as u16,
-            frame_len: len as u32,
-            ring: kind,
-            rss_hash: cqe.rss_hash,
-        })
-    }
-
-    /// Harvests up to the burst's room of completions into `burst`; a gated (timed) harvest
-    /// takes only completions visible by `until`. Returns (packets, latest visibility time
-    /// harvested).
-    #[inline]
-    fn harvest(&mut self, burst: &mut Burst, until: Option<Ps>, wall: Ps) -> (usize, Ps) {
-        let from = burst.len();
-        let mut latest = 0;
-        let (mut bytes, mut prim, mut sec) = (0u64, 0u64, 0u64);
-        while burst.room() > 0 && self.rx_cq.pending() > 0 {
-            let slot = self.rx_cq.consumer();
-            let arrival = match self.model.t.as_deref() {
-                Some(t) => {
-                    let ready = t.cq_ready(slot);
-                    if until.is_some_and(|u| ready > u) {
-                        break;
-                    }
-                    latest = latest.max(ready);
-                    t.cq_arrival(slot)
-                }
-                None => wall,
-            };
-            let Some(cqe) = self.rx_cq.poll() else {
-                break;
-            };
-            let Some(p) = self.poll_packet(&cqe, arrival) else {
-                continue;
-            };
-            bytes += u64::from(p.frame_len);
-            prim += (p.ring == PayloadRing::Primary) as u64;
-            sec += (p.ring == PayloadRing::Secondary) as u64;
-            // SAFETY: the burst adopted this queue's arena as owner (checked by `rx_burst`);
-            // the header pointer names `hdr_len <= header capacity` bytes of buffer `h`, after
-            // `HEADROOM` bytes of the same buffer, all owned by the packet from now on.
-            let pushed = unsafe { burst.push(&p) };
-            debug_assert!(pushed, "room was checked");
-        }
-        let got = burst.len() - from;
-        let port = self.p.port_id;
-        burst.set_rx_defaults(from, port, Verdict::tx(port));
-        self.stats.rx_packets += got as u64;
-        self.stats.rx_bytes += bytes;
-        self.stats.rx_primary += prim;
-        self.stats.rx_secondary += sec;
-        (got, latest)
-    }
-
-    /// [`VnicQueue::harvest`] of an untimed queue: every pending completion, up to the burst's
-    /// room, into the burst. The pass carries only the completion queue's position and the
+    /// Harvests pending completions, up to the burst's room, into the burst: the driver's
+    /// completion polling. The pass carries only the completion queue's position and the
     /// burst's length (the header ring's consumer count advances once per completion, so once
-    /// per pass; byte and ring counts are summed from the burst afterwards); the layout and the
-    /// rings' views are locals. `SPLIT` is the mode's [`DatapathMode::splits`]. Returns the
-    /// packets added.
+    /// per pass; byte counts are summed from the burst afterwards); the layout and the rings'
+    /// views are locals. `SPLIT` is the mode's [`DatapathMode::splits`].
+    ///
+    /// An untimed queue stamps every packet with `wall`; a timed one (`TIMED`) stamps each with
+    /// its frame's arrival and, with `until`, takes only completions visible by then. Returns
+    /// the packets added and the latest visibility time harvested (timed).
     #[inline(never)]
-    fn harvest_untimed<const SPLIT: bool>(&mut self, burst: &mut Burst, arrival: Ps) -> usize {
+    fn harvest<const SPLIT: bool, const TIMED: bool>(
+        &mut self,
+        burst: &mut Burst,
+        until: Option<Ps>,
+        wall: Ps,
+    ) -> (usize, Ps) {
         let from = burst.len();
         let mut cq = self.rx_cq.poll_cursor();
         let hc = self.hdr.sw_cursor();
@@ -1197,7 +1186,21 @@ impl VnicQueue {
         let ci0 = cq.consumer();
         let end = ci0.wrapping_add(n);
         let (mut err_p, mut err_s) = (0u32, 0u32);
+        let timing = self.model.t.as_deref();
+        let mut latest = 0;
         while cq.consumer() != end {
+            let arrival = match timing {
+                Some(t) if TIMED => {
+                    let slot = cq.consumer();
+                    let ready = t.cq_ready(slot);
+                    if until.is_some_and(|u| ready > u) {
+                        break;
+                    }
+                    latest = latest.max(ready);
+                    t.cq_arrival(slot)
+                }
+                _ => wall,
+            };
             let Some(cqe) = cq.poll() else {
                 break;
             };
@@ -1290,7 +1293,7 @@ impl VnicQueue {
         self.stats.rx_primary += u64::from(np - err_p);
         self.stats.rx_secondary += u64::from(ns - err_s);
         self.stats.desc_errors += u64::from(polled) - got as u64;
-        got
+        (got, latest)
     }
 
     /// `rx_burst` of a timed queue (see the module docs).
@@ -1303,7 +1306,11 @@ impl VnicQueue {
         let (virt, paced) = (t.is_virtual(), t.paced());
         if !paced {
             self.nic_rx(want);
-            let (got, latest) = self.harvest(burst, None, 0);
+            let (got, latest) = if self.p.mode.splits() {
+                self.harvest::<true, true>(burst, None, 0)
+            } else {
+                self.harvest::<false, true>(burst, None, 0)
+            };
             if let Some(t) = self.model.t.as_deref_mut() {
                 // The burst is handed over when its last completion is visible.
                 t.idle_until(latest);
@@ -1339,7 +1346,11 @@ impl VnicQueue {
             }
             until = self.model.t.as_deref().map_or(now, |t| t.now());
         }
-        let (got, _) = self.harvest(burst, Some(until), 0);
+        let (got, _) = if self.p.mode.splits() {
+            self.harvest::<true, true>(burst, Some(until), 0)
+        } else {
+            self.harvest::<false, true>(burst, Some(until), 0)
+        };
         if let Some(t) = self.model.t.as_deref_mut() {
             t.cpu_packets(got as u64);
         }
@@ -1442,9 +1453,9 @@ impl Queue for VnicQueue {
             // One clock read per burst: every packet of a burst shares its arrival time.
             let now = self.epoch.elapsed().as_nanos() as u64 * PS_PER_NS;
             if self.p.mode.splits() {
-                self.harvest_untimed::<true>(burst, now)
+                self.harvest::<true, false>(burst, None, now).0
             } else {
-                self.harvest_untimed::<false>(burst, now)
+                self.harvest::<false, false>(burst, None, now).0
             }
         };
         self.refill();

@@ -547,6 +547,12 @@ pub(crate) struct CqCursor {
 }
 
 impl CqCursor {
+    /// The producer count (the slot the next completion goes to).
+    #[inline(always)]
+    pub(crate) fn producer(&self) -> u32 {
+        self.pi
+    }
+
     /// Writes a completion. The caller checked the queue has room.
     #[inline(always)]
     pub(crate) fn push(&mut self, cqe: &Cqe) {

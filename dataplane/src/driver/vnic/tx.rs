@@ -538,14 +538,18 @@ impl TxRing {
                 res.frames += k as u64;
                 (off, k) = (0, 0);
             }
-            if !TIMED {
+            {
                 // SAFETY: `bbs` and `slots` are the ring's `mask + 1` WQEBBs and slots, which
                 // the driver does not write while the NIC processes them.
-                let r =
-                    unsafe { gather_run(bbs, slots, mask, ci, pi, &pools, out, off, lens, k, m) };
+                let r = unsafe {
+                    gather_run::<TIMED>(bbs, slots, mask, ci, pi, &pools, out, off, lens, k, m, ready)
+                };
                 (ci, off, k) = (r.ci, r.off, r.k);
-                if let Some(at) = r.completion {
-                    self.tx_completion(at, Ok(()), m, ready);
+                if let Some((at, done, nbb)) = r.completion {
+                    self.tx_completion(at, Ok(()), m, done);
+                    if TIMED {
+                        m.tx_done(done, nbb);
+                    }
                     continue;
                 }
                 if ci == pi || k == lens.len() || off > last_off {
@@ -907,19 +911,22 @@ fn locate(l: &ArenaLayout, s: &TxSlot, key: MemKey, addr: u64, n: usize) -> Opti
 }
 
 /// Where [`gather_run`] stopped: the NIC's consumer count, the staging area's fill and frame
-/// count, and the WQE whose completion is due, if it stopped for one.
+/// count, and the WQE whose completion is due, if it stopped for one (its counter, when it
+/// finished and its WQEBBs).
 struct RunEnd {
     ci: u32,
     off: usize,
     k: usize,
-    completion: Option<u32>,
+    completion: Option<(u32, Ps, u32)>,
 }
 
-/// The untimed NIC's pass over a run of common WQEs (see [`gather_common`]) from `ci`: gathers
-/// each frame behind `off` in `out` with its length at `lens[k]`, charging its reads, until the
+/// The NIC's pass over a run of common WQEs (see [`gather_common`]) from `ci`: gathers each
+/// frame behind `off` in `out` with its length at `lens[k]`, charging its reads, until the
 /// posted WQEs (`pi`) or the staging area run out, a WQE is not common (left for the general
-/// parse) or one asks for a completion (gathered; the caller writes the completion). Its own
-/// function, so the loop keeps its few values in registers.
+/// parse) or one asks for a completion (gathered; the caller writes the completion and, timed,
+/// books the WQE's end). Its own function, so the loop keeps its few values in registers. A
+/// timed queue (`TIMED`) books each WQE's reads from `ready` on, its frame's wire slot and its
+/// end, as the general pass does.
 ///
 /// # Safety
 /// `bbs` and `slots` must be the send queue's `mask + 1` WQEBBs and slots, not written while the
@@ -927,7 +934,7 @@ struct RunEnd {
 /// `off <= out.len() - MAX_WIRE_FRAME`.
 #[allow(clippy::too_many_arguments)]
 #[inline(never)]
-unsafe fn gather_run(
+unsafe fn gather_run<const TIMED: bool>(
     bbs: *const u8,
     slots: *const TxSlot,
     mask: u32,
@@ -939,6 +946,7 @@ unsafe fn gather_run(
     lens: &mut [u32],
     mut k: usize,
     m: &mut NicModel,
+    ready: Ps,
 ) -> RunEnd {
     let size = mask as usize + 1;
     let last_off = out.len().saturating_sub(MAX_WIRE_FRAME);
@@ -965,7 +973,21 @@ unsafe fn gather_run(
         let Some(g) = (unsafe { gather_common(w, ds, s, l, stage) }) else {
             break;
         };
-        m.tx_untimed(g.host, g.nic, g.len);
+        let mut done = ready;
+        if TIMED {
+            for h in g.host.into_iter().filter(|&h| h > 0) {
+                done = done.max(m.tx_host_read(ready, h));
+            }
+            if g.nic > 0 {
+                done = done.max(m.tx_nic_read(ready, g.nic));
+            }
+            // SAFETY: the slot's packet is owned by the send queue until its completion is
+            // reaped; nothing else uses its metadata meanwhile.
+            let arrival = unsafe { l.meta(s.hdr) }.arrival / PS_PER_NS;
+            done = m.tx_wire(done, g.len, arrival);
+        } else {
+            m.tx_untimed(g.host, g.nic, g.len);
+        }
         lens[k] = g.len as u32;
         k += 1;
         off += batch_step(g.len);
@@ -976,8 +998,11 @@ unsafe fn gather_run(
                 ci,
                 off,
                 k,
-                completion: Some(at),
+                completion: Some((at, done, nbb as u32)),
             };
+        }
+        if TIMED {
+            m.tx_done(done, nbb as u32);
         }
     }
     RunEnd {
