@@ -242,9 +242,9 @@ impl TxRing {
 
     /// [`TxRing::post_burst`] for one shape of WQE: with inline headers (`INLINE`) or without,
     /// for an arena with payload pools (`PAYLOADS`) or without, each compiled on its own (a WQE
-    /// without inline bytes is one WQEBB and never wraps). The ring's positions are held in
-    /// locals for the pass (the WQE writes go through pointers into the ring, which would
-    /// otherwise make the compiler reload every field after each).
+    /// without inline bytes is one WQEBB and never wraps). Runs of packets without payload
+    /// bytes that fit in the ring's end go through [`post_run`]; every other packet (with a
+    /// payload, wrapping around the ring, or refused) is posted here.
     #[inline(always)]
     fn post<const INLINE: bool, const PAYLOADS: bool>(
         &mut self,
@@ -254,59 +254,60 @@ impl TxRing {
         refused: &mut [(u16, PostError)],
     ) -> (usize, u64, usize) {
         let n = v.handle.len();
-        let (handle, hdr, hdr_len, headroom, frame_len) = (
-            &v.handle[..n],
-            &v.hdr[..n],
-            &v.hdr_len[..n],
-            &v.headroom[..n],
-            &v.frame_len[..n],
-        );
         let refused = &mut refused[..n];
         let mask = self.mask;
         let size = mask as usize + 1;
-        let mut room = (mask + 1 - self.in_use()).min(limit);
+        let mut st = PostState {
+            bbs: self.bbs.as_mut_ptr().cast::<u8>(),
+            slots: self.slots.as_mut_ptr(),
+            hdrs: self.hdrs.idx.as_mut_ptr(),
+            ends: self.ends.as_mut_ptr(),
+            mask,
+            pi: self.pi,
+            hpi: self.hdrs.pi,
+            since: self.since_comp,
+            bbs_since: self.bbs_since_comp,
+            room: (mask + 1 - self.in_use()).min(limit),
+            comp_every: self.comp_every,
+            half: mask / 2,
+            inline: if INLINE { self.inline } else { 0 },
+            bytes: 0,
+            pay_pis: [self.pays.pi, self.nics.pi],
+        };
         let hdr_l = l.hdr;
-        let hdr_key = hdr_l.key.0;
-        let inline = if INLINE { self.inline } else { 0 };
-        let (comp_every, half) = (self.comp_every, mask / 2);
-        let (mut pi, mut since, mut bbs_since) = (self.pi, self.since_comp, self.bbs_since_comp);
-        let bbs = self.bbs.as_mut_ptr().cast::<u8>();
-        let slots = self.slots.as_mut_ptr();
         let wrap = self.wrap.as_mut_ptr();
-        let mut hpi = self.hdrs.pi;
-        let (mut bytes, mut nref) = (0u64, 0usize);
-        for i in 0..n {
-            let h = handle[i] as u32;
-            let hlen = hdr_len[i] as usize;
-            let flen = frame_len[i] as usize;
+        let mut nref = 0usize;
+        let mut i = 0;
+        loop {
+            // SAFETY: the state names this ring's arrays and positions.
+            i = unsafe { post_run::<INLINE>(&mut st, &v, l, i) };
+            if i == n {
+                break;
+            }
+            let h = v.handle[i] as u32;
+            let hlen = v.hdr_len[i] as usize;
+            let flen = v.frame_len[i] as usize;
             let plen = flen - hlen;
-            let inl = if INLINE { inline.min(hlen) } else { 0 };
+            let inl = if INLINE { st.inline.min(hlen) } else { 0 };
             let rest_hdr = hlen - inl;
             let ds = tx_wqe_ds(inl, (rest_hdr > 0) as usize + (plen > 0) as usize);
             if INLINE && ds > MAX_DS {
                 refused[nref] = (i as u16, PostError::TooBig);
                 nref += 1;
+                i += 1;
                 continue;
             }
             let nbb = if INLINE { ds.div_ceil(4) as u32 } else { 1 };
-            if nbb > room {
+            if nbb > st.room {
                 refused[nref] = (i as u16, PostError::Full);
                 nref += 1;
+                i += 1;
                 continue;
             }
-            room -= nbb;
-            since += 1;
-            bbs_since += nbb;
-            let flags = if since >= comp_every || bbs_since > half {
-                since = 0;
-                bbs_since = 0;
-                FLAG_CQE_REQUEST
-            } else {
-                0
-            };
+            let flags = st.admit(nbb);
             // The header's bus address: header buffers keep the metadata first, then the
             // headroom the header may have grown into.
-            let hdr_off = META_BYTES + headroom[i] as usize;
+            let hdr_off = META_BYTES + v.headroom[i] as usize;
             let hdr_iova = hdr_l.iova_of(h) + hdr_off as u64;
             // Which payload buffer the packet holds (its metadata, written at Rx), kept in the
             // slot so the NIC and the completion handling need not read the packet again. A
@@ -329,6 +330,7 @@ impl TxRing {
             } else {
                 (PayloadRing::None, 0, 0, 0)
             };
+            let pi = st.pi;
             let slot = (pi & mask) as usize;
             let nb = nbb as usize;
             let wraps = INLINE && slot + nb > size;
@@ -338,7 +340,7 @@ impl TxRing {
             let w = if wraps {
                 wrap
             } else {
-                unsafe { bbs.add(slot * WQEBB) }
+                unsafe { st.bbs.add(slot * WQEBB) }
             };
             let ctrl = CtrlSeg {
                 opcode: OPCODE_SEND,
@@ -358,7 +360,7 @@ impl TxRing {
                     // SAFETY: the burst owns the packet; its header starts `hdr_off` bytes into
                     // header buffer `h`, whose bytes up to its end belong to the packet.
                     let src =
-                        std::slice::from_raw_parts(hdr[i].cast_const(), hdr_l.buf_size - hdr_off);
+                        std::slice::from_raw_parts(v.hdr[i].cast_const(), hdr_l.buf_size - hdr_off);
                     let dst =
                         std::slice::from_raw_parts_mut(w.add(INLINE_AT), nb * WQEBB - INLINE_AT);
                     nicmem::copy_prefix(dst, src, inl);
@@ -367,7 +369,7 @@ impl TxRing {
                 if rest_hdr > 0 {
                     let seg = DataSeg {
                         byte_count: rest_hdr as u32,
-                        key: hdr_key,
+                        key: hdr_l.key.0,
                         addr: hdr_iova + inl as u64,
                     };
                     put_seg(w.add(k), seg.encode());
@@ -390,18 +392,18 @@ impl TxRing {
                 // `0..nb - first`, all free and inside the ring; the scratch is another
                 // allocation.
                 unsafe {
-                    std::ptr::copy_nonoverlapping(wrap, bbs.add(slot * WQEBB), first * WQEBB);
+                    std::ptr::copy_nonoverlapping(wrap, st.bbs.add(slot * WQEBB), first * WQEBB);
                     std::ptr::copy_nonoverlapping(
                         wrap.add(first * WQEBB),
-                        bbs,
+                        st.bbs,
                         (nb - first) * WQEBB,
                     );
                 }
             }
             // The packet's buffers join the rings completions release, in posting order.
             let m = mask as usize;
-            self.hdrs.idx[hpi as usize & m] = h;
-            hpi = hpi.wrapping_add(1);
+            self.hdrs.idx[st.hpi as usize & m] = h;
+            st.hpi = st.hpi.wrapping_add(1);
             match ring {
                 PayloadRing::None => {}
                 PayloadRing::Secondary => self.pays.push(pay),
@@ -411,12 +413,13 @@ impl TxRing {
                     self.nics.push(pay);
                 }
             }
+            st.pay_pis = [self.pays.pi, self.nics.pi];
             if flags != 0 {
-                self.ends[slot] = [hpi, self.pays.pi, self.nics.pi];
+                self.ends[slot] = [st.hpi, st.pay_pis[0], st.pay_pis[1]];
             }
             // SAFETY: `slot <= mask` indexes the ring's `mask + 1` slots.
             unsafe {
-                *slots.add(slot) = TxSlot {
+                *st.slots.add(slot) = TxSlot {
                     at: pi,
                     hdr: h,
                     pay,
@@ -425,14 +428,15 @@ impl TxRing {
                     ends: flags != 0,
                 };
             }
-            pi = pi.wrapping_add(nbb);
-            bytes += flen as u64;
+            st.pi = pi.wrapping_add(nbb);
+            st.bytes += flen as u64;
+            i += 1;
         }
-        self.pi = pi;
-        self.since_comp = since;
-        self.bbs_since_comp = bbs_since;
-        self.hdrs.pi = hpi;
-        (n - nref, bytes, nref)
+        self.pi = st.pi;
+        self.since_comp = st.since;
+        self.bbs_since_comp = st.bbs_since;
+        self.hdrs.pi = st.hpi;
+        (n - nref, st.bytes, nref)
     }
 
     /// WQEBBs posted and not yet processed by the NIC (what the next doorbell makes it fetch).
@@ -542,7 +546,9 @@ impl TxRing {
                 // SAFETY: `bbs` and `slots` are the ring's `mask + 1` WQEBBs and slots, which
                 // the driver does not write while the NIC processes them.
                 let r = unsafe {
-                    gather_run::<TIMED>(bbs, slots, mask, ci, pi, &pools, out, off, lens, k, m, ready)
+                    gather_run::<TIMED>(
+                        bbs, slots, mask, ci, pi, &pools, out, off, lens, k, m, ready,
+                    )
                 };
                 (ci, off, k) = (r.ci, r.off, r.k);
                 if let Some((at, done, nbb)) = r.completion {
@@ -845,6 +851,149 @@ fn wrapped<'a>(
     scratch[..first * WQEBB].copy_from_slice(bbs[slot..].as_flattened());
     scratch[first * WQEBB..n * WQEBB].copy_from_slice(bbs[..n - first].as_flattened());
     &scratch[..n * WQEBB]
+}
+
+/// The posting positions of a send queue while a burst is posted (see [`TxRing::post`]): its
+/// arrays, producer counts, room and completion pacing, in locals for the pass.
+struct PostState {
+    bbs: *mut u8,
+    slots: *mut TxSlot,
+    hdrs: *mut u32,
+    ends: *mut [u32; 3],
+    mask: u32,
+    pi: u32,
+    hpi: u32,
+    since: u32,
+    bbs_since: u32,
+    room: u32,
+    comp_every: u32,
+    half: u32,
+    inline: usize,
+    bytes: u64,
+    /// The host and nicmem payload rings' producer counts (what a completion request records).
+    pay_pis: [u32; 2],
+}
+
+impl PostState {
+    /// Takes `nbb` WQEBBs of room for the next WQE and returns its flags: a completion every
+    /// `comp_every` WQEs and at least every half ring.
+    #[inline(always)]
+    fn admit(&mut self, nbb: u32) -> u8 {
+        self.room -= nbb;
+        self.since += 1;
+        self.bbs_since += nbb;
+        if self.since >= self.comp_every || self.bbs_since > self.half {
+            self.since = 0;
+            self.bbs_since = 0;
+            FLAG_CQE_REQUEST
+        } else {
+            0
+        }
+    }
+}
+
+/// Posts packets `from..` of `v` while each is simple: no payload bytes, its WQE fits the room
+/// and the ring's end, within the segment limit. Returns the first packet it did not post (the
+/// caller posts or refuses that one, then calls again). Its own function, so the loop keeps its
+/// few values in registers.
+///
+/// # Safety
+/// `st` must name the arrays and positions of the send queue posting packets of the arena `l`
+/// held by the burst `v`.
+#[inline(never)]
+unsafe fn post_run<const INLINE: bool>(
+    st: &mut PostState,
+    v: &TxView<'_>,
+    l: &ArenaLayout,
+    from: usize,
+) -> usize {
+    let n = v.handle.len();
+    let (handle, hdr, hdr_len, headroom, frame_len) = (
+        v.handle,
+        v.hdr,
+        &v.hdr_len[..n],
+        &v.headroom[..n],
+        &v.frame_len[..n],
+    );
+    let hdr_l = l.hdr;
+    let mask = st.mask;
+    let size = mask as usize + 1;
+    let mut i = from;
+    while i < n {
+        let hlen = hdr_len[i] as usize;
+        let flen = frame_len[i] as usize;
+        let inl = if INLINE { st.inline.min(hlen) } else { 0 };
+        let rest_hdr = hlen - inl;
+        let ds = if INLINE { data_segment_at(inl) } else { 2 } + (rest_hdr > 0) as usize;
+        let nbb = if INLINE { ds.div_ceil(4) as u32 } else { 1 };
+        let slot = (st.pi & mask) as usize;
+        if flen != hlen || nbb > st.room || (INLINE && (ds > MAX_DS || slot + nbb as usize > size))
+        {
+            return i;
+        }
+        let h = handle[i] as u32;
+        let flags = st.admit(nbb);
+        // SAFETY: slots `slot..slot + nbb` of the ring are free (`nbb <= room`) and inside it;
+        // nothing else refers to them during the pass.
+        let w = unsafe { st.bbs.add(slot * WQEBB) };
+        let ctrl = CtrlSeg {
+            opcode: OPCODE_SEND,
+            wqe_index: st.pi as u16,
+            ds: ds as u8,
+            flags,
+        };
+        // SAFETY: `w` has `nbb * WQEBB >= ds * SEG` writable bytes; segment writes stay below
+        // `ds * SEG`, the inline copy below `nbb * WQEBB`.
+        unsafe {
+            put_seg(w, ctrl.encode());
+            // Ethernet segment: 12 zero bytes, the inline size, then the inline bytes.
+            put_seg(w.add(SEG), (u128::from(inl as u16) << 16).to_be_bytes());
+            if INLINE && inl > 0 {
+                let hdr_off = META_BYTES + headroom[i] as usize;
+                // SAFETY: the burst owns the packet; its header starts `hdr_off` bytes into
+                // header buffer `h`, whose bytes up to its end belong to the packet.
+                let src = std::slice::from_raw_parts(hdr[i].cast_const(), hdr_l.buf_size - hdr_off);
+                let dst = std::slice::from_raw_parts_mut(
+                    w.add(INLINE_AT),
+                    nbb as usize * WQEBB - INLINE_AT,
+                );
+                nicmem::copy_prefix(dst, src, inl);
+            }
+            if rest_hdr > 0 {
+                // The header's bus address: header buffers keep the metadata first, then the
+                // headroom the header may have grown into.
+                let addr = hdr_l.iova_of(h) + (META_BYTES + headroom[i] as usize + inl) as u64;
+                let seg = DataSeg {
+                    byte_count: rest_hdr as u32,
+                    key: hdr_l.key.0,
+                    addr,
+                };
+                put_seg(w.add((ds - 1) * SEG), seg.encode());
+            }
+            // The packet's header buffer joins the ring completions release, in posting order.
+            *st.hdrs.add(st.hpi as usize & mask as usize) = h;
+        }
+        st.hpi = st.hpi.wrapping_add(1);
+        if flags != 0 {
+            // SAFETY: `slot <= mask` indexes the ring's slots.
+            unsafe { *st.ends.add(slot) = [st.hpi, st.pay_pis[0], st.pay_pis[1]] };
+        }
+        // SAFETY: as above.
+        unsafe {
+            *st.slots.add(slot) = TxSlot {
+                at: st.pi,
+                hdr: h,
+                pay: 0,
+                nbb: nbb as u8,
+                ring: PayloadRing::None,
+                ends: flags != 0,
+            };
+        }
+        st.pi = st.pi.wrapping_add(nbb);
+        st.bytes += flen as u64;
+        i += 1;
+    }
+    n
 }
 
 /// Writes one 16 B segment at `p`.
