@@ -449,7 +449,7 @@ impl VnicQueue {
             self.receive(len, at);
         }
         self.model.wire_rx_frames(frames, bytes);
-        self.model.rx_flush();
+        self.model.rx_pass_done();
     }
 
     /// [`VnicQueue::nic_rx`] of an untimed queue: the same placement, validation and completions
@@ -507,7 +507,7 @@ impl VnicQueue {
             let frames = got as u64;
             model.rx_wqes_untimed(got as u32, posted0);
             model.wire_rx_frames(frames, bytes + frames * model.wire_overhead());
-            model.rx_flush();
+            model.rx_pass_done();
             return;
         }
         // Payloads go to the primary (nicmem) ring while it has descriptors, then spill to the
@@ -655,7 +655,7 @@ impl VnicQueue {
             model.rx_wqes_untimed(got as u32, posted0);
         }
         model.wire_rx_frames(frames, bytes + frames * model.wire_overhead());
-        model.rx_flush();
+        model.rx_pass_done();
     }
 
     /// The frame-by-frame receive of a timed queue, of the `got` frames in `rx_batch` (lengths
@@ -694,7 +694,7 @@ impl VnicQueue {
             self.receive(len, at);
         }
         self.model.wire_rx_frames(frames, bytes);
-        self.model.rx_flush();
+        self.model.rx_pass_done();
     }
 
     /// The copy and completion stage of [`VnicQueue::nic_rx_untimed`] for a batch whose frames
@@ -869,7 +869,7 @@ impl VnicQueue {
         stats.rx_missed += missed;
         model.rx_wqes_untimed(taken, posted0);
         model.wire_rx_frames(frames, bytes + frames * ovh);
-        model.rx_flush();
+        model.rx_pass_done();
     }
 
     /// The NIC's receive engine, paced: processes every frame whose arrival on the wire ends by
@@ -1125,7 +1125,7 @@ impl VnicQueue {
 
     /// Accounting counters so far (tests and benchmarks).
     pub fn model_counters(&self) -> super::model::NicCounters {
-        self.model.c
+        self.model.counters()
     }
 
     /// Overwrites the next Rx WQE the NIC will consume on `ring` (descriptor-validation tests).

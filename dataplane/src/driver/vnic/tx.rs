@@ -627,7 +627,6 @@ impl TxRing {
             wire(&out[..off], &lens[..k]);
             res.frames += k as u64;
         }
-        m.tx_flush();
         res
     }
 
