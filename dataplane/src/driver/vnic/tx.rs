@@ -689,8 +689,8 @@ impl TxRing {
             } else if ctrl.opcode == OPCODE_NOP && ds == 1 {
                 (Ok(()), 1)
             } else {
-                // The NIC cannot tell where the next WQE starts: flush everything posted in error, as
-                // a send queue in error state does.
+                // The NIC cannot tell where the next WQE starts: flush everything posted in
+                // error, as a send queue in error state does.
                 (Err(syndrome::LOCAL_QP_OPERATION), avail)
             };
         if result.is_err() || ctrl.flags & FLAG_CQE_REQUEST != 0 {
@@ -1099,12 +1099,92 @@ unsafe fn gather_run<const TIMED: bool>(
     let size = mask as usize + 1;
     let last_off = out.len().saturating_sub(MAX_WIRE_FRAME);
     let out = out.as_mut_ptr();
+    let hdr_l = l.hdr;
     while ci != pi && k < lens.len() && off <= last_off {
         let slot = (ci & mask) as usize;
         // SAFETY: `slot <= mask` indexes the ring's WQEBBs and slots (the caller's contract).
         let (w, s) = unsafe { (bbs.add(slot * WQEBB), &*slots.add(slot)) };
         // SAFETY: the control segment's bytes (`CtrlSeg::read`'s layout).
         let (opcode, ds, flags) = unsafe { (*w.add(3), *w.add(7) as usize, *w.add(11)) };
+        if !TIMED {
+            // The commonest WQE of all, straight-line: one WQEBB, no inline bytes, one data
+            // segment in the packet's header buffer (what `gather_common` would find, checked
+            // the same).
+            // SAFETY: the Ethernet segment's inline size and the data segment, in the first
+            // WQEBB.
+            let (inl, d) = unsafe {
+                (
+                    w.add(SEG + 12).cast::<u16>().read_unaligned(),
+                    DataSeg::read(&*w.add(2 * SEG).cast::<[u8; SEG]>()),
+                )
+            };
+            if opcode == OPCODE_SEND
+                && ds == 3
+                && inl == 0
+                && s.at == ci
+                && s.hdr != NO_PKT
+                && (1..=MAX_WIRE_FRAME).contains(&(d.byte_count as usize))
+            {
+                let n = d.byte_count as usize;
+                if let Some((p, avail)) =
+                    inside(&hdr_l, s.hdr, META_BYTES, MemKey(d.key), d.addr, n)
+                {
+                    // SAFETY: `inside` checked that `avail >= n` bytes from `p` lie inside the
+                    // packet's header buffer, which the send queue owns until completion; the stage
+                    // behind `off` holds `MAX_WIRE_FRAME` bytes.
+                    unsafe {
+                        let stage = std::slice::from_raw_parts_mut(out.add(off), MAX_WIRE_FRAME);
+                        nicmem::copy_prefix(stage, std::slice::from_raw_parts(p, avail), n);
+                    }
+                    m.tx_untimed([d.byte_count, 0], 0, n);
+                    lens[k] = n as u32;
+                    k += 1;
+                    off += batch_step(n);
+                    let at = ci;
+                    ci = ci.wrapping_add(1);
+                    if flags & FLAG_CQE_REQUEST != 0 {
+                        return RunEnd {
+                            ci,
+                            off,
+                            k,
+                            completion: Some((at, ready, 1)),
+                        };
+                    }
+                    continue;
+                }
+            }
+            let inl = u16::from_be(inl) as usize;
+            if opcode == OPCODE_SEND && s.at == ci && inl > 0 && ds == data_segment_at(inl) {
+                // An inline-only WQE (the whole frame in the WQE), straight-line too.
+                let nbb = ds.div_ceil(4);
+                if nbb as u32 <= pi.wrapping_sub(ci) && slot + nbb <= size {
+                    // SAFETY: the WQE's `ds` segments lie flat in the ring from `w`, its inline
+                    // bytes between `INLINE_AT` and their end; the stage behind `off` holds
+                    // `MAX_WIRE_FRAME` bytes.
+                    unsafe {
+                        let stage = std::slice::from_raw_parts_mut(out.add(off), MAX_WIRE_FRAME);
+                        let src =
+                            std::slice::from_raw_parts(w.add(INLINE_AT), ds * SEG - INLINE_AT);
+                        nicmem::copy_prefix(stage, src, inl);
+                    }
+                    m.tx_untimed([0, 0], 0, inl);
+                    lens[k] = inl as u32;
+                    k += 1;
+                    off += batch_step(inl);
+                    let at = ci;
+                    ci = ci.wrapping_add(nbb as u32);
+                    if flags & FLAG_CQE_REQUEST != 0 {
+                        return RunEnd {
+                            ci,
+                            off,
+                            k,
+                            completion: Some((at, ready, nbb as u32)),
+                        };
+                    }
+                    continue;
+                }
+            }
+        }
         let nbb = ds.div_ceil(4);
         if opcode != OPCODE_SEND
             || !(2..=MAX_DS).contains(&ds)
