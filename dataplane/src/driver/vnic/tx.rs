@@ -172,8 +172,10 @@ pub(crate) struct TxRing {
 }
 
 impl TxRing {
-    /// A send queue of `size` WQEBBs; `inline` header bytes per WQE (0: no inlining); a completion
-    /// every `comp_every` WQEs (and at least every half ring).
+    /// A send queue of `size` WQEBBs; `inline` header bytes per WQE (0: no inlining; at most
+    /// [`max_inline`] with two data segments, which the port's configuration checks, so an
+    /// inlined frame's WQE always stays within [`MAX_DS`]); a completion every `comp_every`
+    /// WQEs (and at least every half ring).
     pub(crate) fn new(size: usize, inline: usize, comp_every: usize) -> Self {
         let size = size.next_power_of_two().max(16);
         Self {
@@ -192,7 +194,7 @@ impl TxRing {
             since_comp: 0,
             bbs_since_comp: 0,
             comp_every: comp_every.max(1) as u32,
-            inline,
+            inline: inline.min(max_inline(2)),
             cq: CompletionQueue::new(size),
             wrap: Box::new([0u8; MAX_DS * SEG]),
         }
@@ -854,6 +856,7 @@ fn wrapped<'a>(
 
 /// The posting positions of a send queue while a burst is posted (see [`TxRing::post`]): its
 /// arrays, producer counts, room and completion pacing, in locals for the pass.
+#[derive(Clone, Copy)]
 struct PostState {
     bbs: *mut u8,
     slots: *mut TxSlot,
@@ -891,9 +894,9 @@ impl PostState {
     }
 }
 
-/// Posts packets `from..` of `v` while each is simple: no payload bytes, its WQE fits the room
-/// and the ring's end, within the segment limit. Returns the first packet it did not post (the
-/// caller posts or refuses that one, then calls again). Its own function, so the loop keeps its
+/// Posts packets `from..` of `v` while each is simple: no payload bytes, the whole frame inlined
+/// (`INLINE`) or in one data segment, its WQE within the room and the ring's end. Returns the
+/// first packet it did not post (the caller posts or refuses that one, then calls again). Its own function, so the loop keeps its
 /// few values in registers.
 ///
 /// # Safety
@@ -901,6 +904,26 @@ impl PostState {
 /// held by the burst `v`.
 #[inline(never)]
 unsafe fn post_run<const INLINE: bool>(
+    state: &mut PostState,
+    v: &TxView<'_>,
+    l: &ArenaLayout,
+    from: usize,
+) -> usize {
+    // The state in a local for the pass: the WQE writes go through raw pointers, which would
+    // otherwise make the compiler store every position back after each.
+    let mut st = *state;
+    // SAFETY: the caller's contract.
+    let i = unsafe { post_run_in::<INLINE>(&mut st, v, l, from) };
+    *state = st;
+    i
+}
+
+/// The loop of [`post_run`], on its local copy of the state.
+///
+/// # Safety
+/// As [`post_run`].
+#[inline(always)]
+unsafe fn post_run_in<const INLINE: bool>(
     st: &mut PostState,
     v: &TxView<'_>,
     l: &ArenaLayout,
@@ -917,18 +940,21 @@ unsafe fn post_run<const INLINE: bool>(
     let hdr_l = l.hdr;
     let mask = st.mask;
     let size = mask as usize + 1;
+    let hpi0 = st.hpi;
     let mut i = from;
     while i < n {
         let hlen = hdr_len[i] as usize;
-        let flen = frame_len[i] as usize;
-        let inl = if INLINE { st.inline.min(hlen) } else { 0 };
-        let rest_hdr = hlen - inl;
-        let ds = if INLINE { data_segment_at(inl) } else { 2 } + (rest_hdr > 0) as usize;
+        // Inline: the whole frame in the WQE. Otherwise: the frame in one data segment.
+        let ds = if INLINE { data_segment_at(hlen) } else { 3 };
         let nbb = if INLINE { ds.div_ceil(4) as u32 } else { 1 };
         let slot = (st.pi & mask) as usize;
-        if flen != hlen || nbb > st.room || (INLINE && (ds > MAX_DS || slot + nbb as usize > size))
-        {
-            return i;
+        let fits = if INLINE {
+            hlen <= st.inline && slot + nbb as usize <= size
+        } else {
+            hlen > 0
+        };
+        if frame_len[i] as usize != hlen || nbb > st.room || !fits {
+            break;
         }
         let h = handle[i] as u32;
         let flags = st.admit(nbb);
@@ -941,44 +967,44 @@ unsafe fn post_run<const INLINE: bool>(
             ds: ds as u8,
             flags,
         };
+        let inl = if INLINE { hlen } else { 0 };
         // SAFETY: `w` has `nbb * WQEBB >= ds * SEG` writable bytes; segment writes stay below
         // `ds * SEG`, the inline copy below `nbb * WQEBB`.
         unsafe {
             put_seg(w, ctrl.encode());
             // Ethernet segment: 12 zero bytes, the inline size, then the inline bytes.
             put_seg(w.add(SEG), (u128::from(inl as u16) << 16).to_be_bytes());
-            if INLINE && inl > 0 {
-                let hdr_off = META_BYTES + headroom[i] as usize;
-                // SAFETY: the burst owns the packet; its header starts `hdr_off` bytes into
-                // header buffer `h`, whose bytes up to its end belong to the packet.
-                let src = std::slice::from_raw_parts(hdr[i].cast_const(), hdr_l.buf_size - hdr_off);
-                let dst = std::slice::from_raw_parts_mut(
-                    w.add(INLINE_AT),
-                    nbb as usize * WQEBB - INLINE_AT,
-                );
-                nicmem::copy_prefix(dst, src, inl);
-            }
-            if rest_hdr > 0 {
+            let hdr_off = META_BYTES + headroom[i] as usize;
+            if INLINE {
+                if inl > 0 {
+                    // SAFETY: the burst owns the packet; its header starts `hdr_off` bytes into
+                    // header buffer `h`, whose bytes up to its end belong to the packet.
+                    let src =
+                        std::slice::from_raw_parts(hdr[i].cast_const(), hdr_l.buf_size - hdr_off);
+                    let dst = std::slice::from_raw_parts_mut(
+                        w.add(INLINE_AT),
+                        nbb as usize * WQEBB - INLINE_AT,
+                    );
+                    nicmem::copy_prefix(dst, src, inl);
+                }
+            } else {
                 // The header's bus address: header buffers keep the metadata first, then the
                 // headroom the header may have grown into.
-                let addr = hdr_l.iova_of(h) + (META_BYTES + headroom[i] as usize + inl) as u64;
                 let seg = DataSeg {
-                    byte_count: rest_hdr as u32,
+                    byte_count: hlen as u32,
                     key: hdr_l.key.0,
-                    addr,
+                    addr: hdr_l.iova_of(h) + hdr_off as u64,
                 };
-                put_seg(w.add((ds - 1) * SEG), seg.encode());
+                put_seg(w.add(2 * SEG), seg.encode());
             }
             // The packet's header buffer joins the ring completions release, in posting order.
-            *st.hdrs.add(st.hpi as usize & mask as usize) = h;
-        }
-        st.hpi = st.hpi.wrapping_add(1);
-        if flags != 0 {
-            // SAFETY: `slot <= mask` indexes the ring's slots.
-            unsafe { *st.ends.add(slot) = [st.hpi, st.pay_pis[0], st.pay_pis[1]] };
-        }
-        // SAFETY: as above.
-        unsafe {
+            let hpi = hpi0.wrapping_add((i - from) as u32);
+            *st.hdrs.add(hpi as usize & mask as usize) = h;
+            if flags != 0 {
+                // SAFETY: `slot <= mask` indexes the ring's slots.
+                *st.ends.add(slot) = [hpi.wrapping_add(1), st.pay_pis[0], st.pay_pis[1]];
+            }
+            // SAFETY: as above.
             *st.slots.add(slot) = TxSlot {
                 at: st.pi,
                 hdr: h,
@@ -989,10 +1015,14 @@ unsafe fn post_run<const INLINE: bool>(
             };
         }
         st.pi = st.pi.wrapping_add(nbb);
-        st.bytes += flen as u64;
         i += 1;
     }
-    n
+    st.hpi = hpi0.wrapping_add((i - from) as u32);
+    st.bytes += frame_len[from..i]
+        .iter()
+        .map(|&f| u64::from(f))
+        .sum::<u64>();
+    i
 }
 
 /// Writes one 16 B segment at `p`.
