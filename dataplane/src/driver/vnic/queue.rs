@@ -1205,6 +1205,39 @@ impl VnicQueue {
                 break;
             };
             let h = hc.buf(cqe.wqe_counter);
+            let hl = cqe.hdr_len as usize;
+            if SPLIT
+                && cqe.opcode == cqe_op::RESP_SEND
+                && cqe.ring == cqe_ring::NONE
+                && cqe.byte_cnt as usize == hl
+                && hl <= hroom
+            {
+                // The commonest completion of a split mode, straight-line: the whole frame in its
+                // header buffer (what the general checks below accept for it).
+                let buf = hdr_l.ptr(h);
+                // SAFETY: as below.
+                unsafe {
+                    *buf.cast::<PacketMeta>() = PacketMeta {
+                        payload: 0,
+                        ring: PayloadRing::None,
+                        arrival,
+                    };
+                }
+                // SAFETY: as below.
+                let pushed = unsafe {
+                    w.push(&RxPacket {
+                        handle: h as usize,
+                        hdr: buf.wrapping_add(crate::arena::DATA_OFF),
+                        hdr_len: hl as u16,
+                        headroom: HEADROOM as u16,
+                        frame_len: hl as u32,
+                        ring: PayloadRing::None,
+                        rss_hash: cqe.rss_hash,
+                    })
+                };
+                debug_assert!(pushed, "room was checked");
+                continue;
+            }
             let (pidx, kind, room) = if SPLIT && cqe.ring != cqe_ring::NONE {
                 match (cqe.ring, primary, secondary) {
                     (cqe_ring::PRIMARY, Some(r), _) => {
@@ -1228,7 +1261,6 @@ impl VnicQueue {
             } else {
                 (0, PayloadRing::None, 0)
             };
-            let hl = cqe.hdr_len as usize;
             let len = cqe.byte_cnt as usize;
             // The lengths fit the buffers, and a payload came exactly when the frame is longer
             // than its header segment.
