@@ -246,6 +246,13 @@ unsafe fn dma_write(dst: *mut u8, room: usize, src: &[u8], len: usize) {
     nicmem::copy_prefix(d, src, len);
 }
 
+/// The charge and completion fields of a frame whose descriptor was refused with syndrome `e`.
+#[cold]
+fn refused_whole(model: &mut NicModel, e: u8) -> (u8, u8) {
+    model.rx_cqes(1);
+    (e, cqe_op::RESP_ERR)
+}
+
 /// Returns the buffers a completion names to their caches: an error completion, or a completion
 /// nobody will turn into a packet.
 #[cold]
@@ -485,21 +492,10 @@ impl VnicQueue {
         }
         let cap = if SPLIT { h } else { max };
         let mut hc = self.hdr.nic_cursor();
-        let (first, refused) = hc.take_batch(lens, cap, &mut self.rx_place[..got]);
-        if !TIMED && npay == 0 && refused == 0 && self.rss.is_none() {
-            // Every frame whole in its header buffer, every descriptor accepted, no hash.
-            let room = hc.room();
+        if !TIMED && npay == 0 && self.rss.is_none() {
+            // Every frame whole in its header buffer, no hash: one pass.
             let mut cq = self.rx_cq.cursor();
-            Self::complete_whole(
-                lens,
-                &self.rx_place[..got],
-                &self.rx_batch,
-                &hc,
-                room,
-                &mut cq,
-                &mut self.model,
-                first,
-            );
+            Self::receive_whole(lens, &self.rx_batch, &mut hc, &mut cq, &mut self.model);
             self.hdr.nic_commit(hc);
             self.rx_cq.commit(cq);
             let model = &mut self.model;
@@ -510,6 +506,7 @@ impl VnicQueue {
             model.rx_pass_done();
             return;
         }
+        let (first, _) = hc.take_batch(lens, cap, &mut self.rx_place[..got]);
         // Payloads go to the primary (nicmem) ring while it has descriptors, then spill to the
         // secondary (host) ring, in frame order.
         let mut pc = self.primary.as_ref().map(|r| r.nic_cursor());
@@ -697,53 +694,54 @@ impl VnicQueue {
         self.model.rx_pass_done();
     }
 
-    /// The copy and completion stage of [`VnicQueue::nic_rx_untimed`] for a batch whose frames
-    /// all go whole to accepted header buffers (`place`, for `hc`) without a hash: copies each
-    /// frame and writes its completion (WQE counters from `first` on), charging runs of equal
-    /// lengths together.
-    #[allow(clippy::too_many_arguments)]
+    /// The receive of an untimed batch whose frames all go whole to the header ring (none
+    /// longer than the split offset) without a hash, in one pass: each frame's descriptor is
+    /// validated as [`NicCursor::take`] validates it, the frame copied, and its completion
+    /// written (an error completion for a refused descriptor), runs of equal lengths charged
+    /// together. The cursors are local copies for the pass.
     #[inline(never)]
-    fn complete_whole(
+    fn receive_whole(
         lens: &[u32],
-        place: &[u64],
         batch: &[u8],
-        hc: &NicCursor,
-        room: usize,
+        hc: &mut NicCursor,
         cq: &mut CqCursor,
         model: &mut NicModel,
-        first: u32,
     ) {
+        let (mut c, mut q) = (*hc, *cq);
+        let room = c.room();
         let (mut run_len, mut run) = (0u32, 0u64);
         let mut off = 0;
-        let mut c = first;
-        // The cursor in a local: the copies write through raw pointers, which would otherwise
-        // make the compiler store and reload it around each.
-        let mut q = *cq;
-        for (&len, &at) in lens.iter().zip(place) {
-            // SAFETY: `take_batch` accepted the posted buffer's data area for `len <= room`
-            // bytes; the driver does not touch a posted buffer until its completion is polled,
-            // and the stage is a different allocation.
-            unsafe { dma_write(hc.at(at), room, &batch[off..], len as usize) };
+        for &len in lens {
+            let (counter, r) = c.take(len as usize);
+            let (syn, opcode) = match r {
+                Ok(dst) => {
+                    // SAFETY: `take` accepted the posted buffer's data area for `len <= room`
+                    // bytes; the driver does not touch a posted buffer until its completion is
+                    // polled, and the stage is a different allocation.
+                    unsafe { dma_write(dst, room, &batch[off..], len as usize) };
+                    if len != run_len {
+                        model.rx_untimed_many(run_len, 0, 0, run);
+                        (run_len, run) = (len, 0);
+                    }
+                    run += 1;
+                    (0, cqe_op::RESP_SEND)
+                }
+                Err(e) => refused_whole(model, e),
+            };
             off += batch_step(len as usize);
-            if len != run_len {
-                model.rx_untimed_many(run_len, 0, 0, run);
-                (run_len, run) = (len, 0);
-            }
-            run += 1;
             q.push(&Cqe {
                 rss_hash: 0,
                 byte_cnt: len,
                 hdr_len: len as u16,
                 ring: cqe_ring::NONE,
-                syndrome: 0,
-                wqe_counter: c as u16,
+                syndrome: syn,
+                wqe_counter: counter,
                 payload_counter: 0,
-                opcode: cqe_op::RESP_SEND,
+                opcode,
             });
-            c = c.wrapping_add(1);
         }
-        *cq = q;
         model.rx_untimed_many(run_len, 0, 0, run);
+        (*hc, *cq) = (c, q);
     }
 
     /// The frame-by-frame receive of [`VnicQueue::nic_rx_untimed`], of the `got` frames in

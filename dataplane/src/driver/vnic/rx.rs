@@ -99,17 +99,24 @@ impl RxRing {
     #[inline]
     pub(crate) fn post(&mut self, idx: &[u32]) {
         debug_assert!(idx.len() as u32 <= self.free_slots());
-        let key = self.layout.key.0;
+        let (key, room, mask) = (self.layout.key.0, self.room, self.mask);
+        let layout = self.layout;
+        let iova = u64::from(self.data_off);
+        let (wqes, bufs) = (self.wqes.as_mut_ptr(), self.bufs.as_mut_ptr());
         let mut pi = self.pi;
         for &b in idx {
-            let slot = (pi & self.mask) as usize;
-            DataSeg {
-                byte_count: self.room,
+            let slot = (pi & mask) as usize;
+            let wqe = DataSeg {
+                byte_count: room,
                 key,
-                addr: self.layout.iova_of(b) + u64::from(self.data_off),
+                addr: layout.iova_of(b) + iova,
             }
-            .write(&mut self.wqes[slot]);
-            self.bufs[slot] = b;
+            .encode();
+            // SAFETY: `slot <= mask` indexes both arrays' `mask + 1` entries.
+            unsafe {
+                *wqes.add(slot) = wqe;
+                *bufs.add(slot) = b;
+            }
             pi = pi.wrapping_add(1);
         }
         self.pi = pi;
@@ -217,7 +224,6 @@ impl RxRing {
             mask: self.mask,
             ci: self.nic_ci,
             end: self.pi,
-            key: self.layout.key.0,
             room: self.room,
             base: self.layout.base.wrapping_add(self.data_off as usize),
             iova: self.layout.iova + u64::from(self.data_off),
@@ -227,6 +233,16 @@ impl RxRing {
             } else {
                 0
             },
+            want_lo: u64::from_ne_bytes(
+                DataSeg {
+                    byte_count: self.room,
+                    key: self.layout.key.0,
+                    addr: 0,
+                }
+                .encode()[..8]
+                    .try_into()
+                    .expect("8 bytes"),
+            ),
         }
     }
 
@@ -300,7 +316,6 @@ pub(crate) struct NicCursor {
     ci: u32,
     /// The producer index when the cursor was made: WQEs past it are not posted.
     end: u32,
-    key: u32,
     room: u32,
     /// Where the NIC writes in buffer 0, and its bus address.
     base: *mut u8,
@@ -308,6 +323,8 @@ pub(crate) struct NicCursor {
     stride: u64,
     /// Slots of an aliased pool (buffer `i` lives in slot `i % alias_slots`), 0 when not aliased.
     alias_slots: u32,
+    /// The first 8 bytes every valid descriptor of the ring has (its length and key).
+    want_lo: u64,
 }
 
 impl NicCursor {
@@ -340,16 +357,7 @@ impl NicCursor {
     pub(crate) fn take_batch(&mut self, lens: &[u32], cap: u32, place: &mut [u64]) -> (u32, u32) {
         debug_assert!(self.posted() as usize >= lens.len());
         let first = self.ci;
-        let want_lo = u64::from_ne_bytes(
-            DataSeg {
-                byte_count: self.room,
-                key: self.key,
-                addr: 0,
-            }
-            .encode()[..8]
-                .try_into()
-                .expect("8 bytes"),
-        );
+        let want_lo = self.want_lo;
         let (wqes, bufs, mask) = (self.wqes, self.bufs, self.mask);
         let (iova, stride, room, alias) = (self.iova, self.stride, self.room, self.alias_slots);
         let mut refused = 0;
@@ -411,13 +419,11 @@ impl NicCursor {
             b % self.alias_slots
         };
         let off = u64::from(b) * self.stride;
-        let want = DataSeg {
-            byte_count: self.room,
-            key: self.key,
-            addr: self.iova + off,
-        }
-        .encode();
-        if wqe == want && len <= self.room as usize {
+        // The descriptor must be exactly what the driver posts for this buffer (compared as
+        // encoded bytes).
+        let lo = u64::from_ne_bytes(wqe[..8].try_into().expect("8 bytes"));
+        let hi = u64::from_ne_bytes(wqe[8..].try_into().expect("8 bytes"));
+        if lo == self.want_lo && hi == (self.iova + off).to_be() && len <= self.room as usize {
             return (counter, Ok(off));
         }
         (counter, Err(refusal(&wqe, len, self.room)))
