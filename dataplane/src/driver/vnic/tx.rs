@@ -931,8 +931,8 @@ unsafe fn post_run_in<const INLINE: bool>(
 ) -> usize {
     let n = v.handle.len();
     let (handle, hdr, hdr_len, headroom, frame_len) = (
-        v.handle,
-        v.hdr,
+        &v.handle[..n],
+        &v.hdr[..n],
         &v.hdr_len[..n],
         &v.headroom[..n],
         &v.frame_len[..n],
