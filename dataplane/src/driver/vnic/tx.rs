@@ -511,10 +511,10 @@ impl TxRing {
     }
 
     /// [`TxRing::nic_process`] for a timed (`TIMED`) or an untimed queue, each compiled on its
-    /// own. The common WQE (a send posted with its packet, not wrapping around the ring, with at
-    /// most two data segments that lie in the packet's buffers) is gathered inline; every other
-    /// WQE, and every WQE the common path does not fully accept, goes through
-    /// [`TxRing::nic_wqe`], the general parse with every error case.
+    /// own. Runs of common WQEs (a send posted with its packet, not wrapping around the ring,
+    /// with at most two data segments that lie in the packet's buffers) are gathered by
+    /// [`gather_run`]; every other WQE, and every WQE the common path does not fully accept,
+    /// goes through [`TxRing::nic_wqe`], the general parse with every error case.
     #[allow(clippy::too_many_arguments)]
     #[inline(never)]
     fn nic_pass<const TIMED: bool>(
@@ -529,7 +529,6 @@ impl TxRing {
         ready: Ps,
     ) -> TxOutcome {
         let mut res = TxOutcome::default();
-        let size = (self.mask + 1) as usize;
         // Frames are gathered while a frame of any size still fits behind the last one.
         let last_off = out.len().saturating_sub(MAX_WIRE_FRAME);
         let (mut off, mut k) = (0usize, 0usize);
@@ -544,85 +543,35 @@ impl TxRing {
                 res.frames += k as u64;
                 (off, k) = (0, 0);
             }
-            {
-                // SAFETY: `bbs` and `slots` are the ring's `mask + 1` WQEBBs and slots, which
-                // the driver does not write while the NIC processes them.
-                let r = unsafe {
-                    gather_run::<TIMED>(
-                        bbs, slots, mask, ci, pi, &pools, out, off, lens, k, m, ready,
-                    )
-                };
-                (ci, off, k) = (r.ci, r.off, r.k);
-                if let Some((at, done, nbb)) = r.completion {
-                    self.tx_completion(at, Ok(()), m, done);
-                    if TIMED {
-                        m.tx_done(done, nbb);
-                    }
-                    continue;
-                }
-                if ci == pi || k == lens.len() || off > last_off {
-                    continue;
-                }
-            }
-            let at = ci;
-            let slot = (at & mask) as usize;
-            // SAFETY: `slot <= mask` indexes the ring's `mask + 1` WQEBBs; the driver does not
-            // write posted WQEs while the NIC processes them.
-            let w = unsafe { bbs.add(slot * WQEBB) };
-            // SAFETY: the control segment's bytes (`CtrlSeg::read`'s layout).
-            let (opcode, ds, flags) = unsafe { (*w.add(3), *w.add(7) as usize, *w.add(11)) };
-            let nbb = ds.div_ceil(4);
-            // SAFETY: as for the WQE, `slot` indexes the ring's slots.
-            let s = unsafe { &*slots.add(slot) };
-            let common = opcode == OPCODE_SEND
-                && (2..=MAX_DS).contains(&ds)
-                && nbb as u32 <= pi.wrapping_sub(at)
-                && slot + nbb <= size
-                && s.at == at;
-            // SAFETY: a common WQE's `ds` segments lie flat in the ring from `w`, and the stage
-            // behind `off` holds at least `MAX_WIRE_FRAME` bytes.
-            let g = if common {
-                unsafe { gather_common(w, ds, s, &pools, &mut out[off..]) }
-            } else {
-                None
+            // SAFETY: `bbs` and `slots` are the ring's `mask + 1` WQEBBs and slots, which the
+            // driver does not write while the NIC processes them.
+            let r = unsafe {
+                gather_run::<TIMED>(
+                    bbs, slots, mask, ci, pi, &pools, out, off, lens, k, m, ready,
+                )
             };
-            let Some(g) = g else {
-                let (consumed, len, failed) =
-                    self.nic_wqe::<TIMED>(at, table, pd, l, &mut out[off..], m, ready);
-                if let Some(len) = len {
-                    lens[k] = len as u32;
-                    k += 1;
-                    off += batch_step(len);
-                }
-                res.errors += u64::from(failed);
-                ci = ci.wrapping_add(consumed);
-                continue;
-            };
-            let mut done = ready;
-            if TIMED {
-                for h in g.host.into_iter().filter(|&h| h > 0) {
-                    done = done.max(m.tx_host_read(ready, h));
-                }
-                if g.nic > 0 {
-                    done = done.max(m.tx_nic_read(ready, g.nic));
-                }
-                // SAFETY: the slot's packet is owned by the send queue until its completion is
-                // reaped; nothing else uses its metadata meanwhile.
-                let arrival = unsafe { l.meta(s.hdr) }.arrival / PS_PER_NS;
-                done = m.tx_wire(done, g.len, arrival);
-            } else {
-                m.tx_untimed(g.host, g.nic, g.len);
-            }
-            lens[k] = g.len as u32;
-            k += 1;
-            off += batch_step(g.len);
-            if flags & FLAG_CQE_REQUEST != 0 {
+            (ci, off, k) = (r.ci, r.off, r.k);
+            if let Some((at, done, nbb)) = r.completion {
                 self.tx_completion(at, Ok(()), m, done);
+                if TIMED {
+                    m.tx_done(done, nbb);
+                }
+                continue;
             }
-            if TIMED {
-                m.tx_done(done, nbb as u32);
+            if ci == pi || k == lens.len() || off > last_off {
+                continue;
             }
-            ci = ci.wrapping_add(nbb as u32);
+            // The WQE at `ci` is not common (or the common path did not accept it): the general
+            // parse.
+            let (consumed, len, failed) =
+                self.nic_wqe::<TIMED>(ci, table, pd, l, &mut out[off..], m, ready);
+            if let Some(len) = len {
+                lens[k] = len as u32;
+                k += 1;
+                off += batch_step(len);
+            }
+            res.errors += u64::from(failed);
+            ci = ci.wrapping_add(consumed);
         }
         self.nic_ci = ci;
         if k > 0 {
