@@ -36,6 +36,21 @@ pub trait NetworkFunction: Send {
     /// Called once when the run ends (after the last burst), e.g. to write a flow dump.
     fn finish(&mut self, _ctx: &NfContext) {}
 
+    /// Packets this instance has taken out of bursts ([`Burst::remove_to`]) and holds back, to
+    /// give them back through [`NetworkFunction::release`] (e.g. IP fragments that arrived
+    /// before the fragment carrying their ports). 0 for functions that never hold packets.
+    fn held(&self) -> usize {
+        0
+    }
+
+    /// Moves held packets that are ready to go (or, with `flush`, every held packet) to the end
+    /// of `out`, each with its verdict: `Tx` when it was processed, a drop with the reason when
+    /// it was given up (a timeout, or `flush` at the end of the run). Never more than `out` has
+    /// room for. The run loop calls it while [`NetworkFunction::held`] is not zero, runs the
+    /// functions after this one over `out` and sends it like a received burst, so held packets
+    /// are counted (sent or dropped by reason) like every other packet.
+    fn release(&mut self, _out: &mut Burst, _ctx: &NfContext, _flush: bool) {}
+
     /// Flow steering this instance needs when it runs on Rx queue (worker) `queue`: frames it
     /// must see that RSS would send elsewhere (e.g. a NAT's return traffic to its own port
     /// slice). Ports that steer install them before traffic starts ([`crate::steer`]).
@@ -76,6 +91,29 @@ impl NfChain {
     pub fn process(&mut self, burst: &mut Burst, ctx: &NfContext) {
         for nf in &mut self.nfs {
             nf.process(burst, ctx);
+        }
+    }
+
+    /// Packets held back by the chain's functions (see [`NetworkFunction::held`]).
+    pub fn held(&self) -> usize {
+        self.nfs.iter().map(|nf| nf.held()).sum()
+    }
+
+    /// Lets the first function that has held packets ready release them into `out` (see
+    /// [`NetworkFunction::release`]) and runs the functions after it over them; `out` is empty
+    /// afterwards when no function released anything.
+    pub fn release(&mut self, out: &mut Burst, ctx: &NfContext, flush: bool) {
+        for k in 0..self.nfs.len() {
+            if self.nfs[k].held() == 0 {
+                continue;
+            }
+            self.nfs[k].release(out, ctx, flush);
+            if !out.is_empty() {
+                for nf in &mut self.nfs[k + 1..] {
+                    nf.process(out, ctx);
+                }
+                return;
+            }
         }
     }
 
