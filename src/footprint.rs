@@ -47,9 +47,6 @@ const RX_DESC_BYTES: u64 = 3 * (SEG as u64 + 16) + 64 + 24;
 /// Bytes per Tx WQEBB: the 64 B block, the in-flight packet handle, a 64 B completion slot and
 /// the model's in-flight record.
 const TX_SLOT_BYTES: u64 = WQEBB as u64 + 96 + 64 + 32;
-/// Bytes of one NAT session record plus its free-list entry (`nfs/src/nat.rs`: 32 B sessions,
-/// `u32` indices).
-const NAT_SESSION_BYTES: u64 = 32 + 4;
 
 fn round64(n: u64) -> u64 {
     n.div_ceil(64) * 64
@@ -160,10 +157,9 @@ pub fn nf_needs(cfg: &RunConfig) -> Vec<Need> {
             "nat" => nfs::common::parse_params::<nfs::nat::NatConfig>(&name, &params)
                 .ok()
                 .map(|c| {
-                    let (sessions, v) = flows(c.flows);
-                    let bytes = FlowTable::<u32>::memory_for(sessions.saturating_mul(2) as usize)
-                        .saturating_add(sessions.saturating_mul(NAT_SESSION_BYTES));
-                    ("flows", v, bytes)
+                    let (_, v) = flows(c.flows);
+                    let w = u16::try_from(workers).unwrap_or(u16::MAX);
+                    ("flows", v, nfs::nat::memory_for(&c, w) / u64::from(w))
                 }),
             "lb" => nfs::common::parse_params::<nfs::lb::LbConfig>(&name, &params)
                 .ok()

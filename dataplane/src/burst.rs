@@ -1117,10 +1117,17 @@ mod tests {
         assert_eq!(b.len(), 3);
         assert_eq!(b.bytes(), bytes - 101 - 103);
         let left: Vec<Vec<u8>> = (0..3).map(|i| b.frame(i)).collect();
-        assert_eq!(left, vec![frames[0].clone(), frames[2].clone(), frames[4].clone()]);
+        assert_eq!(
+            left,
+            vec![frames[0].clone(), frames[2].clone(), frames[4].clone()]
+        );
         assert_eq!(held.frame(0), frames[1]);
         assert_eq!(held.frame(1), frames[3]);
-        assert_eq!(held.verdict(1), Verdict::tx(2), "the verdict travels with the packet");
+        assert_eq!(
+            held.verdict(1),
+            Verdict::tx(2),
+            "the verdict travels with the packet"
+        );
         // Back into the burst, at its end.
         assert!(held.remove_to(0, &mut b));
         assert_eq!(b.frame(3), frames[1]);

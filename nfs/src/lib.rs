@@ -7,7 +7,8 @@
 //! - [`flow_counter`]: per-flow packets/bytes, top-k, JSON/CSV dumps.
 //! - [`work_package`]: N random reads per packet over an S-MiB buffer (memory-contention sweeps).
 //! - [`flow_table`]: the per-core cuckoo flow table they share; [`headers`]: header views and
-//!   checksum arithmetic; [`frames`]: frame builders for tests, benches and fuzzing.
+//!   checksum arithmetic; [`frames`]: frame builders for tests, benches and fuzzing;
+//!   [`slow_path`]: frame bytes past the header segment (ICMP errors' quoted headers).
 //! - [`registry`]: build a function by its config name.
 
 #![forbid(unsafe_code)]
@@ -22,6 +23,7 @@ pub mod lb;
 pub mod macswap;
 pub mod nat;
 pub mod registry;
+pub mod slow_path;
 pub mod work_package;
 
 pub use registry::{BuildContext, NF_NAMES, build};

@@ -11,7 +11,8 @@ use dataplane::{DatapathMode, Verdict};
 use nfs::flow_table::{FlowKey, FlowTable, FullPolicy};
 use nfs::frames::{FrameSpec, L4Spec};
 use nfs::headers::{
-    CsumDelta, fold, ipv4_header_checksum, ones_sum, parse, update16, verify_frame_checksums,
+    CsumDelta, TCP_ACK, TCP_RST, TCP_SYN, fold, ipv4_header_checksum, ones_sum, parse, update16,
+    verify_frame_checksums,
 };
 use nfs::lb::{LoadBalancer, maglev_disruption};
 use nfs::nat::Nat;
@@ -99,6 +100,11 @@ proptest! {
     ) {
         let f = PacketFactory::new(mode, 64, 2048, 8);
         let mut nat = Nat::from_params(&params("flows = 64"), 0, 1).unwrap();
+        // A TCP session opens on a SYN (no ACK, no RST); the other flag bits stay random.
+        let kind = match kind {
+            Kind::Tcp(fl) => Kind::Tcp(fl & !(TCP_ACK | TCP_RST) | TCP_SYN),
+            k => k,
+        };
         let mut s = spec(kind, src, dst, sport, dport, &payload, false);
         s.ttl = ttl;
         s.vlan = vlan;

@@ -1,55 +1,75 @@
-//! Source NAT (NAPT44) with per-core port ranges, endpoint-dependent mappings, TCP/UDP/ICMP and
-//! incremental checksums.
+//! Source NAT (NAPT44) as a carrier would deploy it: RFC 4787, 5382, 5508 and 6888 behaviour,
+//! per-core state, incremental checksums. `docs/nat-conformance.md` is the requirement-by-
+//! requirement table (behaviour, the key that changes it, and why where nmdp differs on purpose).
 //!
 //! # Model
 //!
-//! - **Outbound** (inside -> outside): the source address becomes the NAT address (default
-//!   10.0.0.1, the paper's `FlowIPNAT(SIP 10.0.0.1)`) and the source port (ICMP query
-//!   identifier) a port from this core's slice of `port_min..=port_max` (1024-65535 split evenly
-//!   over the workers; worker `w` takes the `w`-th slice, the last one also the remainder).
-//! - **Inbound** (outside -> inside): replies to the NAT address whose 5-tuple matches a session
-//!   are translated back; anything else is dropped as `no_mapping`.
-//! - **Direction**: `direction = "by-address"` (default) treats packets whose destination is the
-//!   NAT address as inbound and everything else as outbound. `direction = "by-port"` treats
-//!   packets received on one of `inside_ports` (rx port index, [`Burst::rx_port`]) as outbound and
-//!   the rest as inbound. Outbound packets addressed to the NAT address itself (hairpinning) are
-//!   not supported and dropped as `policy` (`hairpin_dropped`).
-//! - **Drop reasons** of its own, registered when a NAT is built: `no_mapping` (an inbound packet
-//!   without a session) and `port_exhausted` (no free outside port for a new session).
-//! - **Mappings are endpoint-dependent** (like VPP NAT44-ED): one session per inside 5-tuple,
-//!   keyed in the flow table twice (outbound key = inside 5-tuple, inbound key = the reply's
-//!   5-tuple), which is the "two cache entries per flow" of the paper's NAT. An outside port is
-//!   unique per (remote address, remote port, protocol), so one port serves many remote
-//!   endpoints and a core can hold far more sessions than it has ports. Port allocation walks
-//!   the core's slice round robin (as FastClick's FIFO) and takes the first port whose inbound
-//!   key is free, trying at most `port_attempts` ports; failure is `port_exhausted`. Freed ports
-//!   are reused as soon as their session is gone.
-//! - **Sessions** live in a preallocated pool (32 B each: inside 5-tuple, NAT port, precomputed
-//!   IP and L4 checksum deltas (VPP's `l3_csum_delta`/`l4_csum_delta`), state, deadline; 32-byte
-//!   aligned, one cache line access). Memory per session: 32 B + two flow-table keys at 34 B per
-//!   slot and 1.11-2.22 slots per key: 108-183 B. No allocation after construction. The pool and
-//!   the table are [`nicmem::HugeArray`]s (2 MiB pages where the machine has them, zero-filled by
-//!   the kernel as they are first touched), and sessions are handed out from a high-water mark
-//!   before the free list has any, so building a 10 M-session NAT writes none of its 1.5 GB.
-//! - **Per burst**: the headers are parsed with a prefetch a few packets ahead, the flow keys of
-//!   the whole burst (up to [`BULK`]) are hashed and looked up in bulk, the sessions behind the
-//!   hits are prefetched together, and then every packet is rewritten in order.
+//! - **Outside addresses**: `nat_ip` (one, default 10.0.0.1, the paper's
+//!   `FlowIPNAT(SIP 10.0.0.1)`) or a pool `nat_ips` (addresses and prefixes). Each inside
+//!   address is paired with one outside address by a hash ([`pool`]), so all its sessions share
+//!   it (RFC 4787 REQ-2).
+//! - **Ports**: each worker owns a slice of `port_min..=port_max` (1024-65535 split evenly; worker
+//!   `w` takes the `w`-th slice, the last one also the remainder) on every outside address, and
+//!   return traffic is steered to the owner by destination port ([`Nat::steering_rules`]).
+//!   A new mapping keeps its inside port when that is free, else takes a random port of the
+//!   slice, with the inside port's parity on request; released ports are kept from other
+//!   subscribers for `port_reuse_hold_s` ([`alloc`]).
+//! - **Mapping** (`mapping`): `endpoint-independent` (default, RFC 4787 REQ-1 / RFC 5382 REQ-1):
+//!   one outside endpoint per inside address and port, exclusive to it, shared by all its
+//!   sessions; `endpoint-dependent` (VPP NAT44-ED): one outside port per session, reused
+//!   towards other remote endpoints, so one address serves far more sessions.
+//! - **Filtering** (`filtering`, endpoint-independent mapping only): `endpoint-independent`
+//!   (default, RFC 6888 REQ-7): any remote may reach a mapped outside endpoint (a TCP SYN or any
+//!   UDP creates a session for it); `address-dependent`: only remotes whose address the inside
+//!   endpoint has sent to; `address-and-port-dependent`: only remote endpoints it has a session
+//!   with. Refused packets count as `filtered`.
+//! - **Sessions**: one per flow, keyed in the flow table twice (outbound key = inside 5-tuple,
+//!   inbound key = the reply's 5-tuple): the paper's "two cache entries per flow". The per-packet
+//!   path is one bulk lookup of the packet's 5-tuple for the whole burst and a rewrite from the
+//!   32 B session ([`state`]); mappings, filters and subscriber counts are only touched when a
+//!   session is created or ends.
+//! - **Direction**: a packet that matches a session takes that session's direction. Otherwise
+//!   `direction = "by-address"` (default) treats packets to an outside address as inbound and
+//!   everything else as outbound; `direction = "by-port"` treats packets received on one of
+//!   `inside_ports` as outbound.
+//! - **Hairpinning** (`hairpinning = true`, default; RFC 4787 REQ-9, RFC 5382 REQ-8, RFC 5508
+//!   REQ-7): an outbound packet to an outside address is translated twice, its source to its own
+//!   mapping and its destination to the mapped inside endpoint, so the receiver sees the
+//!   sender's outside address and port. With `by-address`, a packet to an outside address that
+//!   matches no session is hairpinned when its source is an inside endpoint with a mapping or is
+//!   in `inside_prefixes` (default: RFC 1918 and RFC 6598 space). When the destination port
+//!   belongs to another worker's slice, only the source is translated and the packet leaves
+//!   towards the outside, whose router returns it to that worker (`hairpin_via_outside`).
+//! - **TCP** ([`tcp`]): sessions open on a SYN only; opening, established and closing timeouts;
+//!   a RST holds the session for the closing timeout.
+//! - **ICMP** ([`icmp`]): query identifiers are mapped like ports; errors are matched by the
+//!   packet they quote and translated (outer and quoted headers, every checksum), in every
+//!   datapath mode: quoted headers past the header segment are read and written back through
+//!   the counted slow path ([`crate::slow_path`]). Errors whose ICMP or quoted IPv4 checksum
+//!   fails are dropped (`icmp_bad_checksum`); errors never refresh or end a session.
+//! - **Fragments** ([`frag`]): virtual reassembly. The translation of a datagram's first
+//!   fragment is remembered per (source, destination, protocol, IP ID) for
+//!   `fragment_timeout_ms`, and later fragments get the same address rewrite. A later fragment
+//!   that comes first is translated at once when outbound (its new source is the paired
+//!   address), or held (at most `fragments_held` per worker) until its first fragment passes,
+//!   then released ([`NetworkFunction::release`]), or dropped with a reason.
+//! - **Limits and exhaustion**: `subscriber_port_limit` and `subscriber_session_limit` per inside
+//!   address (`subscriber_limit`); `port_exhausted` when no port is found within the bounded
+//!   probes; `table_full` when no session record or table slot is left, or with `full_policy =
+//!   "evict"` an expired, held or transitory session is taken first (never an established or a
+//!   live UDP/ICMP one, RFC 6888 REQ-11).
 //! - **Timeouts** (VPP's defaults, RFC 4787/5382/5508): UDP 300 s, TCP established 7440 s, TCP
-//!   transitory 240 s, ICMP 60 s. Expiry is lazy (a lookup that finds an expired session frees it
-//!   and proceeds as a miss) plus an incremental scan of `scan_per_burst` sessions per burst.
-//! - **TCP state**: RST -> transitory; FIN seen in both directions -> transitory; packets seen in
-//!   both directions and no FIN pair/RST -> established (the SYN/SYN-ACK exchange gets there);
-//!   otherwise transitory (a connection picked up mid-stream becomes established at its first
-//!   reply). An outbound SYN on a closing/reset session reopens it.
-//! - **ICMP**: query messages (echo, timestamp, ...) use the identifier as the port. Errors
-//!   (destination unreachable, time exceeded, parameter problem, source quench, redirect) are
-//!   matched by their embedded header and translated: outer address, embedded address and
-//!   port/identifier, embedded IP checksum, embedded L4 checksum (UDP and ICMP always; TCP only
-//!   if its checksum field is inside the header segment and the message), outer ICMP checksum
-//!   and outer IP checksum, all incrementally. With the default 64 B split offset an error's
-//!   embedded L4 bytes (at offset 62..70) do not fit the header segment, so errors are dropped
-//!   as truncated and counted as `header_segment_short`; use a split offset of 72 B or more
-//!   (mlx5 inline sizes round to 18 + 16k: 82 B) to translate them.
+//!   opening and closing 240 s, ICMP 60 s. Expiry is lazy (a lookup that finds an expired session
+//!   ends it) plus an incremental scan of `scan_per_burst` sessions and mappings per burst.
+//! - **Drop reasons** of its own, registered when a NAT is built: `no_mapping`,
+//!   `port_exhausted`, `subscriber_limit`, `filtered`, `tcp_not_syn`, `icmp_bad_checksum`,
+//!   `payload_unwritable`, `fragment_timeout`, `fragment_hold_full`, `fragment_first_dropped`.
+//!
+//! Memory: a session is 32 B and two session-table keys (34 B per slot, 1.11-2.22 slots per
+//! key); endpoint-independent mapping adds a 32 B mapping and two mapping-table keys per inside
+//! endpoint (and a key per remote address with address-dependent filtering). [`memory_for`]
+//! gives the total. Every table and pool is a [`nicmem::HugeArray`] built without touching its
+//! memory; nothing allocates per packet.
 //!
 //! # Malformed input (each a counted drop, never a panic)
 //!
@@ -60,238 +80,74 @@
 //! - **IP options**: `ip_options = "translate"` (default) translates packets with options
 //!   whenever the whole IPv4 header and the L4 header fit the header segment (the rewrite only
 //!   touches fixed fields); `"drop"` drops them as `ip_options`.
-//! - **Fragments**: first fragments (offset 0, MF set) carry the ports and are translated like
-//!   any packet (the incremental L4 checksum update is valid for the whole datagram). Later
-//!   fragments carry no ports and would need virtual reassembly; they are dropped as `fragment`
-//!   (`fragments_dropped`), as Katran does.
 //! - **TTL**: the paper's pipeline decrements TTL (IPOutputCombo) before the NF, so by default
-//!   the NAT leaves TTL alone (TTL 0 and 1 pass through unchanged). With `decrement_ttl = true`
-//!   a packet with TTL <= 1 is dropped as `ttl_expired` (no ICMP time-exceeded is generated) and
-//!   others leave with TTL - 1 and an incrementally updated IP checksum.
+//!   the NAT leaves TTL alone. With `decrement_ttl = true` a packet with TTL <= 1 is dropped as
+//!   `ttl_expired` (no ICMP time-exceeded is generated) and others leave with TTL - 1.
 //!
 //! `verify_checksums = true` (debug) re-verifies every translated frame by full recomputation
 //! through the counted slow path ([`crate::common::ChecksumVerifier`]).
 #![forbid(unsafe_code)]
 
-use dataplane::{Burst, DropCounts, DropReason, NetworkFunction, NfContext};
-use nicmem::{Align32, HugeArray};
-use serde::Deserialize;
+mod alloc;
+mod config;
+mod frag;
+mod icmp;
+mod pool;
+mod state;
+mod tcp;
+
+pub use config::{
+    AddressList, DirectionPolicy, Filtering, Mapping, NatConfig, OptionsPolicy, TCP_TRANSITORY_S,
+};
+
+use dataplane::{Burst, DropCounts, DropReason, NetworkFunction, NfContext, Verdict};
 
 use crate::common::{
-    ChecksumVerifier, PREFETCH_AHEAD, bad_param, drops_json, mix_seed, parse_ipv4, parse_params,
-    prefetch_start, register_reason, timeout_ms,
+    ChecksumVerifier, PREFETCH_AHEAD, bad_param, drops_json, mix_seed, parse_params,
+    prefetch_start, register_reason,
 };
 use crate::flow_table::{BULK, FlowKey, FlowTable, FullPolicy, NO_SLOT, ms_ticks};
 use crate::headers::{
-    CsumDelta, Frag, ICMP_HLEN, IPV4_HLEN, L4, PROTO_ICMP, PROTO_TCP, PROTO_UDP, ParseError,
-    Parsed, TCP_FIN, TCP_RST, TCP_SYN, icmp_is_error, icmp_is_query, parse, read_u16, read_u32,
-    write_u16, write_u32,
+    CsumDelta, Frag, IPV4_HLEN, L4, PROTO_ICMP, PROTO_TCP, PROTO_UDP, ParseError, Parsed,
+    icmp_is_error, icmp_is_query, parse, read_u16, write_u16, write_u32,
+};
+
+use alloc::PortAllocator;
+use config::{Prefix, Timeouts};
+use frag::{Fragments, Outcome};
+use pool::AddressPool;
+use state::{
+    MAP_HOLD, MAP_LIVE, Mappings, ST_FREE, ST_HOLD, ST_ICMP, ST_TCP_CLOSING, ST_TCP_ESTABLISHED,
+    ST_TCP_OPENING, ST_UDP, Session, Sessions,
 };
 
 /// Name of this NF in configs.
 pub const NAME: &str = "nat";
 
-/// How the NAT decides whether a packet is outbound or inbound.
-#[derive(Clone, Copy, Debug, PartialEq, Eq, Deserialize)]
-#[serde(rename_all = "kebab-case")]
-pub enum DirectionPolicy {
-    /// Destination == NAT address -> inbound, else outbound.
-    ByAddress,
-    /// Received on one of `inside_ports` -> outbound, else inbound.
-    ByPort,
-}
+/// Bytes of one session or mapping record and its free-list entry ([`state`]).
+const RECORD_BYTES: u64 = 32 + 4;
 
-/// What to do with packets carrying IPv4 options.
-#[derive(Clone, Copy, Debug, PartialEq, Eq, Deserialize)]
-#[serde(rename_all = "kebab-case")]
-pub enum OptionsPolicy {
-    /// Translate when the headers fit the header segment.
-    Translate,
-    /// Drop as `ip_options`.
-    Drop,
-}
-
-/// NAT parameters (the `[[nf]]` table of a pipeline config). Defaults are the paper's setup and
-/// VPP's timeouts.
-#[derive(Clone, Debug, Deserialize)]
-#[serde(deny_unknown_fields, default)]
-pub struct NatConfig {
-    /// Outside (NAT) address.
-    pub nat_ip: String,
-    /// Lowest outside port (and ICMP identifier).
-    pub port_min: u16,
-    /// Highest outside port.
-    pub port_max: u16,
-    /// Sessions across all workers (each worker gets `flows / workers`); the paper's 10 M.
-    pub flows: u64,
-    /// Direction rule.
-    pub direction: DirectionPolicy,
-    /// Rx port indices that face the inside network (`direction = "by-port"`), each < 64.
-    pub inside_ports: Vec<u16>,
-    /// When no session fits: `drop` (count `table_full`) or `evict` the least recently used
-    /// session among the candidate buckets.
-    pub full_policy: FullPolicy,
-    /// UDP idle timeout, seconds.
-    pub udp_timeout_s: u32,
-    /// TCP established idle timeout, seconds.
-    pub tcp_established_timeout_s: u32,
-    /// TCP transitory (opening, closing, reset) idle timeout, seconds.
-    pub tcp_transitory_timeout_s: u32,
-    /// ICMP query idle timeout, seconds.
-    pub icmp_timeout_s: u32,
-    /// IPv4 options policy.
-    pub ip_options: OptionsPolicy,
-    /// Decrement TTL (and drop TTL <= 1).
-    pub decrement_ttl: bool,
-    /// Debug: verify every translated frame by full checksum recomputation (slow path).
-    pub verify_checksums: bool,
-    /// Sessions examined for expiry per burst.
-    pub scan_per_burst: u32,
-    /// Ports tried per new session before `port_exhausted`.
-    pub port_attempts: u32,
-    /// Hash seed (mixed with the worker index).
-    pub seed: u64,
-}
-
-impl Default for NatConfig {
-    fn default() -> Self {
-        Self {
-            nat_ip: "10.0.0.1".into(),
-            port_min: 1024,
-            port_max: 65535,
-            flows: 10_000_000,
-            direction: DirectionPolicy::ByAddress,
-            inside_ports: vec![0],
-            full_policy: FullPolicy::Drop,
-            udp_timeout_s: 300,
-            tcp_established_timeout_s: 7440,
-            tcp_transitory_timeout_s: 240,
-            icmp_timeout_s: 60,
-            ip_options: OptionsPolicy::Translate,
-            decrement_ttl: false,
-            verify_checksums: false,
-            scan_per_burst: 32,
-            port_attempts: 64,
-            seed: 0x6e6d_6470_6e61_7400,
-        }
-    }
-}
-
-const ST_FREE: u8 = 0;
-const ST_UDP: u8 = 1;
-const ST_ICMP: u8 = 2;
-const ST_TCP_TRANSITORY: u8 = 3;
-const ST_TCP_ESTABLISHED: u8 = 4;
-
-const F_SEEN_OUT: u8 = 0x01;
-const F_SEEN_IN: u8 = 0x02;
-const F_FIN_OUT: u8 = 0x04;
-const F_FIN_IN: u8 = 0x08;
-const F_RST: u8 = 0x10;
-
-/// One translation session, as the NAT works with it (stored as a [`RawSession`]).
-#[derive(Clone, Copy, Debug, Default)]
-struct Session {
-    /// Inside 5-tuple: inside address/port -> remote address/port (ICMP: identifier, 0).
-    out_key: FlowKey,
-    /// Expiry time, ms ticks.
-    deadline: u32,
-    /// Outside port (ICMP identifier).
-    nat_port: u16,
-    /// Outbound IPv4 header checksum delta (source address rewrite).
-    ip_delta: u16,
-    /// Outbound L4 checksum delta (pseudo-header + port; ICMP: identifier only).
-    l4_delta: u16,
-    state: u8,
-    tcp: u8,
-}
-
-/// A session as stored: the fields of [`Session`] in a zeroable form, 32 B aligned so it never
-/// straddles a cache line. All-zero is a free session (`ST_FREE`).
-type RawSession = Align32<((u64, u64), u32, u16, u16, u16, u8, u8)>;
-
-impl Session {
-    #[inline(always)]
-    fn to_raw(self) -> RawSession {
-        let (a, b) = self.out_key.words();
-        Align32((
-            (a, b),
-            self.deadline,
-            self.nat_port,
-            self.ip_delta,
-            self.l4_delta,
-            self.state,
-            self.tcp,
-        ))
-    }
-
-    #[inline(always)]
-    fn from_raw(r: &RawSession) -> Self {
-        let ((a, b), deadline, nat_port, ip_delta, l4_delta, state, tcp) = r.0;
-        Session {
-            out_key: FlowKey::from_words(a, b),
-            deadline,
-            nat_port,
-            ip_delta,
-            l4_delta,
-            state,
-            tcp,
-        }
-    }
-}
-
-/// The session pool: a zeroed array (free sessions) handed out from a high-water mark, then
-/// from a free list of released indices (most recently released first).
-struct Sessions {
-    slots: HugeArray<RawSession>,
-    /// Released indices; its capacity is the pool size, so pushing never allocates.
-    free: Vec<u32>,
-    /// Indices below this have been handed out at least once.
-    high_water: u32,
-}
-
-impl Sessions {
-    fn new(n: usize) -> Result<Self, String> {
-        Ok(Self {
-            slots: HugeArray::zeroed(n)
-                .map_err(|e| bad_param(NAME, "flows", format!("session pool: {e}")))?,
-            free: Vec::with_capacity(n),
-            high_water: 0,
-        })
-    }
-
-    #[inline(always)]
-    fn get(&self, idx: u32) -> Session {
-        Session::from_raw(&self.slots[idx as usize])
-    }
-
-    #[inline(always)]
-    fn set(&mut self, idx: u32, s: &Session) {
-        self.slots[idx as usize] = s.to_raw();
-    }
-
-    fn set_state(&mut self, idx: u32, state: u8) {
-        self.slots[idx as usize].0.5 = state;
-    }
-
-    /// A free index, lowest never-used ones first, or `None` when every session is in use.
-    fn alloc(&mut self) -> Option<u32> {
-        if let Some(i) = self.free.pop() {
-            return Some(i);
-        }
-        let i = self.high_water;
-        if (i as usize) < self.slots.len() {
-            self.high_water += 1;
-            Some(i)
+/// Bytes of memory a NAT with `cfg` allocates over `workers` workers (tables and pools), for
+/// checking a config against the machine before building it.
+pub fn memory_for(cfg: &NatConfig, workers: u16) -> u64 {
+    let per = cfg.flows.div_ceil(u64::from(workers.max(1)));
+    let n = usize::try_from(per).unwrap_or(usize::MAX);
+    let records = per.saturating_mul(RECORD_BYTES);
+    let mut bytes = FlowTable::<u32>::memory_for(n.saturating_mul(2)).saturating_add(records);
+    if cfg.mapping == Mapping::EndpointIndependent {
+        let keys = if cfg.filtering == Some(Filtering::AddressDependent) {
+            3
         } else {
-            None
-        }
+            2
+        };
+        bytes = bytes
+            .saturating_add(FlowTable::<u32>::memory_for(n.saturating_mul(keys)))
+            .saturating_add(records);
     }
-
-    fn release(&mut self, idx: u32) {
-        self.set_state(idx, ST_FREE);
-        self.free.push(idx);
+    if cfg.subscriber_port_limit > 0 || cfg.subscriber_session_limit > 0 {
+        bytes = bytes.saturating_add(FlowTable::<u64>::memory_for(n));
     }
+    bytes.saturating_mul(u64::from(workers.max(1)))
 }
 
 /// The drop reasons the NAT registers (see the module docs).
@@ -299,15 +155,78 @@ impl Sessions {
 struct Reasons {
     no_mapping: DropReason,
     port_exhausted: DropReason,
+    subscriber_limit: DropReason,
+    filtered: DropReason,
+    tcp_not_syn: DropReason,
+    icmp_bad_checksum: DropReason,
+    payload_unwritable: DropReason,
+    fragment_timeout: DropReason,
+    fragment_hold_full: DropReason,
+    fragment_first_dropped: DropReason,
 }
 
-/// Timeouts in ms by session state.
-#[derive(Clone, Copy, Debug)]
-struct Timeouts {
-    udp: u32,
-    icmp: u32,
-    tcp_est: u32,
-    tcp_trans: u32,
+impl Reasons {
+    fn register() -> Result<Self, String> {
+        let r = |name, doc| register_reason(NAME, name, doc);
+        Ok(Self {
+            no_mapping: r(
+                "no_mapping",
+                "an inbound packet that matches no NAT session",
+            )?,
+            port_exhausted: r(
+                "port_exhausted",
+                "no free outside port for a new NAT mapping within the bounded probes",
+            )?,
+            subscriber_limit: r(
+                "subscriber_limit",
+                "the inside address already holds its limit of NAT ports or sessions",
+            )?,
+            filtered: r(
+                "filtered",
+                "an inbound packet to a mapped outside endpoint that the NAT's filtering refuses",
+            )?,
+            tcp_not_syn: r(
+                "tcp_not_syn",
+                "a TCP segment other than a SYN with no NAT session (sessions open on SYN only)",
+            )?,
+            icmp_bad_checksum: r(
+                "icmp_bad_checksum",
+                "an ICMP error whose ICMP or quoted IPv4 checksum fails (not translated)",
+            )?,
+            payload_unwritable: r(
+                "payload_unwritable",
+                "a translation had to change bytes past the header segment and the payload \
+                 could not be written",
+            )?,
+            fragment_timeout: r(
+                "fragment_timeout",
+                "a held IP fragment whose first fragment did not arrive in time",
+            )?,
+            fragment_hold_full: r(
+                "fragment_hold_full",
+                "an IP fragment that came before its first fragment, with no room to hold it",
+            )?,
+            fragment_first_dropped: r(
+                "fragment_first_dropped",
+                "an IP fragment of a datagram whose first fragment was dropped",
+            )?,
+        })
+    }
+
+    fn all(&self) -> [DropReason; 10] {
+        [
+            self.no_mapping,
+            self.port_exhausted,
+            self.subscriber_limit,
+            self.filtered,
+            self.tcp_not_syn,
+            self.icmp_bad_checksum,
+            self.payload_unwritable,
+            self.fragment_timeout,
+            self.fragment_hold_full,
+            self.fragment_first_dropped,
+        ]
+    }
 }
 
 impl Timeouts {
@@ -317,7 +236,8 @@ impl Timeouts {
             ST_UDP => self.udp,
             ST_ICMP => self.icmp,
             ST_TCP_ESTABLISHED => self.tcp_est,
-            _ => self.tcp_trans,
+            ST_TCP_CLOSING => self.tcp_closing,
+            _ => self.tcp_opening,
         }
     }
 }
@@ -330,15 +250,30 @@ struct Counters {
     inbound_translated: u64,
     outbound_translated: u64,
     new_mappings: u64,
+    new_eim_mappings: u64,
+    inbound_sessions: u64,
     port_exhausted: u64,
+    port_probes: u64,
+    ports_preserved: u64,
+    port_holds: u64,
+    hold_blocked: u64,
+    holds_ended_early: u64,
+    subscriber_limit: u64,
+    filtered: u64,
+    tcp_not_syn: u64,
     table_full: u64,
     no_mapping: u64,
     expired: u64,
     evicted: u64,
     icmp_errors_translated: u64,
+    icmp_errors_slow_path: u64,
+    icmp_bad_checksum: u64,
+    icmp_errors_unverified: u64,
+    payload_unwritable: u64,
     fragments_dropped: u64,
     header_segment_short: u64,
-    hairpin_dropped: u64,
+    hairpinned: u64,
+    hairpin_via_outside: u64,
     ttl_expired: u64,
     drops: DropCounts,
 }
@@ -347,30 +282,58 @@ struct Counters {
 enum Pending {
     /// Nothing to do (already dropped, or dropped in the first pass).
     Done,
-    /// A TCP/UDP/ICMP-query packet whose key is `keys[j]`.
-    Flow { p: Parsed, inbound: bool },
-    /// An ICMP error, translated in the second pass.
-    IcmpError { p: Parsed, inbound: bool },
+    /// A TCP/UDP/ICMP-query packet whose key is `keys[j]`; `guess`: inbound by the direction
+    /// rule (a session match overrides it).
+    Flow { p: Parsed, guess: bool },
+    /// An ICMP error, translated in the third pass.
+    IcmpError { p: Parsed },
+    /// A fragment without the L4 header.
+    Later { p: Parsed, guess: bool },
+}
+
+/// Why a new session could not be had.
+enum NoRoom {
+    /// No free session record.
+    Pool,
+    /// The flow table refused a key.
+    Table,
 }
 
 /// The NAT network function (one instance per worker).
 pub struct Nat {
     name: String,
-    nat_ip: u32,
-    port_lo: u16,
-    port_hi: u16,
-    port_cursor: u16,
-    port_attempts: u32,
+    pool: AddressPool,
+    inside_prefixes: Vec<Prefix>,
+    alloc: PortAllocator,
+    eim: bool,
+    filtering: Filtering,
+    hairpinning: bool,
     direction: DirectionPolicy,
     inside_mask: u64,
     ip_options: OptionsPolicy,
     decrement_ttl: bool,
     timeouts: Timeouts,
+    hold_ms: u32,
+    sub_port_limit: u32,
+    sub_session_limit: u32,
+    evict: bool,
+    evict_scan: usize,
+    evict_cursor: usize,
     scan_per_burst: usize,
     scan_cursor: usize,
+    map_scan_cursor: usize,
+    /// Session keys -> session index << 1 | (1 for the inbound key).
     table: FlowTable<u32>,
     sessions: Sessions,
+    /// Endpoint-independent mapping: inside and outside endpoint keys -> mapping index, and
+    /// address-dependent filter keys -> sessions using them.
+    map_table: FlowTable<u32>,
+    mappings: Mappings,
+    /// With subscriber limits: inside address -> ports << 32 | sessions.
+    subscribers: Option<FlowTable<u64>>,
+    frags: Fragments,
     active: usize,
+    active_maps: usize,
     reasons: Reasons,
     verifier: Option<ChecksumVerifier>,
     c: Counters,
@@ -378,24 +341,35 @@ pub struct Nat {
     keys: Vec<FlowKey>,
     hashes: Vec<u64>,
     slots: Vec<u32>,
+    /// Packets of the current burst to hold (later fragments waiting for their first).
+    to_hold: Vec<usize>,
 }
 
 impl Nat {
     /// Builds worker `worker`'s instance (of `workers`) from a parameter table.
     pub fn from_params(params: &toml::Table, worker: u16, workers: u16) -> Result<Self, String> {
         let cfg: NatConfig = parse_params(NAME, params)?;
-        Self::new(&cfg, worker, workers)
+        Self::build(&cfg, params.contains_key("nat_ip"), worker, workers)
     }
 
     /// Builds worker `worker`'s instance (of `workers`) from a config.
     pub fn new(cfg: &NatConfig, worker: u16, workers: u16) -> Result<Self, String> {
+        Self::build(cfg, false, worker, workers)
+    }
+
+    fn build(
+        cfg: &NatConfig,
+        explicit_nat_ip: bool,
+        worker: u16,
+        workers: u16,
+    ) -> Result<Self, String> {
         let workers = workers.max(1);
         if worker >= workers {
             return Err(format!(
                 "{NAME}: worker {worker} out of range (workers = {workers})"
             ));
         }
-        let nat_ip = parse_ipv4(NAME, "nat_ip", &cfg.nat_ip)?;
+        let st = cfg.check(explicit_nat_ip)?;
         if cfg.port_min == 0 || cfg.port_min > cfg.port_max {
             return Err(bad_param(
                 NAME,
@@ -440,61 +414,78 @@ impl Nat {
             }
             inside_mask |= 1 << p;
         }
-        if cfg.port_attempts == 0 {
-            return Err(bad_param(NAME, "port_attempts", "must be at least 1"));
-        }
-        let timeouts = Timeouts {
-            udp: timeout_ms(NAME, "udp_timeout_s", cfg.udp_timeout_s, false)?,
-            icmp: timeout_ms(NAME, "icmp_timeout_s", cfg.icmp_timeout_s, false)?,
-            tcp_est: timeout_ms(
-                NAME,
-                "tcp_established_timeout_s",
-                cfg.tcp_established_timeout_s,
-                false,
-            )?,
-            tcp_trans: timeout_ms(
-                NAME,
-                "tcp_transitory_timeout_s",
-                cfg.tcp_transitory_timeout_s,
-                false,
-            )?,
-        };
-        let reasons = Reasons {
-            no_mapping: register_reason(
-                NAME,
-                "no_mapping",
-                "an inbound packet that matches no NAT session",
-            )?,
-            port_exhausted: register_reason(
-                NAME,
-                "port_exhausted",
-                "no free outside port for a new NAT session",
-            )?,
-        };
+        let pool = AddressPool::new(&st.pool);
+        let eim = cfg.mapping == Mapping::EndpointIndependent;
+        let share = |limit: u32| limit.div_ceil(u32::from(workers));
+        // The session table first: it is the one every packet reads, so it gets the huge
+        // pages when the reserved ones do not suffice for every table.
         let table = FlowTable::try_new(
             sessions * 2,
             0,
-            cfg.full_policy,
+            FullPolicy::Drop,
             mix_seed(cfg.seed, worker, 1),
         )
         .map_err(|e| bad_param(NAME, "flows", format!("flow table: {e}")))?;
+        let map_keys = match (eim, st.filtering) {
+            (false, _) => 1,
+            (true, Filtering::AddressDependent) => sessions * 3,
+            (true, _) => sessions * 2,
+        };
+        let map_table =
+            FlowTable::try_new(map_keys, 0, FullPolicy::Drop, mix_seed(cfg.seed, worker, 3))
+                .map_err(|e| bad_param(NAME, "flows", format!("mapping table: {e}")))?;
+        let subscribers = if cfg.subscriber_port_limit > 0 || cfg.subscriber_session_limit > 0 {
+            Some(
+                FlowTable::try_new(sessions, 0, FullPolicy::Drop, mix_seed(cfg.seed, worker, 4))
+                    .map_err(|e| bad_param(NAME, "flows", format!("subscriber table: {e}")))?,
+            )
+        } else {
+            None
+        };
+        let reasons = Reasons::register()?;
         Ok(Self {
             name: NAME.to_string(),
-            nat_ip,
-            port_lo: lo as u16,
-            port_hi: hi as u16,
-            port_cursor: lo as u16,
-            port_attempts: cfg.port_attempts,
+            alloc: PortAllocator::new(
+                lo as u16,
+                hi as u16,
+                pool.len(),
+                cfg.port_preservation,
+                cfg.port_parity,
+                cfg.port_attempts,
+                mix_seed(cfg.seed, worker, 5),
+            ),
+            pool,
+            inside_prefixes: st.inside_prefixes,
+            eim,
+            filtering: st.filtering,
+            hairpinning: cfg.hairpinning,
             direction: cfg.direction,
             inside_mask,
             ip_options: cfg.ip_options,
             decrement_ttl: cfg.decrement_ttl,
-            timeouts,
+            timeouts: st.timeouts,
+            hold_ms: st.hold_ms,
+            sub_port_limit: share(cfg.subscriber_port_limit),
+            sub_session_limit: share(cfg.subscriber_session_limit),
+            evict: cfg.full_policy == FullPolicy::Evict,
+            evict_scan: cfg.evict_scan as usize,
+            evict_cursor: 0,
             scan_per_burst: cfg.scan_per_burst as usize,
             scan_cursor: 0,
+            map_scan_cursor: 0,
             table,
-            sessions: Sessions::new(sessions)?,
+            sessions: Sessions::new(sessions, "session")?,
+            map_table,
+            mappings: Mappings::new(if eim { sessions } else { 1 }, "mapping")?,
+            subscribers,
+            frags: Fragments::new(
+                cfg.fragment_contexts as usize,
+                st.fragment_timeout_ms,
+                cfg.fragments_held as usize,
+                mix_seed(cfg.seed, worker, 6),
+            )?,
             active: 0,
+            active_maps: 0,
             reasons,
             verifier: cfg.verify_checksums.then(ChecksumVerifier::new),
             c: Counters::default(),
@@ -502,12 +493,13 @@ impl Nat {
             keys: vec![FlowKey::default(); BULK],
             hashes: vec![0; BULK],
             slots: vec![0; BULK],
+            to_hold: Vec::with_capacity(dataplane::MAX_BURST),
         })
     }
 
     /// This worker's port slice `(lo, hi)`, inclusive.
     pub fn port_range(&self) -> (u16, u16) {
-        (self.port_lo, self.port_hi)
+        self.alloc.range()
     }
 
     /// Active sessions.
@@ -515,23 +507,57 @@ impl Nat {
         self.active
     }
 
-    /// The outside `(address, port)` of the session for an inside 5-tuple, if any (for tests and
-    /// for traffic generators that need the mapping to build replies).
+    /// The outside port of the session for an inside 5-tuple, if any (for tests and for
+    /// traffic generators that need the mapping to build replies).
     pub fn mapping(&self, src: u32, dst: u32, sport: u16, dport: u16, proto: u8) -> Option<u16> {
-        let key = FlowKey::new(src, dst, sport, dport, proto);
-        let v = self.table.peek(&key)?;
-        (v & 1 == 0).then(|| self.sessions.get(v >> 1).nat_port)
+        self.mapping_endpoint(src, dst, sport, dport, proto)
+            .map(|(_, p)| p)
     }
 
-    /// Removes every session at once, keeping the counters: the next trial of a benchmark (an
-    /// RFC 2544 search) starts from an empty NAT without building or zeroing its tables again
-    /// (see [`FlowTable::clear`]).
+    /// The outside `(address, port)` of the session for an inside 5-tuple, if any.
+    pub fn mapping_endpoint(
+        &self,
+        src: u32,
+        dst: u32,
+        sport: u16,
+        dport: u16,
+        proto: u8,
+    ) -> Option<(u32, u16)> {
+        let key = FlowKey::new(src, dst, sport, dport, proto);
+        let v = self.table.peek(&key)?;
+        let s = self.sessions.get(v >> 1);
+        (v & 1 == 0 && s.state != ST_HOLD).then_some((s.nat_ip, s.nat_port))
+    }
+
+    /// The outside address paired with inside address `inside` (RFC 4787 REQ-2).
+    pub fn paired_address(&self, inside: u32) -> u32 {
+        self.pool.paired(inside).0
+    }
+
+    /// Packets held back (fragments waiting for their first fragment).
+    pub fn held_fragments(&self) -> usize {
+        self.frags.held()
+    }
+
+    /// Removes every session, mapping, hold and fragment context at once, keeping the counters:
+    /// the next trial of a benchmark (an RFC 2544 search) starts from an empty NAT without
+    /// building or zeroing its tables again (see [`FlowTable::clear`]). Held fragments are
+    /// returned to their owner.
     pub fn clear(&mut self) {
         self.table.clear();
-        self.sessions.free.clear();
-        self.sessions.high_water = 0;
+        self.map_table.clear();
+        if let Some(t) = self.subscribers.as_mut() {
+            t.clear();
+        }
+        self.sessions.clear();
+        self.mappings.clear();
+        self.alloc.clear();
+        self.frags.clear();
         self.active = 0;
+        self.active_maps = 0;
         self.scan_cursor = 0;
+        self.map_scan_cursor = 0;
+        self.evict_cursor = 0;
     }
 
     /// What backs the NAT's flow table (for reports: 2 MiB pages or not).
@@ -545,191 +571,675 @@ impl Nat {
     }
 
     #[inline(always)]
-    fn in_key(&self, s: &Session) -> FlowKey {
-        FlowKey::new(
-            s.out_key.dst(),
-            self.nat_ip,
-            s.out_key.dport(),
-            s.nat_port,
-            s.out_key.proto(),
-        )
+    fn expired_at(deadline: u32, now: u32) -> bool {
+        (now.wrapping_sub(deadline) as i32) > 0
     }
 
     #[inline(always)]
-    fn is_expired(&self, s: &Session, now: u32) -> bool {
-        (now.wrapping_sub(s.deadline) as i32) > 0
+    fn drop_reason(&mut self, r: DropReason) -> DropReason {
+        self.c.drops.add(r, 1);
+        r
     }
 
-    /// Frees a session: both keys leave the table, the index returns to the pool.
-    fn free_session(&mut self, idx: u32) {
-        let s = self.sessions.get(idx);
-        if s.state == ST_FREE {
+    // ---- subscribers -----------------------------------------------------------------------
+
+    /// `(ports, sessions)` an inside address holds on this worker.
+    fn sub_counts(&self, sub: u32) -> (u32, u32) {
+        self.subscribers
+            .as_ref()
+            .and_then(|t| t.peek(&FlowKey::new(sub, 0, 0, 0, 0)))
+            .map_or((0, 0), |v| ((v >> 32) as u32, v as u32))
+    }
+
+    /// Refuses a new session (and a new port, with `port`) beyond the subscriber's limits.
+    fn sub_admit(&mut self, sub: u32, port: bool) -> Result<(), DropReason> {
+        if self.subscribers.is_none() {
+            return Ok(());
+        }
+        let (ports, sessions) = self.sub_counts(sub);
+        let over_ports = port && self.sub_port_limit > 0 && ports >= self.sub_port_limit;
+        let over_sessions = self.sub_session_limit > 0 && sessions >= self.sub_session_limit;
+        if over_ports || over_sessions {
+            self.c.subscriber_limit += 1;
+            return Err(self.reasons.subscriber_limit);
+        }
+        Ok(())
+    }
+
+    /// Adds `ports` and `sessions` (either may be negative) to a subscriber's counts.
+    fn sub_add(&mut self, sub: u32, ports: i32, sessions: i32) {
+        let Some(t) = self.subscribers.as_mut() else {
             return;
+        };
+        let k = FlowKey::new(sub, 0, 0, 0, 0);
+        let v = t.peek(&k).unwrap_or(0);
+        let p = ((v >> 32) as u32).saturating_add_signed(ports);
+        let s = (v as u32).saturating_add_signed(sessions);
+        if p == 0 && s == 0 {
+            t.remove(&k);
+        } else if t.insert(k, u64::from(p) << 32 | u64::from(s), 0).is_err() {
+            // One entry per subscriber with a session, and the table holds as many entries as
+            // sessions: cannot fail, and a failure only loses a count, never a packet.
+            debug_assert!(false, "subscriber table full");
+        }
+    }
+
+    // ---- session lifecycle -----------------------------------------------------------------
+
+    /// Ends session `idx`, which ended at `ended` (its deadline if it expired, now otherwise).
+    /// Its keys leave the table and its mapping loses a user. With `hold` and a hold time its
+    /// outside port is kept from other subscribers: an endpoint-dependent session stays as a
+    /// hold record of its inbound key, an endpoint-independent mapping left without sessions
+    /// goes on hold. (An eviction makes room now, so it holds nothing.)
+    fn end_session(&mut self, idx: u32, ended: u32, hold: bool) {
+        let mut s = self.sessions.get(idx);
+        match s.state {
+            ST_FREE => return,
+            ST_HOLD => {
+                self.table.remove(&s.in_key());
+                self.sessions.free(idx);
+                return;
+            }
+            _ => {}
         }
         self.table.remove(&s.out_key);
-        let ik = self.in_key(&s);
-        self.table.remove(&ik);
-        self.release(idx);
-    }
-
-    /// Returns a session whose table keys are already gone to the pool.
-    fn release(&mut self, idx: u32) {
-        self.sessions.release(idx);
         self.active -= 1;
-    }
-
-    /// Frees the session an evicted table entry belonged to (its other key is still in the
-    /// table).
-    fn evicted_entry(&mut self, key: FlowKey, v: u32) {
-        let idx = v >> 1;
-        let s = self.sessions.get(idx);
-        if s.state == ST_FREE {
-            return;
-        }
-        let other = if v & 1 == 0 {
-            self.in_key(&s)
+        let sub = s.out_key.src();
+        if self.eim {
+            self.table.remove(&s.in_key());
+            self.sessions.free(idx);
+            self.sub_add(sub, 0, -1);
+            if self.filtering == Filtering::AddressDependent {
+                self.filter_unref(s.out_key.dst(), s.nat_ip, s.nat_port, s.out_key.proto());
+            }
+            let mk = state::Mapping::inside_key(sub, s.out_key.sport(), s.out_key.proto());
+            if let Some(m) = self.map_table.peek(&mk) {
+                self.mapping_unref(m, ended, hold);
+            }
         } else {
-            s.out_key
-        };
-        debug_assert!(key == s.out_key || key == self.in_key(&s));
-        self.table.remove(&other);
-        self.release(idx);
-        self.c.evicted += 1;
-    }
-
-    fn expire_scan(&mut self, now: u32) {
-        // Sessions are handed out lowest index first, so every live session sits below the
-        // high-water mark: the scan never walks the never-used tail of the pool.
-        let n = self.sessions.high_water as usize;
-        if self.active == 0 || n == 0 {
-            return;
-        }
-        for _ in 0..self.scan_per_burst.min(n) {
-            let i = if self.scan_cursor >= n {
-                0
+            self.sub_add(sub, -1, -1);
+            if hold && self.hold_ms > 0 {
+                s.state = ST_HOLD;
+                s.deadline = ended.wrapping_add(self.hold_ms);
+                self.sessions.set(idx, &s);
+                self.c.port_holds += 1;
             } else {
-                self.scan_cursor
-            };
-            self.scan_cursor = if i + 1 >= n { 0 } else { i + 1 };
-            let s = self.sessions.get(i as u32);
-            if s.state != ST_FREE && self.is_expired(&s, now) {
-                self.free_session(i as u32);
-                self.c.expired += 1;
+                self.table.remove(&s.in_key());
+                self.sessions.free(idx);
             }
         }
     }
 
-    /// Picks an outside port for a session towards `(remote, rport, proto)`: the first port of
-    /// the core's slice (round robin from the cursor) whose inbound key is unused; a port held by
-    /// an expired session is reclaimed.
-    fn alloc_port(&mut self, remote: u32, rport: u16, proto: u8, now: u32) -> Option<u16> {
-        for _ in 0..self.port_attempts {
-            let p = self.port_cursor;
-            self.port_cursor = if p >= self.port_hi {
-                self.port_lo
-            } else {
-                p + 1
-            };
-            let k = FlowKey::new(remote, self.nat_ip, rport, p, proto);
-            match self.table.peek(&k) {
-                None => return Some(p),
-                Some(v) => {
-                    let idx = v >> 1;
-                    let s = self.sessions.get(idx);
-                    if self.is_expired(&s, now) {
-                        self.free_session(idx);
+    /// A session of mapping `m` ended at `ended`: the last one puts the mapping on hold (or
+    /// frees it, without `hold` or a hold time).
+    fn mapping_unref(&mut self, m: u32, ended: u32, hold: bool) {
+        let mut map = self.mappings.get(m);
+        map.refs = map.refs.saturating_sub(1);
+        if map.refs > 0 || map.state != MAP_LIVE {
+            self.mappings.set(m, &map);
+            return;
+        }
+        if !(hold && self.hold_ms > 0) {
+            self.free_mapping(m);
+            return;
+        }
+        self.active_maps -= 1;
+        self.sub_add(map.inside, -1, 0);
+        {
+            map.state = MAP_HOLD;
+            map.deadline = ended.wrapping_add(self.hold_ms);
+            self.mappings.set(m, &map);
+            self.c.port_holds += 1;
+        }
+    }
+
+    /// Frees mapping `m` (no session uses it): its keys leave the table, its port returns.
+    fn free_mapping(&mut self, m: u32) {
+        let map = self.mappings.get(m);
+        if map.state == MAP_LIVE {
+            self.active_maps -= 1;
+            self.sub_add(map.inside, -1, 0);
+        }
+        self.map_table.remove(&state::Mapping::inside_key(
+            map.inside,
+            map.inside_port,
+            map.proto,
+        ));
+        self.map_table.remove(&state::Mapping::outside_key(
+            map.outside,
+            map.outside_port,
+            map.proto,
+        ));
+        if let Some(a) = self.pool.index_of(map.outside) {
+            self.alloc.give(a, map.proto);
+        }
+        self.mappings.free(m);
+    }
+
+    fn filter_ref(&mut self, remote: u32, nat_ip: u32, port: u16, proto: u8) -> bool {
+        let k = state::Mapping::filter_key(remote, nat_ip, port, proto);
+        let n = self.map_table.peek(&k).unwrap_or(0);
+        self.map_table.insert(k, n + 1, 0).is_ok()
+    }
+
+    fn filter_unref(&mut self, remote: u32, nat_ip: u32, port: u16, proto: u8) {
+        let k = state::Mapping::filter_key(remote, nat_ip, port, proto);
+        match self.map_table.peek(&k) {
+            Some(n) if n > 1 => {
+                let _ = self.map_table.insert(k, n - 1, 0);
+            }
+            Some(_) => {
+                self.map_table.remove(&k);
+            }
+            None => {}
+        }
+    }
+
+    /// Ends expired sessions and hold records, and frees mappings whose hold is over, a few per
+    /// burst. Records are handed out lowest index first, so every live one sits below the
+    /// high-water mark: the scan never walks the never-used tail of a pool.
+    fn expire_scan(&mut self, now: u32) {
+        let n = self.sessions.high_water();
+        if n > 0 {
+            for _ in 0..self.scan_per_burst.min(n) {
+                let i = if self.scan_cursor >= n {
+                    0
+                } else {
+                    self.scan_cursor
+                };
+                self.scan_cursor = i + 1;
+                let s = self.sessions.get(i as u32);
+                if s.state != ST_FREE && Self::expired_at(s.deadline, now) {
+                    if s.state != ST_HOLD {
                         self.c.expired += 1;
-                        return Some(p);
                     }
+                    self.end_session(i as u32, s.deadline, true);
+                    // A session that just became a hold record is not expired yet.
                 }
             }
-            if self.port_lo == self.port_hi {
-                break;
+        }
+        let m = self.mappings.high_water();
+        if self.eim && m > 0 {
+            for _ in 0..self.scan_per_burst.min(m) {
+                let i = if self.map_scan_cursor >= m {
+                    0
+                } else {
+                    self.map_scan_cursor
+                };
+                self.map_scan_cursor = i + 1;
+                let map = self.mappings.get(i as u32);
+                if map.state == MAP_HOLD && Self::expired_at(map.deadline, now) {
+                    self.free_mapping(i as u32);
+                }
             }
         }
-        None
     }
 
-    /// Creates a session for outbound key `k` (hash `h`). Returns its index or the drop reason.
-    fn new_session(&mut self, k: FlowKey, h: u64, now: u32) -> Result<u32, DropReason> {
-        let proto = k.proto();
-        let Some(nat_port) = self.alloc_port(k.dst(), k.dport(), proto, now) else {
-            self.c.port_exhausted += 1;
-            return Err(self.reasons.port_exhausted);
-        };
-        let ins = match self.table.insert_hashed(k, h, 0, now) {
-            Ok(i) => i,
-            Err(_) => {
-                self.c.table_full += 1;
-                return Err(DropReason::FLOW_TABLE_FULL);
+    /// Makes room for a session: ends an expired session or a hold record (neither is a live
+    /// session, so every policy may), or with `full_policy = "evict"` a transitory TCP session
+    /// (opening or closing), among the next `evict_scan` sessions; never an established TCP or a
+    /// live UDP/ICMP session (RFC 6888 REQ-11). True when room was made.
+    fn make_room(&mut self, now: u32) -> bool {
+        let n = self.sessions.high_water();
+        for _ in 0..self.evict_scan.min(n) {
+            let i = if self.evict_cursor >= n {
+                0
+            } else {
+                self.evict_cursor
+            };
+            self.evict_cursor = i + 1;
+            let s = self.sessions.get(i as u32);
+            if s.state == ST_FREE {
+                continue;
             }
-        };
-        if let Some((ek, ev)) = ins.evicted {
-            self.evicted_entry(ek, ev);
+            let expired = Self::expired_at(s.deadline, now);
+            let transitory = matches!(s.state, ST_TCP_OPENING | ST_TCP_CLOSING);
+            if s.state == ST_HOLD {
+                if !expired {
+                    self.c.holds_ended_early += 1;
+                }
+            } else if expired {
+                // An endpoint-independent mapping's hold takes no session record: keep it.
+                self.c.expired += 1;
+                self.end_session(i as u32, s.deadline, self.eim);
+                return true;
+            } else if self.evict && transitory {
+                self.c.evicted += 1;
+            } else {
+                continue;
+            }
+            self.end_session(i as u32, now, false);
+            return true;
         }
-        let Some(idx) = self.sessions.alloc() else {
-            // Cannot happen while the table holds exactly two keys per session; stay safe.
-            self.table.remove(&k);
-            self.c.table_full += 1;
-            return Err(DropReason::FLOW_TABLE_FULL);
-        };
-        // Evicting another session's entry never moves entries, so `ins.slot` is still ours.
-        self.table.set_value(ins.slot, idx << 1);
-        let mut ipd = CsumDelta::default();
-        ipd.add32(k.src(), self.nat_ip);
-        let mut l4d = CsumDelta::default();
-        l4d.add16(k.sport(), nat_port);
-        if proto != PROTO_ICMP {
-            l4d = l4d.combine(ipd);
+        false
+    }
+
+    /// Makes room for a mapping: frees a held mapping among the next `evict_scan` (ending its
+    /// hold early when it has not run out: counted), or with `full_policy = "evict"` evicts a
+    /// session whose mapping then goes.
+    fn make_room_mapping(&mut self, now: u32) -> bool {
+        let n = self.mappings.high_water();
+        for _ in 0..self.evict_scan.min(n) {
+            let i = if self.map_scan_cursor >= n {
+                0
+            } else {
+                self.map_scan_cursor
+            };
+            self.map_scan_cursor = i + 1;
+            let map = self.mappings.get(i as u32);
+            if map.state == MAP_HOLD {
+                if !Self::expired_at(map.deadline, now) {
+                    self.c.holds_ended_early += 1;
+                }
+                self.free_mapping(i as u32);
+                return true;
+            }
         }
+        self.evict && self.make_room(now)
+    }
+
+    /// The live session behind a table value, or `None` (a hold record, or an expired session,
+    /// which is ended here).
+    #[inline(always)]
+    fn live_session(&mut self, v: u32, now: u32) -> Option<(u32, bool)> {
+        let idx = v >> 1;
+        let s = self.sessions.get(idx);
+        if s.state == ST_HOLD || s.state == ST_FREE {
+            return None;
+        }
+        if Self::expired_at(s.deadline, now) {
+            self.end_session(idx, s.deadline, true);
+            self.c.expired += 1;
+            return None;
+        }
+        Some((idx, v & 1 == 1))
+    }
+
+    /// Creates a session for inside 5-tuple `out` with outside endpoint `nat_ip:nat_port`,
+    /// TCP seen-flags `tcp` (0 otherwise). Evicts once and retries when the policy allows.
+    fn create_session(
+        &mut self,
+        out: FlowKey,
+        nat_ip: u32,
+        nat_port: u16,
+        tcp: u8,
+        now: u32,
+    ) -> Result<u32, DropReason> {
+        match self.try_create_session(out, nat_ip, nat_port, tcp, now) {
+            Ok(i) => Ok(i),
+            Err(_) if self.make_room(now) => self
+                .try_create_session(out, nat_ip, nat_port, tcp, now)
+                .map_err(|_| self.table_full()),
+            Err(_) => Err(self.table_full()),
+        }
+    }
+
+    fn table_full(&mut self) -> DropReason {
+        self.c.table_full += 1;
+        DropReason::FLOW_TABLE_FULL
+    }
+
+    fn try_create_session(
+        &mut self,
+        out: FlowKey,
+        nat_ip: u32,
+        nat_port: u16,
+        tcp_bits: u8,
+        now: u32,
+    ) -> Result<u32, NoRoom> {
+        let idx = self.sessions.alloc().ok_or(NoRoom::Pool)?;
+        let proto = out.proto();
         let state = match proto {
             PROTO_UDP => ST_UDP,
             PROTO_ICMP => ST_ICMP,
-            _ => ST_TCP_TRANSITORY,
+            _ => tcp::state_of(tcp_bits),
         };
-        self.sessions.set(
-            idx,
-            &Session {
-                out_key: k,
-                deadline: now.wrapping_add(self.timeouts.of(state)),
-                nat_port,
-                ip_delta: ipd.raw(),
-                l4_delta: l4d.raw(),
-                state,
-                tcp: 0,
-            },
-        );
-        self.active += 1;
-        let ik = FlowKey::new(k.dst(), self.nat_ip, k.dport(), nat_port, proto);
-        match self.table.insert(ik, idx << 1 | 1, now) {
-            Ok(ins2) => {
-                if let Some((ek, ev)) = ins2.evicted {
-                    if ev >> 1 == idx {
-                        // The eviction picked our own outbound key: give up on this session.
-                        self.table.remove(&ik);
-                        self.release(idx);
-                        self.c.table_full += 1;
-                        return Err(DropReason::FLOW_TABLE_FULL);
-                    }
-                    self.evicted_entry(ek, ev);
-                }
-            }
-            Err(_) => {
-                self.table.remove(&k);
-                self.release(idx);
-                self.c.table_full += 1;
-                return Err(DropReason::FLOW_TABLE_FULL);
-            }
+        let mut ipd = CsumDelta::default();
+        ipd.add32(out.src(), nat_ip);
+        let mut l4d = CsumDelta::default();
+        l4d.add16(out.sport(), nat_port);
+        if proto != PROTO_ICMP {
+            l4d = l4d.combine(ipd);
         }
+        let s = Session {
+            out_key: out,
+            deadline: now.wrapping_add(self.timeouts.of(state)),
+            nat_ip,
+            nat_port,
+            ip_delta: ipd.raw(),
+            l4_delta: l4d.raw(),
+            state,
+            tcp: tcp_bits,
+        };
+        if self.table.insert(out, idx << 1, now).is_err() {
+            self.sessions.release(idx);
+            return Err(NoRoom::Table);
+        }
+        if self.table.insert(s.in_key(), idx << 1 | 1, now).is_err() {
+            self.table.remove(&out);
+            self.sessions.release(idx);
+            return Err(NoRoom::Table);
+        }
+        self.sessions.set(idx, &s);
+        self.active += 1;
         self.c.new_mappings += 1;
         Ok(idx)
     }
 
+    // ---- new sessions ----------------------------------------------------------------------
+
+    /// An outbound packet with key `k` (its inside 5-tuple) and no session.
+    fn outbound_miss(&mut self, k: FlowKey, p: &Parsed, now: u32) -> Result<u32, DropReason> {
+        let mut bits = 0;
+        if let L4::Tcp { flags, .. } = p.l4info {
+            if !tcp::opens(flags) {
+                self.c.tcp_not_syn += 1;
+                return Err(self.reasons.tcp_not_syn);
+            }
+            bits = tcp::opened(false);
+        }
+        let sub = k.src();
+        let proto = k.proto();
+        if self.eim {
+            let mk = state::Mapping::inside_key(sub, k.sport(), proto);
+            let m = match self.map_table.peek(&mk) {
+                Some(m) if self.mappings.get(m).state == MAP_LIVE => {
+                    self.sub_admit(sub, false)?;
+                    m
+                }
+                held => {
+                    self.sub_admit(sub, true)?;
+                    match held {
+                        // The subscriber's own held mapping comes back with its port.
+                        Some(m) => {
+                            let mut map = self.mappings.get(m);
+                            map.state = MAP_LIVE;
+                            self.mappings.set(m, &map);
+                            self.active_maps += 1;
+                            self.sub_add(sub, 1, 0);
+                            m
+                        }
+                        None => self.new_mapping(sub, k.sport(), proto, now)?,
+                    }
+                }
+            };
+            let map = self.mappings.get(m);
+            if self.filtering == Filtering::AddressDependent
+                && !self.filter_ref(k.dst(), map.outside, map.outside_port, proto)
+            {
+                self.mapping_unref_if_unused(m, now);
+                return Err(self.table_full());
+            }
+            match self.create_session(k, map.outside, map.outside_port, bits, now) {
+                Ok(idx) => {
+                    let mut map = self.mappings.get(m);
+                    map.refs += 1;
+                    self.mappings.set(m, &map);
+                    self.sub_add(sub, 0, 1);
+                    Ok(idx)
+                }
+                Err(r) => {
+                    if self.filtering == Filtering::AddressDependent {
+                        self.filter_unref(k.dst(), map.outside, map.outside_port, proto);
+                    }
+                    self.mapping_unref_if_unused(m, now);
+                    Err(r)
+                }
+            }
+        } else {
+            self.sub_admit(sub, true)?;
+            let (nat_ip, _) = self.pool.paired(sub);
+            let port = self.edm_port(k, nat_ip, now)?;
+            let idx = self.create_session(k, nat_ip, port, bits, now)?;
+            self.sub_add(sub, 1, 1);
+            Ok(idx)
+        }
+    }
+
+    /// A mapping whose first session could not be created goes again (no hold: it was never
+    /// used).
+    fn mapping_unref_if_unused(&mut self, m: u32, _now: u32) {
+        if self.mappings.get(m).refs == 0 {
+            self.free_mapping(m);
+        }
+    }
+
+    /// A new endpoint-independent mapping for `inside:port` (see [`alloc`]).
+    fn new_mapping(
+        &mut self,
+        inside: u32,
+        port: u16,
+        proto: u8,
+        now: u32,
+    ) -> Result<u32, DropReason> {
+        let (nat_ip, aidx) = self.pool.paired(inside);
+        if self.alloc.full(aidx, proto) {
+            self.c.port_exhausted += 1;
+            return Err(self.reasons.port_exhausted);
+        }
+        let mut cands = self.alloc.candidates(port);
+        let mut found = None;
+        while let Some(c) = cands.next() {
+            self.c.port_probes += 1;
+            if self.eim_port_free(nat_ip, c, proto, inside, now) {
+                found = Some(c);
+                break;
+            }
+        }
+        let Some(out_port) = found else {
+            self.c.port_exhausted += 1;
+            return Err(self.reasons.port_exhausted);
+        };
+        if out_port == port {
+            self.c.ports_preserved += 1;
+        }
+        let m = match self.insert_mapping(inside, port, nat_ip, out_port, proto, now) {
+            Some(m) => m,
+            None if self.make_room_mapping(now) => self
+                .insert_mapping(inside, port, nat_ip, out_port, proto, now)
+                .ok_or_else(|| self.table_full())?,
+            None => return Err(self.table_full()),
+        };
+        self.mappings.set(
+            m,
+            &state::Mapping {
+                inside,
+                outside: nat_ip,
+                refs: 0,
+                deadline: 0,
+                inside_port: port,
+                outside_port: out_port,
+                proto,
+                state: MAP_LIVE,
+            },
+        );
+        self.alloc.take(aidx, proto);
+        self.active_maps += 1;
+        self.sub_add(inside, 1, 0);
+        self.c.new_eim_mappings += 1;
+        Ok(m)
+    }
+
+    /// A mapping record and its two keys, or `None` when there is no room.
+    fn insert_mapping(
+        &mut self,
+        inside: u32,
+        port: u16,
+        nat_ip: u32,
+        out_port: u16,
+        proto: u8,
+        now: u32,
+    ) -> Option<u32> {
+        let m = self.mappings.alloc()?;
+        let ik = state::Mapping::inside_key(inside, port, proto);
+        let ok = state::Mapping::outside_key(nat_ip, out_port, proto);
+        if self.map_table.insert(ik, m, now).is_err() {
+            self.mappings.release(m);
+            return None;
+        }
+        if self.map_table.insert(ok, m, now).is_err() {
+            self.map_table.remove(&ik);
+            self.mappings.release(m);
+            return None;
+        }
+        Some(m)
+    }
+
+    /// True when outside endpoint `nat_ip:port` may be taken by subscriber `sub`: unused, or
+    /// held for `sub` itself, or held past its time (the hold is then ended).
+    fn eim_port_free(&mut self, nat_ip: u32, port: u16, proto: u8, sub: u32, now: u32) -> bool {
+        let k = state::Mapping::outside_key(nat_ip, port, proto);
+        let Some(m) = self.map_table.peek(&k) else {
+            return true;
+        };
+        let map = self.mappings.get(m);
+        if map.state == MAP_HOLD {
+            if map.inside == sub || Self::expired_at(map.deadline, now) {
+                self.free_mapping(m);
+                return true;
+            }
+            self.c.hold_blocked += 1;
+        }
+        false
+    }
+
+    /// An outside port for endpoint-dependent session `k` on `nat_ip`: one whose inbound key
+    /// (remote -> nat_ip:port) is unused, held for this subscriber, or held or used past its
+    /// time.
+    fn edm_port(&mut self, k: FlowKey, nat_ip: u32, now: u32) -> Result<u16, DropReason> {
+        let sub = k.src();
+        let mut cands = self.alloc.candidates(k.sport());
+        while let Some(c) = cands.next() {
+            self.c.port_probes += 1;
+            let ik = FlowKey::new(k.dst(), nat_ip, k.dport(), c, k.proto());
+            let free = match self.table.peek(&ik) {
+                None => true,
+                Some(v) => {
+                    let idx = v >> 1;
+                    let s = self.sessions.get(idx);
+                    if s.state != ST_HOLD && Self::expired_at(s.deadline, now) {
+                        self.c.expired += 1;
+                        self.end_session(idx, s.deadline, true);
+                    }
+                    let s = self.sessions.get(idx);
+                    if s.state == ST_FREE {
+                        true
+                    } else if s.state == ST_HOLD
+                        && (s.out_key.src() == sub || Self::expired_at(s.deadline, now))
+                    {
+                        self.end_session(idx, now, false);
+                        true
+                    } else {
+                        if s.state == ST_HOLD {
+                            self.c.hold_blocked += 1;
+                        }
+                        false
+                    }
+                }
+            };
+            if free {
+                if c == k.sport() {
+                    self.c.ports_preserved += 1;
+                }
+                return Ok(c);
+            }
+        }
+        self.c.port_exhausted += 1;
+        Err(self.reasons.port_exhausted)
+    }
+
+    /// An inbound packet with key `k` (remote -> outside endpoint) and no session: with
+    /// endpoint-independent mapping and filtering that allows it, a session for the mapped
+    /// inside endpoint.
+    fn inbound_miss(&mut self, k: FlowKey, p: &Parsed, now: u32) -> Result<u32, DropReason> {
+        let no_mapping = |s: &mut Self| {
+            s.c.no_mapping += 1;
+            s.reasons.no_mapping
+        };
+        if !self.eim || self.filtering == Filtering::AddressAndPortDependent {
+            return Err(no_mapping(self));
+        }
+        let bits = match p.l4info {
+            L4::Tcp { flags, .. } if tcp::opens(flags) => tcp::opened(true),
+            L4::Udp { .. } => 0,
+            _ => return Err(no_mapping(self)),
+        };
+        let proto = k.proto();
+        let Some(m) = self
+            .map_table
+            .peek(&state::Mapping::outside_key(k.dst(), k.dport(), proto))
+        else {
+            return Err(no_mapping(self));
+        };
+        let map = self.mappings.get(m);
+        if map.state != MAP_LIVE {
+            return Err(no_mapping(self));
+        }
+        if self.filtering == Filtering::AddressDependent
+            && self
+                .map_table
+                .peek(&state::Mapping::filter_key(
+                    k.src(),
+                    map.outside,
+                    map.outside_port,
+                    proto,
+                ))
+                .is_none()
+        {
+            self.c.filtered += 1;
+            return Err(self.reasons.filtered);
+        }
+        self.sub_admit(map.inside, false)?;
+        if self.filtering == Filtering::AddressDependent
+            && !self.filter_ref(k.src(), map.outside, map.outside_port, proto)
+        {
+            return Err(self.table_full());
+        }
+        let out = FlowKey::new(map.inside, k.src(), map.inside_port, k.sport(), proto);
+        match self.create_session(out, map.outside, map.outside_port, bits, now) {
+            Ok(idx) => {
+                let mut map = self.mappings.get(m);
+                map.refs += 1;
+                self.mappings.set(m, &map);
+                self.sub_add(map.inside, 0, 1);
+                self.c.inbound_sessions += 1;
+                Ok(idx)
+            }
+            Err(r) => {
+                if self.filtering == Filtering::AddressDependent {
+                    self.filter_unref(k.src(), map.outside, map.outside_port, proto);
+                }
+                Err(r)
+            }
+        }
+    }
+
+    // ---- classification --------------------------------------------------------------------
+
     #[inline(always)]
     fn is_inbound(&self, p: &Parsed, rx_port: u16) -> bool {
         match self.direction {
-            DirectionPolicy::ByAddress => p.dst == self.nat_ip,
+            DirectionPolicy::ByAddress => self.pool.contains(p.dst),
             DirectionPolicy::ByPort => rx_port >= 64 || self.inside_mask & (1 << rx_port) == 0,
+        }
+    }
+
+    /// A packet to an outside address with no session: is it from the inside (hairpinning)?
+    fn hairpin_source(&self, p: &Parsed, rx_port: u16) -> bool {
+        if !self.hairpinning || matches!(p.l4info, L4::Icmp { .. }) || self.pool.contains(p.src) {
+            return false;
+        }
+        match self.direction {
+            DirectionPolicy::ByPort => !self.is_inbound(p, rx_port),
+            DirectionPolicy::ByAddress => {
+                let (sport, _) = p.ports();
+                (self.eim
+                    && self
+                        .map_table
+                        .peek(&state::Mapping::inside_key(p.src, sport, p.proto))
+                        .is_some())
+                    || self.inside_prefixes.iter().any(|&(b, m)| p.src & m == b)
+            }
         }
     }
 
@@ -762,19 +1272,19 @@ impl Nat {
                 return Err(e.drop_reason());
             }
         };
-        if p.frag == Frag::Later {
-            self.c.fragments_dropped += 1;
-            return Err(DropReason::FRAGMENT);
-        }
         if p.ihl > IPV4_HLEN && self.ip_options == OptionsPolicy::Drop {
             return Err(DropReason::IP_OPTIONS);
         }
-        match p.l4info {
-            L4::Other => return Err(DropReason::UNSUPPORTED_PROTOCOL),
-            L4::Icmp { ty, .. } if !icmp_is_query(ty) && !icmp_is_error(ty) => {
-                return Err(DropReason::UNSUPPORTED_PROTOCOL);
+        if p.frag != Frag::Later {
+            match p.l4info {
+                L4::Other => return Err(DropReason::UNSUPPORTED_PROTOCOL),
+                L4::Icmp { ty, .. } if !icmp_is_query(ty) && !icmp_is_error(ty) => {
+                    return Err(DropReason::UNSUPPORTED_PROTOCOL);
+                }
+                _ => {}
             }
-            _ => {}
+        } else if !matches!(p.proto, PROTO_TCP | PROTO_UDP | PROTO_ICMP) {
+            return Err(DropReason::UNSUPPORTED_PROTOCOL);
         }
         if self.decrement_ttl {
             if p.ttl <= 1 {
@@ -791,35 +1301,14 @@ impl Nat {
         Ok(p)
     }
 
-    /// Updates TCP state bits and the session state from a packet's flags.
-    #[inline(always)]
-    fn tcp_track(s: &mut Session, flags: u8, inbound: bool) {
-        if !inbound && flags & TCP_SYN != 0 && s.tcp & (F_RST | F_FIN_OUT | F_FIN_IN) != 0 {
-            s.tcp = 0; // reopen
-        }
-        s.tcp |= if inbound { F_SEEN_IN } else { F_SEEN_OUT };
-        if flags & TCP_RST != 0 {
-            s.tcp |= F_RST;
-        }
-        if flags & TCP_FIN != 0 {
-            s.tcp |= if inbound { F_FIN_IN } else { F_FIN_OUT };
-        }
-        s.state = if s.tcp & F_RST != 0 || s.tcp & (F_FIN_IN | F_FIN_OUT) == F_FIN_IN | F_FIN_OUT {
-            ST_TCP_TRANSITORY
-        } else if s.tcp & (F_SEEN_IN | F_SEEN_OUT) == F_SEEN_IN | F_SEEN_OUT {
-            ST_TCP_ESTABLISHED
-        } else {
-            ST_TCP_TRANSITORY
-        };
-    }
+    // ---- rewriting -------------------------------------------------------------------------
 
-    /// Rewrites a TCP/UDP/ICMP-query packet for session `idx`.
+    /// Rewrites a TCP/UDP/ICMP-query packet for session `idx` in direction `inbound`, and
+    /// refreshes the session (both directions refresh: RFC 4787 REQ-6 and its MAY). The caller
+    /// counts the packet once it is through (a hairpinned packet is translated twice).
     #[inline(always)]
     fn translate(&mut self, h: &mut [u8], p: &Parsed, idx: u32, inbound: bool, now: u32) {
-        let timeouts = self.timeouts;
-        let nat_ip = self.nat_ip;
-        let mut sess = self.sessions.get(idx);
-        let s = &mut sess;
+        let mut s = self.sessions.get(idx);
         let (ipd, l4d) = if inbound {
             (
                 CsumDelta::from_raw(s.ip_delta).negate(),
@@ -834,21 +1323,19 @@ impl Nat {
         let (addr, port) = if inbound {
             (s.out_key.src(), s.out_key.sport())
         } else {
-            (nat_ip, s.nat_port)
+            (s.nat_ip, s.nat_port)
         };
-        // IPv4: address and header checksum.
         let ip = &mut h[p.l3..p.l3 + IPV4_HLEN];
         write_u32(ip, if inbound { 16 } else { 12 }, addr);
         let hc = ipd.apply(read_u16(ip, 10));
         write_u16(ip, 10, hc);
-        // L4: port/identifier and checksum.
         let l4 = &mut h[p.l4..];
         match p.l4info {
             L4::Tcp { flags, .. } => {
                 write_u16(l4, if inbound { 2 } else { 0 }, port);
                 let c = l4d.apply(read_u16(l4, 16));
                 write_u16(l4, 16, c);
-                Self::tcp_track(s, flags, inbound);
+                s.state = tcp::track(&mut s.tcp, flags, inbound);
             }
             L4::Udp { .. } => {
                 write_u16(l4, if inbound { 2 } else { 0 }, port);
@@ -862,158 +1349,159 @@ impl Nat {
             }
             L4::Other => {}
         }
-        s.deadline = now.wrapping_add(timeouts.of(s.state));
-        self.sessions.set(idx, &sess);
-        if inbound {
-            self.c.inbound_translated += 1;
-        } else {
-            self.c.outbound_translated += 1;
-        }
+        s.deadline = now.wrapping_add(self.timeouts.of(s.state));
+        self.sessions.set(idx, &s);
     }
 
-    /// Finds the live session for a packet key with a known lookup result.
-    #[inline(always)]
-    fn session_for(&mut self, slot: u32, inbound: bool, now: u32) -> Option<u32> {
-        if slot == NO_SLOT {
-            return None;
-        }
-        let v = self.table.value(slot);
-        if (v & 1 == 1) != inbound {
-            return None;
-        }
-        let idx = v >> 1;
-        let s = self.sessions.get(idx);
-        if self.is_expired(&s, now) {
-            self.free_session(idx);
-            self.c.expired += 1;
-            return None;
-        }
-        Some(idx)
-    }
-
-    /// Translates an ICMP error by its embedded header (see the module docs).
-    fn translate_icmp_error(
+    /// A TCP/UDP/ICMP-query packet: find or create its session, translate, hairpin.
+    #[allow(clippy::too_many_arguments)]
+    fn flow(
         &mut self,
-        h: &mut [u8],
-        frame_len: usize,
+        burst: &mut Burst,
+        i: usize,
         p: &Parsed,
-        inbound: bool,
+        guess: bool,
+        key: FlowKey,
+        slot: u32,
         now: u32,
     ) -> Result<(), DropReason> {
-        let msg_end = p.l3 + usize::from(p.total_len);
-        let e3 = p.l4 + ICMP_HLEN;
-        // Embedded IPv4 header.
-        let need = |end: usize, c: &mut Counters| -> Result<(), DropReason> {
-            if end > msg_end || end > frame_len {
-                Err(DropReason::TRUNCATED)
-            } else if end > h.len() {
-                c.header_segment_short += 1;
-                Err(DropReason::TRUNCATED)
-            } else {
-                Ok(())
-            }
-        };
-        need(e3 + IPV4_HLEN, &mut self.c)?;
-        let vihl = h[e3];
-        if vihl >> 4 != 4 || vihl & 0x0F < 5 {
-            return Err(DropReason::MALFORMED);
-        }
-        let eihl = usize::from(vihl & 0x0F) * 4;
-        let e4 = e3 + eihl;
-        need(e4 + 8, &mut self.c)?;
-        if read_u16(h, e3 + 6) & 0x1FFF != 0 {
-            // Error about a later fragment: no ports to match.
-            self.c.fragments_dropped += 1;
-            return Err(DropReason::FRAGMENT);
-        }
-        let eproto = h[e3 + 9];
-        let esrc = read_u32(h, e3 + 12);
-        let edst = read_u32(h, e3 + 16);
-        let (esport, edport) = match eproto {
-            PROTO_TCP | PROTO_UDP => (read_u16(h, e4), read_u16(h, e4 + 2)),
-            PROTO_ICMP if icmp_is_query(h[e4]) => {
-                // The embedded message went the other way: outbound queries carry (id, 0).
-                let id = read_u16(h, e4 + 4);
-                if inbound { (id, 0) } else { (0, id) }
-            }
-            _ => return Err(DropReason::UNSUPPORTED_PROTOCOL),
-        };
-        // The embedded packet travelled in the opposite direction of this error.
-        let key = FlowKey::new(edst, esrc, edport, esport, eproto);
-        if inbound && esrc != self.nat_ip {
-            self.c.no_mapping += 1;
-            return Err(self.reasons.no_mapping);
-        }
-        let slot = self.table.lookup(&key, now).unwrap_or(NO_SLOT);
-        let Some(idx) = self.session_for(slot, inbound, now) else {
-            self.c.no_mapping += 1;
-            return Err(self.reasons.no_mapping);
-        };
-        let s = self.sessions.get(idx);
-        let (ipd, l4d, new_addr, new_port) = if inbound {
-            (
-                CsumDelta::from_raw(s.ip_delta).negate(),
-                CsumDelta::from_raw(s.l4_delta).negate(),
-                s.out_key.src(),
-                s.out_key.sport(),
-            )
+        let rx_port = burst.rx_port(i);
+        let hit = if slot == NO_SLOT {
+            None
         } else {
-            (
-                CsumDelta::from_raw(s.ip_delta),
-                CsumDelta::from_raw(s.l4_delta),
-                self.nat_ip,
-                s.nat_port,
-            )
+            let v = self.table.value(slot);
+            self.live_session(v, now)
         };
-        // Changes inside the ICMP message, accumulated for the outer ICMP checksum.
-        let mut icmp_d = CsumDelta::default();
-        // Embedded address: the source of an inbound error's embedded packet (it left as NAT
-        // address), the destination of an outbound error's (it arrived for the inside host).
-        let addr_off = if inbound { e3 + 12 } else { e3 + 16 };
-        let old_addr = read_u32(h, addr_off);
-        write_u32(h, addr_off, new_addr);
-        icmp_d.add32(old_addr, new_addr);
-        let old_ec = read_u16(h, e3 + 10);
-        let new_ec = ipd.apply(old_ec);
-        write_u16(h, e3 + 10, new_ec);
-        icmp_d.add16(old_ec, new_ec);
-        // Embedded port / identifier and L4 checksum.
-        let (port_off, csum_off) = match eproto {
-            PROTO_UDP => (if inbound { e4 } else { e4 + 2 }, Some(e4 + 6)),
-            PROTO_TCP => (
-                if inbound { e4 } else { e4 + 2 },
-                (e4 + 18 <= msg_end && e4 + 18 <= h.len()).then_some(e4 + 16),
-            ),
-            _ => (e4 + 4, Some(e4 + 2)),
+        let (idx, inbound) = match hit {
+            Some((_, inb)) if self.direction == DirectionPolicy::ByPort && inb != guess => {
+                self.c.no_mapping += 1;
+                return Err(self.reasons.no_mapping);
+            }
+            Some(x) => x,
+            None if !guess => (self.outbound_miss(key, p, now)?, false),
+            None if self.hairpin_source(p, rx_port) => {
+                (self.outbound_miss(Self::key_of(p, false), p, now)?, false)
+            }
+            None => (self.inbound_miss(key, p, now)?, true),
         };
-        let old_port = read_u16(h, port_off);
-        write_u16(h, port_off, new_port);
-        icmp_d.add16(old_port, new_port);
-        if let Some(co) = csum_off {
-            let old_c = read_u16(h, co);
-            let new_c = if eproto == PROTO_UDP {
-                l4d.apply_udp(old_c)
-            } else {
-                l4d.apply(old_c)
-            };
-            write_u16(h, co, new_c);
-            icmp_d.add16(old_c, new_c);
+        self.translate(burst.header_mut(i), p, idx, inbound, now);
+        if !inbound && self.hairpinning && self.pool.contains(p.dst) {
+            self.hairpin(burst, i, p, idx, now)?;
         }
-        // Outer ICMP checksum.
-        let oc = read_u16(h, p.l4 + 2);
-        write_u16(h, p.l4 + 2, icmp_d.apply(oc));
-        // Outer IPv4 address and checksum.
-        let outer_off = if inbound { p.l3 + 16 } else { p.l3 + 12 };
-        write_u32(h, outer_off, new_addr);
-        let hc = ipd.apply(read_u16(h, p.l3 + 10));
-        write_u16(h, p.l3 + 10, hc);
-        self.c.icmp_errors_translated += 1;
         if inbound {
             self.c.inbound_translated += 1;
         } else {
             self.c.outbound_translated += 1;
         }
         Ok(())
+    }
+
+    /// The second half of a hairpinned packet (its source already translated by session `a`):
+    /// translate its destination, the outside endpoint of another inside host, inbound.
+    fn hairpin(
+        &mut self,
+        burst: &mut Burst,
+        i: usize,
+        p: &Parsed,
+        a: u32,
+        now: u32,
+    ) -> Result<(), DropReason> {
+        if matches!(p.l4info, L4::Icmp { .. }) {
+            self.c.no_mapping += 1;
+            return Err(self.reasons.no_mapping);
+        }
+        let s = self.sessions.get(a);
+        let (_, dport) = p.ports();
+        if !self.alloc.owns(dport) {
+            self.c.hairpin_via_outside += 1;
+            return Ok(());
+        }
+        let k = FlowKey::new(s.nat_ip, p.dst, s.nat_port, dport, p.proto);
+        let hit = match self.table.lookup(&k, now) {
+            Some(slot) => {
+                let v = self.table.value(slot);
+                self.live_session(v, now).filter(|&(_, inb)| inb)
+            }
+            None => None,
+        };
+        let b = match hit {
+            Some((b, _)) => b,
+            None => self.inbound_miss(k, p, now)?,
+        };
+        self.translate(burst.header_mut(i), p, b, true, now);
+        self.c.hairpinned += 1;
+        if self.direction == DirectionPolicy::ByPort {
+            let rx = burst.rx_port(i);
+            burst.set_verdict(i, Verdict::tx(rx));
+        }
+        Ok(())
+    }
+
+    /// Records the translation of a first fragment (or its failure) for its later fragments.
+    fn record_first(&mut self, burst: &Burst, i: usize, p: &Parsed, ok: bool, now: u32) {
+        let h = burst.header(i);
+        let ip = &h[p.l3..p.l3 + IPV4_HLEN];
+        let ident = read_u16(ip, 4);
+        let outcome = if ok {
+            let (ns, nd) = (
+                crate::headers::read_u32(ip, 12),
+                crate::headers::read_u32(ip, 16),
+            );
+            Outcome::Translated {
+                src: if ns != p.src { ns } else { 0 },
+                dst: if nd != p.dst { nd } else { 0 },
+            }
+        } else {
+            Outcome::Failed
+        };
+        self.frags
+            .record(p.src, p.dst, ident, p.proto, outcome, now);
+    }
+
+    /// A later fragment (no L4 header): translated like its first fragment, translated at once
+    /// when outbound, or held.
+    fn later_fragment(
+        &mut self,
+        burst: &mut Burst,
+        i: usize,
+        p: &Parsed,
+        guess: bool,
+        now: u32,
+    ) -> Result<(), DropReason> {
+        let ident = read_u16(burst.header(i), p.l3 + 4);
+        match self.frags.lookup(p.src, p.dst, ident, p.proto, now) {
+            Outcome::Translated { src, dst } => {
+                self.fragment_translated(burst, i, p.l3, src, dst);
+                Ok(())
+            }
+            Outcome::Failed => {
+                self.frags.c.first_dropped += 1;
+                Err(self.reasons.fragment_first_dropped)
+            }
+            Outcome::Unknown if !guess && !self.pool.contains(p.dst) => {
+                // Outbound: its new source is the paired address, whatever its ports.
+                let (nat_ip, _) = self.pool.paired(p.src);
+                frag::rewrite(burst.header_mut(i), p.l3, nat_ip, 0);
+                self.frags.c.translated_early += 1;
+                self.c.outbound_translated += 1;
+                Ok(())
+            }
+            Outcome::Unknown => {
+                self.to_hold.push(i);
+                Ok(())
+            }
+        }
+    }
+
+    /// Rewrites a later fragment as its first fragment was (`src`/`dst`: 0 = unchanged).
+    fn fragment_translated(&mut self, burst: &mut Burst, i: usize, l3: usize, src: u32, dst: u32) {
+        frag::rewrite(burst.header_mut(i), l3, src, dst);
+        self.frags.c.translated += 1;
+        if dst != 0 {
+            self.c.inbound_translated += 1;
+        } else {
+            self.c.outbound_translated += 1;
+        }
     }
 
     fn process_chunk(&mut self, burst: &mut Burst, start: usize, end: usize, now: u32) {
@@ -1030,31 +1518,27 @@ impl Nat {
             self.c.packets += 1;
             let frame_len = burst.frame_len(i);
             let rx_port = burst.rx_port(i);
-            let r = self.screen(burst.header_mut(i), frame_len);
-            match r {
+            match self.screen(burst.header_mut(i), frame_len) {
                 Err(reason) => {
                     self.c.drops.add(reason, 1);
                     burst.drop_packet(i, reason);
                     self.pending.push(Pending::Done);
                 }
+                Ok(p) if p.frag == Frag::Later => {
+                    let guess = self.is_inbound(&p, rx_port);
+                    self.pending.push(Pending::Later { p, guess });
+                }
                 Ok(p) => {
-                    let inbound = self.is_inbound(&p, rx_port);
                     if let L4::Icmp { ty, .. } = p.l4info
                         && icmp_is_error(ty)
                     {
-                        self.pending.push(Pending::IcmpError { p, inbound });
+                        self.pending.push(Pending::IcmpError { p });
                         continue;
                     }
-                    if !inbound && p.dst == self.nat_ip {
-                        self.c.hairpin_dropped += 1;
-                        self.c.drops.add(DropReason::POLICY, 1);
-                        burst.drop_packet(i, DropReason::POLICY);
-                        self.pending.push(Pending::Done);
-                        continue;
-                    }
-                    self.keys[nkeys] = Self::key_of(&p, inbound);
+                    let guess = self.is_inbound(&p, rx_port);
+                    self.keys[nkeys] = Self::key_of(&p, guess);
                     nkeys += 1;
-                    self.pending.push(Pending::Flow { p, inbound });
+                    self.pending.push(Pending::Flow { p, guess });
                 }
             }
         }
@@ -1071,7 +1555,6 @@ impl Nat {
         for &slot in &self.slots[..nkeys] {
             if slot != NO_SLOT {
                 self.sessions
-                    .slots
                     .prefetch((self.table.value(slot) >> 1) as usize);
             }
         }
@@ -1079,58 +1562,83 @@ impl Nat {
         // Pass 3: act, in packet order.
         let mut j = 0usize;
         for (k, i) in (start..end).enumerate() {
-            match self.pending[k] {
-                Pending::Done => {}
-                Pending::Flow { p, inbound } => {
+            let r = match self.pending[k] {
+                Pending::Done => continue,
+                Pending::Flow { p, guess } => {
                     let key = self.keys[j];
                     let h = self.hashes[j];
                     let mut slot = self.slots[j];
                     j += 1;
-                    // Slots from the bulk lookup stay valid while the epoch holds; earlier packets
-                    // may have moved or removed entries, or inserted this very key.
+                    // Slots from the bulk lookup stay valid while the epoch holds; earlier
+                    // packets may have moved or removed entries, or inserted this very key.
                     if self.table.epoch() != bulk_epoch || slot == NO_SLOT {
                         slot = self.table.lookup_hashed(&key, h, now).unwrap_or(NO_SLOT);
                     }
-                    let idx = match self.session_for(slot, inbound, now) {
-                        Some(idx) => Ok(idx),
-                        None if inbound => {
-                            self.c.no_mapping += 1;
-                            Err(self.reasons.no_mapping)
-                        }
-                        None => self.new_session(key, h, now),
-                    };
-                    match idx {
-                        Ok(idx) => {
-                            self.translate(burst.header_mut(i), &p, idx, inbound, now);
-                            if let Some(v) = self.verifier.as_mut() {
-                                v.verify(burst, i);
-                            }
-                        }
-                        Err(reason) => {
-                            self.c.drops.add(reason, 1);
-                            burst.drop_packet(i, reason);
-                        }
+                    let r = self.flow(burst, i, &p, guess, key, slot, now);
+                    if p.frag == Frag::First {
+                        self.record_first(burst, i, &p, r.is_ok(), now);
+                    }
+                    r
+                }
+                Pending::IcmpError { p } => {
+                    let r = self.icmp_error(burst, i, &p, now);
+                    if p.frag == Frag::First {
+                        self.record_first(burst, i, &p, r.is_ok(), now);
+                    }
+                    r
+                }
+                Pending::Later { p, guess } => self.later_fragment(burst, i, &p, guess, now),
+            };
+            match r {
+                Ok(()) => {
+                    if let Some(v) = self.verifier.as_mut()
+                        && self.to_hold.last() != Some(&i)
+                    {
+                        v.verify(burst, i);
                     }
                 }
-                Pending::IcmpError { p, inbound } => {
-                    let frame_len = burst.frame_len(i);
-                    match self.translate_icmp_error(
-                        burst.header_mut(i),
-                        frame_len,
-                        &p,
-                        inbound,
-                        now,
-                    ) {
-                        Ok(()) => {
-                            if let Some(v) = self.verifier.as_mut() {
-                                v.verify(burst, i);
-                            }
-                        }
-                        Err(reason) => {
-                            self.c.drops.add(reason, 1);
-                            burst.drop_packet(i, reason);
-                        }
+                Err(reason) => {
+                    self.c.drops.add(reason, 1);
+                    burst.drop_packet(i, reason);
+                }
+            }
+        }
+    }
+
+    /// Holds the later fragments collected in `to_hold` (highest index first, so the indices
+    /// of the others stay valid), or translates those whose first fragment came later in the
+    /// same burst.
+    fn hold_fragments(&mut self, burst: &mut Burst, now: u32) {
+        while let Some(i) = self.to_hold.pop() {
+            let Ok(p) = parse(burst.header(i), burst.frame_len(i)) else {
+                continue;
+            };
+            let ident = read_u16(burst.header(i), p.l3 + 4);
+            let r = match self.frags.lookup(p.src, p.dst, ident, p.proto, now) {
+                Outcome::Translated { src, dst } => {
+                    self.fragment_translated(burst, i, p.l3, src, dst);
+                    Ok(())
+                }
+                Outcome::Failed => {
+                    self.frags.c.first_dropped += 1;
+                    Err(self.reasons.fragment_first_dropped)
+                }
+                Outcome::Unknown => {
+                    if self.frags.hold(burst, i, &p, ident, now) {
+                        continue;
                     }
+                    Err(self.reasons.fragment_hold_full)
+                }
+            };
+            match r {
+                Ok(()) => {
+                    if let Some(v) = self.verifier.as_mut() {
+                        v.verify(burst, i);
+                    }
+                }
+                Err(reason) => {
+                    let reason = self.drop_reason(reason);
+                    burst.drop_packet(i, reason);
                 }
             }
         }
@@ -1153,50 +1661,109 @@ impl NetworkFunction for Nat {
             self.process_chunk(burst, start, end, now);
             start = end;
         }
+        if !self.to_hold.is_empty() {
+            self.hold_fragments(burst, now);
+        }
     }
 
-    /// Return traffic (to the NAT address, destination port in this instance's slice) must reach
-    /// the worker that owns the sessions of that slice. ICMP queries are not steered (their
-    /// identifier is not a port a NIC matches on) and follow RSS.
+    fn held(&self) -> usize {
+        self.frags.held()
+    }
+
+    fn release(&mut self, out: &mut Burst, ctx: &NfContext, flush: bool) {
+        let now = ms_ticks(ctx.now_ns);
+        let r = self.reasons;
+        let from = out.len();
+        let (inb, outb) = self.frags.release(out, now, flush, &r, &mut self.c.drops);
+        self.c.inbound_translated += inb;
+        self.c.outbound_translated += outb;
+        if let Some(v) = self.verifier.as_mut() {
+            for i in from..out.len() {
+                if out.is_live(i) {
+                    v.verify(out, i);
+                }
+            }
+        }
+    }
+
+    /// Return traffic (to an outside address, destination port in this instance's slice) must
+    /// reach the worker that owns the sessions of that slice: one rule per outside address.
+    /// ICMP queries are not steered (their identifier is not a port a NIC matches on) and
+    /// follow RSS.
     fn steering_rules(&self, queue: u16) -> Vec<dataplane::steer::SteerRule> {
-        vec![dataplane::steer::SteerRule {
-            dst_ip: std::net::Ipv4Addr::from(self.nat_ip),
-            dst_ports: (self.port_lo, self.port_hi),
-            queue,
-        }]
+        (0..self.pool.len())
+            .map(|i| dataplane::steer::SteerRule {
+                dst_ip: std::net::Ipv4Addr::from(self.pool.address(i)),
+                dst_ports: self.alloc.range(),
+                queue,
+            })
+            .collect()
     }
 
     fn stats(&self) -> serde_json::Value {
         let c = &self.c;
         let ts = self.table.stats();
-        let mut v = serde_json::json!({
-            "packets": c.packets,
-            "skipped": c.skipped,
-            "translations": c.inbound_translated + c.outbound_translated,
-            "inbound_translated": c.inbound_translated,
-            "outbound_translated": c.outbound_translated,
-            "new_mappings": c.new_mappings,
-            "port_exhausted": c.port_exhausted,
-            "table_full": c.table_full,
-            "no_mapping": c.no_mapping,
-            "expired": c.expired,
-            "evicted": c.evicted,
-            "active_mappings": self.active as u64,
-            "icmp_errors_translated": c.icmp_errors_translated,
-            "fragments_dropped": c.fragments_dropped,
-            "header_segment_short": c.header_segment_short,
-            "hairpin_dropped": c.hairpin_dropped,
-            "ttl_expired": c.ttl_expired,
-            "dropped": c.drops.total(),
-            "drops": drops_json(&c.drops, &[self.reasons.no_mapping, self.reasons.port_exhausted]),
-            "table": {
-                "lookups": ts.lookups,
-                "hits": ts.hits,
-                "inserts": ts.inserts,
-                "cuckoo_moves": ts.cuckoo_moves,
-                "evictions": ts.evictions,
-                "full_drops": ts.full_drops,
-            },
+        let f = &self.frags.c;
+        let counts: [(&str, u64); 34] = [
+            ("packets", c.packets),
+            ("skipped", c.skipped),
+            ("translations", c.inbound_translated + c.outbound_translated),
+            ("inbound_translated", c.inbound_translated),
+            ("outbound_translated", c.outbound_translated),
+            ("new_mappings", c.new_mappings),
+            ("new_eim_mappings", c.new_eim_mappings),
+            ("inbound_sessions", c.inbound_sessions),
+            ("port_exhausted", c.port_exhausted),
+            ("port_probes", c.port_probes),
+            ("ports_preserved", c.ports_preserved),
+            ("port_holds", c.port_holds),
+            ("hold_blocked", c.hold_blocked),
+            ("holds_ended_early", c.holds_ended_early),
+            ("subscriber_limit", c.subscriber_limit),
+            ("filtered", c.filtered),
+            ("tcp_not_syn", c.tcp_not_syn),
+            ("table_full", c.table_full),
+            ("no_mapping", c.no_mapping),
+            ("expired", c.expired),
+            ("evicted", c.evicted),
+            ("active_mappings", self.active as u64),
+            ("active_eim_mappings", self.active_maps as u64),
+            ("icmp_errors_translated", c.icmp_errors_translated),
+            ("icmp_errors_slow_path", c.icmp_errors_slow_path),
+            ("icmp_bad_checksum", c.icmp_bad_checksum),
+            ("icmp_errors_unverified", c.icmp_errors_unverified),
+            ("payload_unwritable", c.payload_unwritable),
+            ("fragments_dropped", c.fragments_dropped),
+            ("header_segment_short", c.header_segment_short),
+            ("hairpinned", c.hairpinned),
+            ("hairpin_via_outside", c.hairpin_via_outside),
+            ("ttl_expired", c.ttl_expired),
+            ("dropped", c.drops.total()),
+        ];
+        let mut m = serde_json::Map::new();
+        for (k, n) in counts {
+            m.insert(k.to_string(), n.into());
+        }
+        let mut v = serde_json::Value::Object(m);
+        v["fragments"] = serde_json::json!({
+            "first": f.first,
+            "translated": f.translated,
+            "translated_early": f.translated_early,
+            "held": f.held,
+            "released": f.released,
+            "timed_out": f.timed_out,
+            "hold_full": f.hold_full,
+            "first_dropped": f.first_dropped,
+            "held_now": self.frags.held() as u64,
+        });
+        v["drops"] = drops_json(&c.drops, &self.reasons.all());
+        v["table"] = serde_json::json!({
+            "lookups": ts.lookups,
+            "hits": ts.hits,
+            "inserts": ts.inserts,
+            "cuckoo_moves": ts.cuckoo_moves,
+            "evictions": ts.evictions,
+            "full_drops": ts.full_drops,
         });
         if let Some(ver) = &self.verifier {
             v["verify_slow_path"] = ver.verified.into();
