@@ -221,6 +221,37 @@ impl FrameSpec {
         ip
     }
 
+    /// The frame split into IPv4 fragments carrying at most `chunk` bytes of the datagram's
+    /// payload each (rounded down to a multiple of 8, at least 8), in order: the first carries
+    /// the L4 header; each has its own IPv4 header (more-fragments set on all but the last,
+    /// the offset in 8-byte units, the same identification) with its checksum. Options are
+    /// copied into every fragment. For tests of virtual reassembly.
+    pub fn fragments(&self, chunk: usize) -> Vec<Vec<u8>> {
+        let whole = self.build();
+        let l3 = if self.vlan.is_some() { 18 } else { 14 };
+        let ihl = usize::from(whole[l3] & 0x0F) * 4;
+        let total = usize::from(u16::from_be_bytes([whole[l3 + 2], whole[l3 + 3]]));
+        let data = &whole[l3 + ihl..l3 + total];
+        let chunk = (chunk / 8).max(1) * 8;
+        let mut out = Vec::new();
+        let mut off = 0;
+        while off < data.len() {
+            let end = (off + chunk).min(data.len());
+            let mut f = whole[..l3 + ihl].to_vec();
+            f.extend_from_slice(&data[off..end]);
+            let ip = &mut f[l3..];
+            ip[2..4].copy_from_slice(&((ihl + end - off) as u16).to_be_bytes());
+            let mf = if end < data.len() { 0x2000 } else { 0 };
+            ip[6..8].copy_from_slice(&(mf | (off / 8) as u16).to_be_bytes());
+            ip[10..12].copy_from_slice(&[0, 0]);
+            let c = ipv4_header_checksum(&ip[..ihl]);
+            ip[10..12].copy_from_slice(&c.to_be_bytes());
+            out.push(f);
+            off = end;
+        }
+        out
+    }
+
     /// The Ethernet frame (no FCS).
     pub fn build(&self) -> Vec<u8> {
         let mut f = vec![0x02, 0, 0, 0, 0, 0x01, 0x02, 0, 0, 0, 0, 0x02];
@@ -273,5 +304,22 @@ mod tests {
             assert_eq!(verify_frame_checksums(&f), Ok(()), "{s:?}");
         }
         assert_eq!(udp64(1, 2, 3, 4).len(), 60);
+    }
+
+    #[test]
+    fn fragments_cover_the_datagram() {
+        let s = FrameSpec::udp(1, 2, 3, 4, 100);
+        let whole = s.build();
+        let frags = s.fragments(40);
+        assert_eq!(frags.len(), 3, "108 bytes of UDP in 40 + 40 + 28");
+        let mut data = Vec::new();
+        for (k, f) in frags.iter().enumerate() {
+            assert_eq!(verify_frame_checksums(f), Ok(()));
+            let word = u16::from_be_bytes([f[20], f[21]]);
+            assert_eq!(usize::from(word & 0x1FFF) * 8, data.len());
+            assert_eq!(word & 0x2000 != 0, k < 2);
+            data.extend_from_slice(&f[34..]);
+        }
+        assert_eq!(data, whole[34..]);
     }
 }

@@ -1017,9 +1017,9 @@ impl Nat {
             self.c.port_exhausted += 1;
             return Err(self.reasons.port_exhausted);
         }
-        let mut cands = self.alloc.candidates(port);
+        let cands = self.alloc.candidates(port);
         let mut found = None;
-        while let Some(c) = cands.next() {
+        for c in cands {
             self.c.port_probes += 1;
             if self.eim_port_free(nat_ip, c, proto, inside, now) {
                 found = Some(c);
@@ -1108,8 +1108,8 @@ impl Nat {
     /// time.
     fn edm_port(&mut self, k: FlowKey, nat_ip: u32, now: u32) -> Result<u16, DropReason> {
         let sub = k.src();
-        let mut cands = self.alloc.candidates(k.sport());
-        while let Some(c) = cands.next() {
+        let cands = self.alloc.candidates(k.sport());
+        for c in cands {
             self.c.port_probes += 1;
             let ik = FlowKey::new(k.dst(), nat_ip, k.dport(), c, k.proto());
             let free = match self.table.peek(&ik) {
