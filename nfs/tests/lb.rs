@@ -299,7 +299,11 @@ fn icmp_errors_about_a_vip_flow_reach_that_flows_backend_with_maglev() {
             let err = frag_needed_about(c, p, if k % 2 == 0 { 28 } else { 48 });
             let (o, v) = run1(&mut l, &f, &err, 2 * SEC);
             assert_eq!(v, Verdict::tx(1), "{mode}");
-            assert_eq!(backend_of(&o), backends[k], "{mode}: error {k} to its flow's backend");
+            assert_eq!(
+                backend_of(&o),
+                backends[k],
+                "{mode}: error {k} to its flow's backend"
+            );
             assert_eq!(verify_frame_checksums(&o), Ok(()));
             assert_eq!(o[34..], err[34..], "{mode}: the ICMP message is untouched");
         }
