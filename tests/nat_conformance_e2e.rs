@@ -16,8 +16,6 @@ use nfs::headers::{ipv4_header_checksum, parse, read_u16, read_u32, verify_frame
 use nmdp::app::{RunOptions, run};
 use serde_json::Value;
 
-const X: u32 = 0x0a00_0001; // configs/nat.toml's nat_ip, 10.0.0.1
-
 fn ip(s: &str) -> u32 {
     u32::from(s.parse::<std::net::Ipv4Addr>().unwrap())
 }
@@ -55,6 +53,22 @@ fn shipped(name: &str) -> PathBuf {
     Path::new(env!("CARGO_MANIFEST_DIR"))
         .join("configs")
         .join(name)
+}
+
+/// The outside address `configs/nat.toml`'s NAT pairs inside address `inside` with (its pool
+/// as shipped; pairing is a fixed hash, the same in every NAT built from the same pool).
+fn paired(inside: &str) -> u32 {
+    let cfg: toml::Table =
+        toml::from_str(&std::fs::read_to_string(shipped("nat.toml")).unwrap()).unwrap();
+    let mut nat = cfg["pipeline"].as_array().unwrap()[0]
+        .as_table()
+        .unwrap()
+        .clone();
+    assert_eq!(nat.remove("name").unwrap().as_str(), Some("nat"));
+    nat.insert("flows".into(), toml::Value::Integer(16));
+    nfs::nat::Nat::from_params(&nat, 0, 1)
+        .unwrap()
+        .paired_address(ip(inside))
 }
 
 fn n(v: &Value) -> u64 {
@@ -99,16 +113,20 @@ fn shipped_nat_config_translates_icmp_errors_fragments_and_hairpins_in_every_mod
     let a = "192.168.1.10";
     let b = "192.168.1.20";
     let server = "8.8.8.8";
-    let x = std::net::Ipv4Addr::from(X).to_string();
+    let (xa, xb) = (paired(a), paired(b));
+    let (x, x_b) = (
+        std::net::Ipv4Addr::from(xa).to_string(),
+        std::net::Ipv4Addr::from(xb).to_string(),
+    );
     let mut frames = Vec::new();
     // 0, 1: a UDP and a TCP flow out (inside ports are free: kept on the outside).
     frames.push(udp(a, 5000, server, 53, 300).build());
     frames.push(FrameSpec::tcp(ip(a), ip(server), 40000, 443, 0x02, 0).build());
     // 2, 3: the server's router sends "fragmentation needed" about each, as they left the NAT.
     let udp_out = udp(&x, 5000, server, 53, 300).ip_packet();
-    let tcp_out = FrameSpec::tcp(X, ip(server), 40000, 443, 0x02, 0).ip_packet();
-    frames.push(icmp_error(server, X, 4, udp_out, 56));
-    frames.push(icmp_error(server, X, 4, tcp_out, 40));
+    let tcp_out = FrameSpec::tcp(xa, ip(server), 40000, 443, 0x02, 0).ip_packet();
+    frames.push(icmp_error(server, xa, 4, udp_out, 56));
+    frames.push(icmp_error(server, xa, 4, tcp_out, 40));
     // 4..=9: a fragmented datagram out in order, another one reversed.
     let mut big = udp(a, 5001, server, 53, 1000);
     big.ident = 0x0a0a;
@@ -126,9 +144,9 @@ fn shipped_nat_config_translates_icmp_errors_fragments_and_hairpins_in_every_mod
         frames.push(udp("192.168.7.7", 10000 + k, "9.9.9.9", 53, 100).build());
     }
     frames.push(rf[0].clone());
-    // Hairpinning: B talks to a server (mapping X:6000), then A sends to X:6000.
+    // Hairpinning: B talks to a server (mapping X_B:6000), then A sends to X_B:6000.
     frames.push(udp(b, 6000, "203.0.113.1", 3478, 100).build());
-    frames.push(udp(a, 7000, &x, 6000, 100).build());
+    frames.push(udp(a, 7000, &x_b, 6000, 100).build());
     let cfg = shipped("nat.toml");
     let mut reference: Option<Vec<Vec<u8>>> = None;
     for mode in DatapathMode::ALL {
@@ -164,7 +182,7 @@ fn shipped_nat_config_translates_icmp_errors_fragments_and_hairpins_in_every_mod
             let frs: Vec<&Vec<u8>> = got.iter().filter(|f| frag_id(f).0 == ident).collect();
             assert_eq!(frs.len(), 3, "{mode}: datagram {ident:#x}");
             for f in &frs {
-                assert_eq!(read_u32(f, 26), X, "{mode}: source translated");
+                assert_eq!(read_u32(f, 26), xa, "{mode}: source translated");
             }
             let first = frs.iter().find(|f| frag_id(f).1 & 0x1fff == 0).unwrap();
             assert_eq!(read_u16(first, 34), 5001, "{mode}: inside port kept");
@@ -182,7 +200,7 @@ fn shipped_nat_config_translates_icmp_errors_fragments_and_hairpins_in_every_mod
         // Hairpinning: B receives A's packet from A's outside endpoint.
         let at_b = find(&|f: &[u8]| read_u32(f, 30) == ip(b) && f[23] == 17);
         let p = parse(&at_b, at_b.len()).unwrap();
-        assert_eq!((p.src, p.ports()), (X, (7000, 6000)), "{mode}");
+        assert_eq!((p.src, p.ports()), (xa, (7000, 6000)), "{mode}");
         assert_eq!(
             at_b[42..],
             frames.last().unwrap()[42..],
@@ -202,7 +220,7 @@ fn shipped_nat_config_translates_icmp_errors_fragments_and_hairpins_in_every_mod
 
 #[test]
 fn shipped_nat_config_accounts_for_fragments_whose_first_never_comes() {
-    let x = std::net::Ipv4Addr::from(X).to_string();
+    let x = std::net::Ipv4Addr::from(paired("192.168.1.10")).to_string();
     let mut frames = vec![udp("192.168.1.10", 5000, "8.8.8.8", 53, 100).build()];
     let mut reply = udp("8.8.8.8", 53, &x, 5000, 1000);
     reply.ident = 0x0d0d;
