@@ -334,6 +334,8 @@ pub struct Nat {
     frags: Fragments,
     active: usize,
     active_maps: usize,
+    /// Mappings on hold (the expiry scan walks the mappings only while there are some).
+    held_maps: usize,
     reasons: Reasons,
     verifier: Option<ChecksumVerifier>,
     c: Counters,
@@ -417,8 +419,8 @@ impl Nat {
         let pool = AddressPool::new(&st.pool);
         let eim = cfg.mapping == Mapping::EndpointIndependent;
         let share = |limit: u32| limit.div_ceil(u32::from(workers));
-        // The session table first: it is the one every packet reads, so it gets the huge
-        // pages when the reserved ones do not suffice for every table.
+        // The session table and pool first: they are what every packet reads, so they get the
+        // huge pages when the reserved ones do not suffice for every table.
         let table = FlowTable::try_new(
             sessions * 2,
             0,
@@ -426,6 +428,7 @@ impl Nat {
             mix_seed(cfg.seed, worker, 1),
         )
         .map_err(|e| bad_param(NAME, "flows", format!("flow table: {e}")))?;
+        let session_pool = Sessions::new(sessions, "session")?;
         let map_keys = match (eim, st.filtering) {
             (false, _) => 1,
             (true, Filtering::AddressDependent) => sessions * 3,
@@ -474,7 +477,7 @@ impl Nat {
             scan_cursor: 0,
             map_scan_cursor: 0,
             table,
-            sessions: Sessions::new(sessions, "session")?,
+            sessions: session_pool,
             map_table,
             mappings: Mappings::new(if eim { sessions } else { 1 }, "mapping")?,
             subscribers,
@@ -486,6 +489,7 @@ impl Nat {
             )?,
             active: 0,
             active_maps: 0,
+            held_maps: 0,
             reasons,
             verifier: cfg.verify_checksums.then(ChecksumVerifier::new),
             c: Counters::default(),
@@ -555,6 +559,7 @@ impl Nat {
         self.frags.clear();
         self.active = 0;
         self.active_maps = 0;
+        self.held_maps = 0;
         self.scan_cursor = 0;
         self.map_scan_cursor = 0;
         self.evict_cursor = 0;
@@ -685,12 +690,11 @@ impl Nat {
         }
         self.active_maps -= 1;
         self.sub_add(map.inside, -1, 0);
-        {
-            map.state = MAP_HOLD;
-            map.deadline = ended.wrapping_add(self.hold_ms);
-            self.mappings.set(m, &map);
-            self.c.port_holds += 1;
-        }
+        map.state = MAP_HOLD;
+        map.deadline = ended.wrapping_add(self.hold_ms);
+        self.mappings.set(m, &map);
+        self.c.port_holds += 1;
+        self.held_maps += 1;
     }
 
     /// Frees mapping `m` (no session uses it): its keys leave the table, its port returns.
@@ -699,6 +703,8 @@ impl Nat {
         if map.state == MAP_LIVE {
             self.active_maps -= 1;
             self.sub_add(map.inside, -1, 0);
+        } else {
+            self.held_maps -= 1;
         }
         self.map_table.remove(&state::Mapping::inside_key(
             map.inside,
@@ -758,8 +764,9 @@ impl Nat {
                 }
             }
         }
+        // Mappings only end by a hold running out: no hold, nothing to scan.
         let m = self.mappings.high_water();
-        if self.eim && m > 0 {
+        if self.held_maps > 0 {
             for _ in 0..self.scan_per_burst.min(m) {
                 let i = if self.map_scan_cursor >= m {
                     0
@@ -818,7 +825,11 @@ impl Nat {
     /// hold early when it has not run out: counted), or with `full_policy = "evict"` evicts a
     /// session whose mapping then goes.
     fn make_room_mapping(&mut self, now: u32) -> bool {
-        let n = self.mappings.high_water();
+        let n = if self.held_maps > 0 {
+            self.mappings.high_water()
+        } else {
+            0
+        };
         for _ in 0..self.evict_scan.min(n) {
             let i = if self.map_scan_cursor >= n {
                 0
@@ -955,6 +966,7 @@ impl Nat {
                             let mut map = self.mappings.get(m);
                             map.state = MAP_LIVE;
                             self.mappings.set(m, &map);
+                            self.held_maps -= 1;
                             self.active_maps += 1;
                             self.sub_add(sub, 1, 0);
                             m
@@ -1308,7 +1320,21 @@ impl Nat {
     /// counts the packet once it is through (a hairpinned packet is translated twice).
     #[inline(always)]
     fn translate(&mut self, h: &mut [u8], p: &Parsed, idx: u32, inbound: bool, now: u32) {
-        let mut s = self.sessions.get(idx);
+        let s = self.sessions.get(idx);
+        self.translate_with(h, p, idx, s, inbound, now);
+    }
+
+    /// [`Nat::translate`] with session `idx` already read as `s`.
+    #[inline(always)]
+    fn translate_with(
+        &mut self,
+        h: &mut [u8],
+        p: &Parsed,
+        idx: u32,
+        mut s: Session,
+        inbound: bool,
+        now: u32,
+    ) {
         let (ipd, l4d) = if inbound {
             (
                 CsumDelta::from_raw(s.ip_delta).negate(),
@@ -1351,6 +1377,38 @@ impl Nat {
         }
         s.deadline = now.wrapping_add(self.timeouts.of(s.state));
         self.sessions.set(idx, &s);
+    }
+
+    /// The common case, inline: a packet of a live session, in the direction of the key it
+    /// matched, that is not hairpinned. False (nothing done) for everything else, which
+    /// [`Nat::flow`] handles.
+    #[inline(always)]
+    fn fast_path(
+        &mut self,
+        burst: &mut Burst,
+        i: usize,
+        p: &Parsed,
+        guess: bool,
+        slot: u32,
+        now: u32,
+    ) -> bool {
+        let v = self.table.value(slot);
+        let (idx, inbound) = (v >> 1, v & 1 == 1);
+        let s = self.sessions.get(idx);
+        if !(ST_UDP..=ST_TCP_CLOSING).contains(&s.state)
+            || Self::expired_at(s.deadline, now)
+            || (self.direction == DirectionPolicy::ByPort && inbound != guess)
+            || (!inbound && self.hairpinning && self.pool.contains(p.dst))
+        {
+            return false;
+        }
+        self.translate_with(burst.header_mut(i), p, idx, s, inbound, now);
+        if inbound {
+            self.c.inbound_translated += 1;
+        } else {
+            self.c.outbound_translated += 1;
+        }
+        true
     }
 
     /// A TCP/UDP/ICMP-query packet: find or create its session, translate, hairpin.
@@ -1574,7 +1632,11 @@ impl Nat {
                     if self.table.epoch() != bulk_epoch || slot == NO_SLOT {
                         slot = self.table.lookup_hashed(&key, h, now).unwrap_or(NO_SLOT);
                     }
-                    let r = self.flow(burst, i, &p, guess, key, slot, now);
+                    let r = if slot != NO_SLOT && self.fast_path(burst, i, &p, guess, slot, now) {
+                        Ok(())
+                    } else {
+                        self.flow(burst, i, &p, guess, key, slot, now)
+                    };
                     if p.frag == Frag::First {
                         self.record_first(burst, i, &p, r.is_ok(), now);
                     }
@@ -1704,7 +1766,7 @@ impl NetworkFunction for Nat {
         let c = &self.c;
         let ts = self.table.stats();
         let f = &self.frags.c;
-        let counts: [(&str, u64); 34] = [
+        let counts: [(&str, u64); 35] = [
             ("packets", c.packets),
             ("skipped", c.skipped),
             ("translations", c.inbound_translated + c.outbound_translated),
@@ -1728,6 +1790,7 @@ impl NetworkFunction for Nat {
             ("evicted", c.evicted),
             ("active_mappings", self.active as u64),
             ("active_eim_mappings", self.active_maps as u64),
+            ("held_eim_mappings", self.held_maps as u64),
             ("icmp_errors_translated", c.icmp_errors_translated),
             ("icmp_errors_slow_path", c.icmp_errors_slow_path),
             ("icmp_bad_checksum", c.icmp_bad_checksum),

@@ -18,6 +18,9 @@ const PAIR_SEED: u64 = 0x7061_6972_6564_2121;
 /// The outside addresses (see the module docs).
 #[derive(Clone, Debug)]
 pub(super) struct AddressPool {
+    /// The first prefix, kept inline: the per-packet membership test of a pool of one prefix
+    /// (the common case) is one compare, without following a pointer.
+    first: Prefix,
     /// Prefixes in config order.
     prefixes: Vec<Prefix>,
     /// Addresses before each prefix (for indexing).
@@ -26,7 +29,7 @@ pub(super) struct AddressPool {
 }
 
 impl AddressPool {
-    /// A pool of the (checked, non-overlapping) prefixes.
+    /// A pool of the (checked, non-overlapping, at least one) prefixes.
     pub fn new(prefixes: &[Prefix]) -> Self {
         let mut before = Vec::with_capacity(prefixes.len());
         let mut len = 0u32;
@@ -35,6 +38,7 @@ impl AddressPool {
             len += !p.1 + 1;
         }
         Self {
+            first: prefixes[0],
             prefixes: prefixes.to_vec(),
             before,
             len,
@@ -49,7 +53,7 @@ impl AddressPool {
     /// True when `a` is an outside address.
     #[inline(always)]
     pub fn contains(&self, a: u32) -> bool {
-        self.prefixes.iter().any(|&(b, m)| a & m == b)
+        a & self.first.1 == self.first.0 || self.prefixes[1..].iter().any(|&(b, m)| a & m == b)
     }
 
     /// The index of outside address `a` (0..len), if it is one.
