@@ -166,7 +166,80 @@ pub fn merge_stats(into: &mut serde_json::Value, from: &serde_json::Value) {
 #[cfg(test)]
 mod tests {
     use super::*;
+    use crate::mode::DatapathMode;
+    use crate::testkit::PacketFactory;
+    use crate::verdict::{DropReason, Verdict};
     use serde_json::json;
+
+    /// Holds the first packet of every burst; releases at `now_ns >= 10`, drops on a flush.
+    struct HoldFirst(Burst);
+
+    impl NetworkFunction for HoldFirst {
+        fn name(&self) -> &str {
+            "hold_first"
+        }
+        fn process(&mut self, burst: &mut Burst, _ctx: &NfContext) {
+            if !burst.is_empty() {
+                assert!(burst.remove_to(0, &mut self.0));
+            }
+        }
+        fn held(&self) -> usize {
+            self.0.len()
+        }
+        fn release(&mut self, out: &mut Burst, ctx: &NfContext, flush: bool) {
+            while !self.0.is_empty() && out.room() > 0 && (flush || ctx.now_ns >= 10) {
+                if flush {
+                    self.0.set_verdict(0, Verdict::drop(DropReason::POLICY));
+                }
+                assert!(self.0.remove_to(0, out));
+            }
+        }
+    }
+
+    /// Counts the packets it sees.
+    struct Count(usize);
+
+    impl NetworkFunction for Count {
+        fn name(&self) -> &str {
+            "count"
+        }
+        fn process(&mut self, burst: &mut Burst, _ctx: &NfContext) {
+            self.0 += burst.len();
+        }
+        fn stats(&self) -> serde_json::Value {
+            json!({ "seen": self.0 })
+        }
+    }
+
+    #[test]
+    fn released_packets_run_through_the_rest_of_the_chain() {
+        let f = PacketFactory::new(DatapathMode::Split, 64, 1514, 8);
+        let mut chain = NfChain::new();
+        chain.push(Box::new(HoldFirst(Burst::with_capacity(4))));
+        chain.push(Box::new(Count(0)));
+        let ctx = |now_ns| NfContext {
+            now_ns,
+            ..NfContext::default()
+        };
+        let mut b = f.burst(&vec![vec![1u8; 100]; 3]);
+        chain.process(&mut b, &ctx(0));
+        assert_eq!((b.len(), chain.held()), (2, 1));
+        let mut out = Burst::with_capacity(4);
+        chain.release(&mut out, &ctx(5), false);
+        assert!(out.is_empty(), "not ready yet");
+        chain.release(&mut out, &ctx(10), false);
+        assert_eq!((out.len(), chain.held()), (1, 0));
+        assert_eq!(out.verdict(0), Verdict::tx(0));
+        assert_eq!(chain.functions()[1].stats()["seen"], 3, "the released packet too");
+        // A flush gives up what is held, with a drop verdict.
+        let mut b2 = f.burst(&[vec![2u8; 80]]);
+        chain.process(&mut b2, &ctx(20));
+        let mut gone = Burst::with_capacity(4);
+        chain.release(&mut gone, &ctx(20), true);
+        assert_eq!(gone.verdict(0), Verdict::drop(DropReason::POLICY));
+        drop((b, b2, out, gone, chain));
+        assert_eq!(f.in_use(), 0, "no packet lost");
+    }
 
     #[test]
     fn merge_adds_numbers_and_arrays() {

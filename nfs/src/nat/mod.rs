@@ -283,8 +283,12 @@ enum Pending {
     /// Nothing to do (already dropped, or dropped in the first pass).
     Done,
     /// A TCP/UDP/ICMP-query packet whose key is `keys[j]`; `guess`: inbound by the direction
-    /// rule (a session match overrides it).
-    Flow { p: Parsed, guess: bool },
+    /// rule (a session match overrides it); `to_pool`: its destination is an outside address.
+    Flow {
+        p: Parsed,
+        guess: bool,
+        to_pool: bool,
+    },
     /// An ICMP error, translated in the third pass.
     IcmpError { p: Parsed },
     /// A fragment without the L4 header.
@@ -1383,12 +1387,14 @@ impl Nat {
     /// matched, that is not hairpinned. False (nothing done) for everything else, which
     /// [`Nat::flow`] handles.
     #[inline(always)]
+    #[allow(clippy::too_many_arguments)]
     fn fast_path(
         &mut self,
         burst: &mut Burst,
         i: usize,
         p: &Parsed,
         guess: bool,
+        to_pool: bool,
         slot: u32,
         now: u32,
     ) -> bool {
@@ -1398,7 +1404,7 @@ impl Nat {
         if !(ST_UDP..=ST_TCP_CLOSING).contains(&s.state)
             || Self::expired_at(s.deadline, now)
             || (self.direction == DirectionPolicy::ByPort && inbound != guess)
-            || (!inbound && self.hairpinning && self.pool.contains(p.dst))
+            || (!inbound && self.hairpinning && to_pool)
         {
             return false;
         }
@@ -1593,10 +1599,14 @@ impl Nat {
                         self.pending.push(Pending::IcmpError { p });
                         continue;
                     }
-                    let guess = self.is_inbound(&p, rx_port);
+                    let to_pool = self.pool.contains(p.dst);
+                    let guess = match self.direction {
+                        DirectionPolicy::ByAddress => to_pool,
+                        DirectionPolicy::ByPort => self.is_inbound(&p, rx_port),
+                    };
                     self.keys[nkeys] = Self::key_of(&p, guess);
                     nkeys += 1;
-                    self.pending.push(Pending::Flow { p, guess });
+                    self.pending.push(Pending::Flow { p, guess, to_pool });
                 }
             }
         }
@@ -1622,7 +1632,7 @@ impl Nat {
         for (k, i) in (start..end).enumerate() {
             let r = match self.pending[k] {
                 Pending::Done => continue,
-                Pending::Flow { p, guess } => {
+                Pending::Flow { p, guess, to_pool } => {
                     let key = self.keys[j];
                     let h = self.hashes[j];
                     let mut slot = self.slots[j];
@@ -1632,7 +1642,9 @@ impl Nat {
                     if self.table.epoch() != bulk_epoch || slot == NO_SLOT {
                         slot = self.table.lookup_hashed(&key, h, now).unwrap_or(NO_SLOT);
                     }
-                    let r = if slot != NO_SLOT && self.fast_path(burst, i, &p, guess, slot, now) {
+                    let r = if slot != NO_SLOT
+                        && self.fast_path(burst, i, &p, guess, to_pool, slot, now)
+                    {
                         Ok(())
                     } else {
                         self.flow(burst, i, &p, guess, key, slot, now)

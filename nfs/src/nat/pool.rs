@@ -21,6 +21,8 @@ pub(super) struct AddressPool {
     /// The first prefix, kept inline: the per-packet membership test of a pool of one prefix
     /// (the common case) is one compare, without following a pointer.
     first: Prefix,
+    /// The other prefixes.
+    rest: Box<[Prefix]>,
     /// Prefixes in config order.
     prefixes: Vec<Prefix>,
     /// Addresses before each prefix (for indexing).
@@ -39,6 +41,7 @@ impl AddressPool {
         }
         Self {
             first: prefixes[0],
+            rest: prefixes[1..].into(),
             prefixes: prefixes.to_vec(),
             before,
             len,
@@ -53,7 +56,7 @@ impl AddressPool {
     /// True when `a` is an outside address.
     #[inline(always)]
     pub fn contains(&self, a: u32) -> bool {
-        a & self.first.1 == self.first.0 || self.prefixes[1..].iter().any(|&(b, m)| a & m == b)
+        a & self.first.1 == self.first.0 || self.rest.iter().any(|&(b, m)| a & m == b)
     }
 
     /// The index of outside address `a` (0..len), if it is one.
