@@ -118,10 +118,12 @@ pub struct NatConfig {
     pub filtering: Option<Filtering>,
     /// Translate packets between two inside hosts through their outside endpoints.
     pub hairpinning: bool,
-    /// Outside ports (ICMP identifiers) one inside address may hold at once per worker share
-    /// (see the docs); 0 = no limit. Refused flows count as `subscriber_limit`.
+    /// Outside ports (ICMP identifiers) one inside address may hold at once; 0 = no limit.
+    /// Each worker enforces `ceil(limit / workers)` (workers share no state). Refused flows
+    /// count as `subscriber_limit`.
     pub subscriber_port_limit: u32,
-    /// Sessions one inside address may hold at once (same sharing); 0 = no limit.
+    /// Sessions one inside address may hold at once (enforced per worker as above); 0 = no
+    /// limit.
     pub subscriber_session_limit: u32,
     /// Keep the inside port when it is free in this worker's range.
     pub port_preservation: bool,

@@ -60,7 +60,8 @@
 //!   live UDP/ICMP one, RFC 6888 REQ-11).
 //! - **Timeouts** (VPP's defaults, RFC 4787/5382/5508): UDP 300 s, TCP established 7440 s, TCP
 //!   opening and closing 240 s, ICMP 60 s. Expiry is lazy (a lookup that finds an expired session
-//!   ends it) plus an incremental scan of `scan_per_burst` sessions and mappings per burst.
+//!   ends it) plus an incremental scan of `scan_per_burst` sessions per burst (and as many
+//!   mappings while some are on hold).
 //! - **Drop reasons** of its own, registered when a NAT is built: `no_mapping`,
 //!   `port_exhausted`, `subscriber_limit`, `filtered`, `tcp_not_syn`, `icmp_bad_checksum`,
 //!   `payload_unwritable`, `fragment_timeout`, `fragment_hold_full`, `fragment_first_dropped`.
