@@ -230,7 +230,11 @@ mod tests {
         chain.release(&mut out, &ctx(10), false);
         assert_eq!((out.len(), chain.held()), (1, 0));
         assert_eq!(out.verdict(0), Verdict::tx(0));
-        assert_eq!(chain.functions()[1].stats()["seen"], 3, "the released packet too");
+        assert_eq!(
+            chain.functions()[1].stats()["seen"],
+            3,
+            "the released packet too"
+        );
         // A flush gives up what is held, with a drop verdict.
         let mut b2 = f.burst(&[vec![2u8; 80]]);
         chain.process(&mut b2, &ctx(20));
