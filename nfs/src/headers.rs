@@ -808,7 +808,7 @@ fn need(hdr_len: usize, frame_len: usize, end: usize) -> Result<(), ParseError> 
 /// first fragment) or ICMP (8 B) inside both the datagram and the header segment. Later
 /// fragments stop after the IP header ([`Frag::Later`], [`L4::Other`]). Ethernet padding after
 /// the datagram is allowed. Never panics.
-#[inline(always)]
+#[inline]
 pub fn parse(h: &[u8], frame_len: usize) -> Result<Parsed, ParseError> {
     let hl = h.len();
     need(hl, frame_len, ETH_HLEN)?;
