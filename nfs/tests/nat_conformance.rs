@@ -126,6 +126,7 @@ fn rfc4787_req1_endpoint_independent_mapping() {
             .collect();
         assert!(ends.iter().all(|e| *e == ends[0]), "{}: {ends:?}", l.mode);
         assert_eq!(l.stat("new_eim_mappings"), 1);
+        assert_eq!(l.stat("active_eim_mappings"), 1);
         assert_eq!(l.stat("new_mappings"), 3, "one session per destination");
     }
 }
@@ -909,6 +910,10 @@ fn rfc6888_req8_port_reuse_hold() {
             l.refused(&b, 20, "port_exhausted");
             l.refused(&b, 130, "port_exhausted");
             assert_eq!(l.stat("port_exhausted"), 2, "{mapping} {}", l.mode);
+            if mapping == "endpoint-independent" {
+                assert_eq!(l.stat("held_eim_mappings"), 1);
+                assert_eq!(l.stat("active_eim_mappings"), 0);
+            }
             if mapping == "endpoint-dependent" {
                 // Found by probing the held port (endpoint-independent mapping counts the
                 // held port as in use and refuses without a probe).
