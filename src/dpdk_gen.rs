@@ -28,9 +28,9 @@ use pktgen::{FCS_LEN, Generator, GeneratorConfig};
 use serde::Serialize;
 use serde_json::{Value, json};
 
-use crate::app::{RunError, RunOptions};
 use crate::config::ConfigError;
-use crate::dpdk_run;
+use crate::run::dpdk as dpdk_run;
+use crate::run::{RunError, RunOptions};
 
 /// How fast to send.
 #[derive(Clone, Copy, Debug, PartialEq)]

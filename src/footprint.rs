@@ -12,15 +12,14 @@
 //! The estimate counts the bytes that are written (zeroed buffers, free lists, tables), which is
 //! what a machine must hold; address space that is reserved but never touched is not counted.
 //! It follows the sizing rules of the code that allocates (the virtual NIC's pools in
-//! `dataplane/src/driver/vnic/mod.rs`, the flow tables in `nfs/src/flow_table.rs`, the NAT's
-//! sessions in `nfs/src/nat.rs`) for the allocations that grow with a config value; fixed costs
-//! of a few megabytes are left out.
+//! `dataplane/src/driver/vnic/mod.rs`; each network function's own estimate, given with its
+//! registration in `nfs/src/registry.rs`) for the allocations that grow with a config value;
+//! fixed costs of a few megabytes are left out.
 
 use std::path::Path;
 
 use dataplane::driver::vnic::{SEG, WQEBB};
-use dataplane::model::HardwareProfile;
-use nfs::flow_table::FlowTable;
+use dataplane::pcie_model::HardwareProfile;
 
 use crate::config::{ConfigError, RunConfig};
 
@@ -139,67 +138,29 @@ pub fn vnic_needs(cfg: &RunConfig, profile: &HardwareProfile) -> Vec<Need> {
     needs
 }
 
-/// What the NF pipeline allocates per worker: the flow tables of `nat`, `lb` and `flow_counter`
-/// (each worker holds `flows / workers` of them), the NAT's session records, and the
-/// `work_package` buffer. Entries whose parameters do not parse are skipped here; building the
-/// chain reports them.
+/// What the NF pipeline allocates per worker, as each function's registration estimates it
+/// ([`nfs::NfSpec::memory`]: flow tables, session records, buffers). Entries whose name or
+/// parameters do not parse are skipped here; building the chain reports them.
 pub fn nf_needs(cfg: &RunConfig) -> Vec<Need> {
-    let workers = u64::from(cfg.run.workers.max(1));
+    let ctx = nfs::BuildContext {
+        worker: 0,
+        workers: cfg.run.workers.max(1),
+    };
     let mut needs = Vec::new();
     for (i, entry) in cfg.pipeline.iter().enumerate() {
         let mut params = entry.clone();
-        let name = match params.remove("name") {
-            Some(toml::Value::String(s)) => s,
-            _ => continue,
+        let Some(toml::Value::String(name)) = params.remove("name") else {
+            continue;
         };
-        let flows = |flows: u64| (flows.div_ceil(workers), flows.to_string());
-        let need = match name.as_str() {
-            "nat" => nfs::common::parse_params::<nfs::nat::NatConfig>(&name, &params)
-                .ok()
-                .map(|c| {
-                    let (_, v) = flows(c.flows);
-                    let w = u16::try_from(workers).unwrap_or(u16::MAX);
-                    ("flows", v, nfs::nat::memory_for(&c, w) / u64::from(w))
-                }),
-            "lb" => nfs::common::parse_params::<nfs::lb::LbConfig>(&name, &params)
-                .ok()
-                .map(|c| {
-                    let (n, v) = flows(c.flows);
-                    ("flows", v, FlowTable::<u16>::memory_for(n as usize))
-                }),
-            "flow_counter" | "flow-counter" => {
-                nfs::common::parse_params::<nfs::flow_counter::FlowCounterConfig>(&name, &params)
-                    .ok()
-                    .map(|c| {
-                        let (n, v) = flows(c.flows);
-                        (
-                            "flows",
-                            v,
-                            FlowTable::<nfs::flow_counter::FlowRecord>::memory_for(n as usize),
-                        )
-                    })
-            }
-            "work_package" | "work-package" => {
-                nfs::common::parse_params::<nfs::work_package::WorkPackageConfig>(&name, &params)
-                    .ok()
-                    .map(|c| {
-                        (
-                            "size_mib",
-                            c.size_mib.to_string(),
-                            u64::from(c.size_mib) << 20,
-                        )
-                    })
-            }
-            _ => None,
+        let Some(m) = nfs::lookup(&name).and_then(|s| (s.memory)(&params, &ctx)) else {
+            continue;
         };
-        if let Some((key, value, bytes)) = need {
-            needs.push(Need {
-                key: format!("pipeline[{i}].{key}"),
-                value,
-                bytes,
-                per_worker: true,
-            });
-        }
+        needs.push(Need {
+            key: format!("pipeline[{i}].{}", m.key),
+            value: m.value,
+            bytes: m.bytes,
+            per_worker: true,
+        });
     }
     needs
 }
@@ -300,6 +261,7 @@ fn cgroup_limit() -> Option<u64> {
 #[cfg(test)]
 mod tests {
     use super::*;
+    use nfs::flow_table::FlowTable;
 
     const GIB: u64 = 1 << 30;
     /// The machine of the report.
@@ -308,7 +270,7 @@ mod tests {
     fn cfg(sets: &[&str]) -> RunConfig {
         let mut t = toml::Table::new();
         for s in sets {
-            dataplane::model::overrides::apply_assignment(&mut t, s).unwrap();
+            crate::config::overrides::apply_assignment(&mut t, s).unwrap();
         }
         RunConfig::from_table(Path::new("t.toml"), t).unwrap()
     }

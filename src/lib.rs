@@ -1,12 +1,18 @@
-//! The nmdp application layer shared by the CLIs and the end-to-end tests: the run configuration,
-//! the assembly of a run (ports, wire, NF chains, workers), and its summary.
+//! The nmdp application layer shared by the CLIs and the end-to-end tests, in layers:
+//!
+//! - [`config`]: the run configuration (TOML, `--set` overrides, the `[dpdk]` section), checked
+//!   before anything runs; [`footprint`]: the memory a config will need, checked against the
+//!   machine.
+//! - [`traffic`]: the embedded generator and checking sink of a virtual NIC run.
+//! - [`run`]: `dataplane run`, one run path with one file per driver.
+//! - [`dut`]: the device under test that `pktgen`'s RFC 2544 / MLRsearch trials and sweeps drive
+//!   (a run per trial); `dpdk_gen` (feature `dpdk`): `pktgen dpdk-gen`, the generator on DPDK
+//!   ports.
 
-pub mod app;
-pub mod bench;
 pub mod config;
 #[cfg(feature = "dpdk")]
 pub mod dpdk_gen;
-#[cfg(feature = "dpdk")]
-pub mod dpdk_run;
+pub mod dut;
 pub mod footprint;
+pub mod run;
 pub mod traffic;

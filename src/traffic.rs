@@ -1,13 +1,13 @@
 //! The embedded traffic of `dataplane run`: the `pktgen` generator as the wire's source and its
 //! checking sink as the wire's destination, configured from the run config's `[traffic]` table.
 //! With `traffic.nat_return = true` the source also sends NAT return traffic for the flows whose
-//! mapping the sink learned, and the sink checks both directions ([`pktgen::nat`]).
+//! mapping the sink learned, and the sink checks both directions ([`pktgen::nat_traffic`]).
 
 use std::sync::Arc;
 use std::sync::atomic::{AtomicBool, Ordering};
 
-use dataplane::wire::{FrameSink, FrameSource};
-use pktgen::nat::{NatBidirHandles, NatBidirReport, NatReturnConfig, nat_bidir};
+use dataplane::link::{FrameSink, FrameSource};
+use pktgen::nat_traffic::{NatBidirHandles, NatBidirReport, NatReturnConfig, nat_bidir};
 use pktgen::{CheckingSink, GenCounters, Generator, GeneratorConfig, SinkCounters};
 use serde_json::{Value, json};
 
@@ -36,7 +36,7 @@ impl Traffic {
     }
 
     /// Like [`Traffic::from_config`], with NAT-aware return traffic when `nat` is given
-    /// ([`pktgen::nat::nat_bidir`]): the source interleaves return frames for learned flows
+    /// ([`pktgen::nat_traffic::nat_bidir`]): the source interleaves return frames for learned flows
     /// with the forward frames, `packets` counts the frames of both directions, and the sink
     /// splits the directions.
     pub fn with_nat_return(

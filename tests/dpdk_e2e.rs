@@ -11,10 +11,10 @@ use std::path::PathBuf;
 use std::sync::Mutex;
 
 use dataplane::DatapathMode;
-use nfs::frames::{FrameSpec, L4Spec};
-use nmdp::app::RunOptions;
-use nmdp::dpdk_run;
+use nmdp::run::RunOptions;
+use nmdp::run::dpdk as dpdk_run;
 use serde_json::Value;
+use wire::frames::{FrameSpec, L4Spec};
 
 static SERIAL: Mutex<()> = Mutex::new(());
 
@@ -37,9 +37,10 @@ fn u(v: &Value, k: &str) -> u64 {
 }
 
 fn run_dpdk(opts: &RunOptions) -> Value {
-    dpdk_run::run_if_dpdk(opts)
+    let (cfg, d) = dpdk_run::load(opts)
         .unwrap_or_else(|e| panic!("{}: {e}", opts.config.display()))
-        .expect("config has a [dpdk] section")
+        .expect("config has a [dpdk] section");
+    dpdk_run::run(&cfg, &d, opts).unwrap_or_else(|e| panic!("{}: {e}", opts.config.display()))
 }
 
 fn assert_pools_back(s: &Value) {
@@ -117,7 +118,7 @@ fn golden_on_both_drivers(
             sets: vec!["run.stats_interval_s=0".into()],
             ..RunOptions::default()
         };
-        nmdp::app::run(&o).unwrap();
+        nmdp::run::run(&o).unwrap();
 
         let dout = tmp(&format!("dpdk-{tag}-{mode}.pcap"));
         let dcfg = tmp(&format!("dpdk-{tag}-{mode}.toml"));

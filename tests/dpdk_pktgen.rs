@@ -15,10 +15,10 @@ use std::sync::Mutex;
 use std::time::{Duration, Instant};
 
 use dataplane::driver::dpdk::{DpdkPort, DpdkPortConfig, Eal, UnsentPolicy};
+use dataplane::link::{FrameSink, FrameSource, MAX_WIRE_FRAME};
 use dataplane::pcap::PcapSource;
-use dataplane::wire::{FrameSink, FrameSource, MAX_WIRE_FRAME};
-use nmdp::bench::DpdkDut;
 use nmdp::dpdk_gen::{self, GenOptions, GenSummary};
+use nmdp::dut::DpdkDut;
 use pktgen::trial::{Dut, TrialSpec};
 use pktgen::{CheckingSink, Generator, GeneratorConfig, Signature, report};
 
@@ -410,14 +410,14 @@ fn dpdk_tester_needs_a_dpdk_section() {
     let p = tmp("no-dpdk.toml");
     std::fs::write(&p, "[run]\nworkers = 1\n").unwrap();
     assert!(DpdkDut::open(&p, &[], Some(10.0)).unwrap().is_none());
-    assert!(!nmdp::bench::has_dpdk_section(&p));
+    assert!(!nmdp::dut::has_dpdk_section(&p));
 }
 
 /// A sweep over frame sizes against the DPDK tester opens its ports once and reuses them at
 /// every point; an axis that would change the DUT is refused with the key named.
 #[test]
 fn dpdk_tester_sweeps_frame_sizes_on_one_set_of_ports() {
-    use nmdp::bench::{DutOptions, VnicFactory};
+    use nmdp::dut::{DutOptions, VnicFactory};
     use pktgen::sweep::{NoProgress, SweepSpec, run_sweep};
     let _g = serial();
     let cfg = tester_config("tester-sweep", &["net_ring_ts"]);

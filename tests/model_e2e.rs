@@ -13,7 +13,7 @@ use std::path::PathBuf;
 use std::process::Command;
 
 use dataplane::DatapathMode;
-use nmdp::app::{RunOptions, run};
+use nmdp::run::{RunOptions, run};
 use serde_json::Value;
 
 fn config() -> PathBuf {
@@ -65,7 +65,7 @@ fn model_cli(mode: DatapathMode, frame: u32, extra: &[&str]) -> Value {
 
 /// Done means 1: default profile, H = I = 64, Rx fetch batch 16, Tx completion every 32, no
 /// CQE compression; 10^5 packets per run, frames pulled (full bursts of 32, as the reference
-/// assumes), virtual clock. Reference `pcie-nic-model.md` §4, "Result, default parameters".
+/// assumes), virtual clock. `docs/reference/pcie-nic-model.md` §4, "Result, default parameters".
 #[test]
 fn pcie_bytes_per_packet_match_the_reference_table_and_dataplane_model() {
     use DatapathMode::*;

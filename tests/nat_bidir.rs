@@ -10,10 +10,10 @@ use std::net::Ipv4Addr;
 use std::path::{Path, PathBuf};
 use std::process::Command;
 
-use nmdp::app::{RunOptions, run};
-use nmdp::bench::{Clock, DutOptions, Timing, VnicDut};
+use nmdp::dut::{Clock, DutOptions, Timing, VnicDut};
+use nmdp::run::{RunOptions, run};
 use pktgen::GeneratorConfig;
-use pktgen::nat::check_reverse;
+use pktgen::nat_traffic::check_reverse;
 use pktgen::signature::parse;
 use pktgen::trial::{Dut, TrialSpec};
 use serde_json::Value;

@@ -11,10 +11,12 @@
 use std::path::{Path, PathBuf};
 
 use dataplane::DatapathMode;
-use nfs::frames::{FrameSpec, L4Spec};
-use nfs::headers::{ipv4_header_checksum, parse, read_u16, read_u32, verify_frame_checksums};
-use nmdp::app::{RunOptions, run};
+use nmdp::run::{RunOptions, run};
 use serde_json::Value;
+use wire::checksum::ipv4_header_checksum;
+use wire::classify::{parse, verify_frame_checksums};
+use wire::field::{read_u16, read_u32};
+use wire::frames::{FrameSpec, L4Spec};
 
 fn ip(s: &str) -> u32 {
     u32::from(s.parse::<std::net::Ipv4Addr>().unwrap())

@@ -1,16 +1,23 @@
-//! Golden tests of the network functions through the whole dataplane: frames are written to a
-//! pcap, pushed through `dataplane run <config> --rx-pcap in --tx-pcap out` in every datapath
-//! mode, and the output is checked field by field (addresses, ports, valid checksums, payload
-//! bytes unchanged). Outputs must also be identical across the four modes.
+//! Golden tests of the network functions through the whole dataplane. Each case is files in
+//! `tests/golden/`: a run config (`<case>.toml`), the frames sent (`<case>-in.pcap`) and the
+//! frames expected (`<case>-out.pcap`). In every datapath mode the case runs as
+//! `dataplane run <case>.toml --rx-pcap <case>-in.pcap --tx-pcap out.pcap` and the frames out
+//! must equal the expected ones bit for bit. The expected frames are themselves checked field by
+//! field (addresses, ports, valid checksums, payload bytes unchanged), so a golden file cannot
+//! hold a wrong answer unnoticed.
+//!
+//! `NMDP_BLESS=1 cargo test --test nf_golden` regenerates the files: the inputs from the frame
+//! builders below, the expected outputs from a `host`-mode run that passes the field checks.
+//! `tests/golden/README.md` says when that is allowed.
 
 use std::collections::HashMap;
-use std::path::PathBuf;
+use std::path::{Path, PathBuf};
 
 use dataplane::DatapathMode;
-use nfs::frames::{FrameSpec, L4Spec};
-use nfs::headers::verify_frame_checksums;
-use nmdp::app::{RunOptions, run};
+use nmdp::run::{RunOptions, run};
 use serde_json::Value;
+use wire::classify::verify_frame_checksums;
+use wire::frames::{FrameSpec, L4Spec};
 
 const NAT_IP: u32 = 0x0a00_0001; // 10.0.0.1
 const VIP: u32 = 0x0a02_0001; // 10.2.0.1
@@ -23,6 +30,72 @@ fn dir() -> PathBuf {
     let d = std::env::temp_dir().join(format!("nmdp-golden-{}", std::process::id()));
     std::fs::create_dir_all(&d).unwrap();
     d
+}
+
+/// The folder of the golden files.
+fn golden_dir() -> PathBuf {
+    PathBuf::from(env!("CARGO_MANIFEST_DIR")).join("tests/golden")
+}
+
+/// True when the golden files are to be regenerated (`NMDP_BLESS=1`).
+fn bless() -> bool {
+    std::env::var_os("NMDP_BLESS").is_some_and(|v| v == "1")
+}
+
+/// Runs `tests/golden/<case>.toml` over `input` in `mode`; returns the frames out and the
+/// summary.
+fn run_case(case: &str, input: &Path, mode: DatapathMode) -> (Vec<Vec<u8>>, Value) {
+    let output = dir().join(format!("{case}-{mode}-out.pcap"));
+    let s = run(&RunOptions {
+        config: golden_dir().join(format!("{case}.toml")),
+        mode: Some(mode),
+        rx_pcap: Some(input.to_path_buf()),
+        tx_pcap: Some(output.clone()),
+        sets: vec!["run.stats_interval_s=0".into()],
+        ..RunOptions::default()
+    })
+    .unwrap_or_else(|e| panic!("{case} {mode}: {e}"));
+    (dataplane::pcap::read_all(&output).unwrap(), s)
+}
+
+/// The golden test of `case`: with `NMDP_BLESS=1`, writes `make_input()` as the input and a
+/// host-mode run's frames as the expected output; then, in every mode, the frames out must equal
+/// the expected ones bit for bit, and `check(input, frames out, summary, mode)` must hold (it
+/// also vets the expected file itself, as host mode's output).
+fn golden(
+    case: &str,
+    make_input: impl Fn() -> Vec<Vec<u8>>,
+    check: impl Fn(&[Vec<u8>], &[Vec<u8>], &Value, DatapathMode),
+) {
+    let input = golden_dir().join(format!("{case}-in.pcap"));
+    let expected = golden_dir().join(format!("{case}-out.pcap"));
+    if bless() {
+        dataplane::pcap::write_all(&input, make_input()).unwrap();
+        let (out, s) = run_case(case, &input, DatapathMode::Host);
+        check(
+            &dataplane::pcap::read_all(&input).unwrap(),
+            &out,
+            &s,
+            DatapathMode::Host,
+        );
+        dataplane::pcap::write_all(&expected, &out).unwrap();
+    }
+    let frames_in = dataplane::pcap::read_all(&input)
+        .unwrap_or_else(|e| panic!("{}: {e} (NMDP_BLESS=1 makes it)", input.display()));
+    let want = dataplane::pcap::read_all(&expected)
+        .unwrap_or_else(|e| panic!("{}: {e} (NMDP_BLESS=1 makes it)", expected.display()));
+    for mode in DatapathMode::ALL {
+        let (got, s) = run_case(case, &input, mode);
+        check(&frames_in, &got, &s, mode);
+        assert_eq!(got.len(), want.len(), "{case} {mode}: frames out");
+        for (i, (g, w)) in got.iter().zip(&want).enumerate() {
+            assert!(
+                g == w,
+                "{case} {mode}: frame {i} differs from {}",
+                expected.display()
+            );
+        }
+    }
 }
 
 /// Runs `pipeline` (TOML `[[pipeline]]` entries) over `frames` in `mode`; returns the output
@@ -145,34 +218,24 @@ fn outbound() -> Vec<FrameSpec> {
     v
 }
 
-#[test]
-fn nat_translates_both_directions_icmp_and_a_mix_of_flows_in_every_mode() {
+/// The NAT case's input: outbound flows (UDP, TCP, an echo, a flow seen twice), a reply to each
+/// mapping (learned from a first run: port allocation is deterministic), and an ICMP error
+/// quoting a translated packet.
+fn nat_input() -> Vec<Vec<u8>> {
     let out_specs = outbound();
     let out_frames: Vec<Vec<u8>> = out_specs.iter().map(|s| s.build()).collect();
-    // Learn the mappings from a first run (port allocation is deterministic).
     let (learned, _) = run_frames(
         "nat-learn",
-        NAT_CFG,
+        &format!("[datapath]\nsplit_offset = {NAT_SPLIT}\n{NAT_CFG}"),
         &out_frames,
         DatapathMode::Host,
         NAT_SPLIT,
     );
     assert_eq!(learned.len(), out_frames.len());
-    let mut mapping: HashMap<(u32, u16, u8), u16> = HashMap::new();
-    for (spec, f) in out_specs.iter().zip(&learned) {
-        let o = fields(&spec.build());
-        let t = fields(f);
-        let prev = mapping.insert((o.src, o.sport, o.proto), t.sport);
-        if let Some(p) = prev {
-            assert_eq!(p, t.sport, "a flow keeps its mapping");
-        }
-    }
-    // Replies to every mapping, an echo reply, and an ICMP error quoting a translated packet.
     let mut replies = Vec::new();
-    let mut expect_back = Vec::new();
-    for spec in &out_specs {
+    for (spec, t) in out_specs.iter().zip(&learned) {
         let o = fields(&spec.build());
-        let port = mapping[&(o.src, o.sport, o.proto)];
+        let port = fields(t).sport;
         let r = match &spec.l4 {
             L4Spec::Udp { .. } => FrameSpec::udp(o.dst, NAT_IP, o.dport, port, 120),
             L4Spec::Tcp { .. } => FrameSpec::tcp(o.dst, NAT_IP, o.dport, port, 0x12, 0),
@@ -188,88 +251,98 @@ fn nat_translates_both_directions_icmp_and_a_mix_of_flows_in_every_mode() {
             _ => unreachable!(),
         };
         replies.push(r.build());
-        expect_back.push(o);
     }
-    let quoted = learned[0][14..].to_vec();
     let err = FrameSpec {
         l4: L4Spec::IcmpError {
             ty: 3,
             code: 3,
             inner_len: 28,
-            inner: quoted,
+            inner: learned[0][14..].to_vec(),
         },
         ..FrameSpec::udp(ip(8, 8, 8, 8), NAT_IP, 0, 0, 0)
     };
-    let all: Vec<Vec<u8>> = out_frames
-        .iter()
-        .cloned()
-        .chain(replies.iter().cloned())
+    out_frames
+        .into_iter()
+        .chain(replies)
         .chain([err.build()])
-        .collect();
-    let mut reference: Option<Vec<Vec<u8>>> = None;
-    for mode in DatapathMode::ALL {
-        let (got, s) = run_frames("nat", NAT_CFG, &all, mode, NAT_SPLIT);
-        assert_eq!(
-            got.len(),
-            all.len(),
-            "{mode}: nothing dropped: {}",
-            s["drops"]
-        );
-        let n_out = out_frames.len();
-        for (i, f) in got.iter().enumerate() {
-            verify_frame_checksums(f).unwrap_or_else(|e| panic!("{mode} frame {i}: {e}"));
-            assert_eq!(f.len(), all[i].len(), "{mode}: length kept");
-        }
-        for i in 0..n_out {
-            let (o, t) = (fields(&all[i]), fields(&got[i]));
-            assert_eq!(t.src, NAT_IP, "{mode}: source rewritten");
-            assert_eq!(t.dst, o.dst);
-            assert!(t.sport >= 1024);
-            assert_eq!(
-                payload(&got[i]),
-                payload(&all[i]),
-                "{mode}: payload unchanged"
-            );
-        }
-        for (k, o) in expect_back.iter().enumerate() {
-            let i = n_out + k;
-            let t = fields(&got[i]);
-            assert_eq!(t.dst, o.src, "{mode}: reply {k} back to the inside host");
-            if o.proto == 1 {
-                assert_eq!(t.sport, o.sport, "{mode}: echo identifier restored");
-            } else {
-                assert_eq!(t.dport, o.sport, "{mode}: reply {k} port restored");
-            }
-            assert_eq!(
-                payload(&got[i]),
-                payload(&all[i]),
-                "{mode}: payload unchanged"
-            );
-        }
-        // ICMP error: outer destination and the quoted header translated back.
-        let e = got.last().unwrap();
-        let inside = fields(&out_frames[0]);
-        assert_eq!(
-            fields(e).dst,
-            inside.src,
-            "{mode}: ICMP error to the inside host"
-        );
-        let q = &e[42..];
-        assert_eq!(u32::from_be_bytes([q[12], q[13], q[14], q[15]]), inside.src);
-        assert_eq!(u16::from_be_bytes([q[20], q[21]]), inside.sport);
-        assert_eq!(
-            s["nfs"]["nat"]["inbound_translated"].as_u64(),
-            Some(expect_back.len() as u64 + 1)
-        );
-        match &reference {
-            None => reference = Some(got),
-            Some(r) => assert!(*r == got, "{mode}: output differs from host mode"),
-        }
+        .collect()
+}
+
+/// What the NAT must have done to `all` for the frames `got`: outbound frames leave from the
+/// NAT address with a port of its range and one port per flow, replies go back to the inside
+/// host and port, the ICMP error's outer and quoted headers are translated back, every checksum
+/// is valid and no payload byte changed.
+fn check_nat(all: &[Vec<u8>], got: &[Vec<u8>], s: &Value, mode: DatapathMode) {
+    let out_specs = outbound();
+    let n_out = out_specs.len();
+    assert_eq!(
+        got.len(),
+        all.len(),
+        "{mode}: nothing dropped: {}",
+        s["drops"]
+    );
+    for (i, f) in got.iter().enumerate() {
+        verify_frame_checksums(f).unwrap_or_else(|e| panic!("{mode} frame {i}: {e}"));
+        assert_eq!(f.len(), all[i].len(), "{mode}: length kept");
     }
+    let mut mapping: HashMap<(u32, u16, u8), u16> = HashMap::new();
+    for i in 0..n_out {
+        let (o, t) = (fields(&all[i]), fields(&got[i]));
+        assert_eq!(t.src, NAT_IP, "{mode}: source rewritten");
+        assert_eq!(t.dst, o.dst);
+        assert!(t.sport >= 1024);
+        let prev = mapping.insert((o.src, o.sport, o.proto), t.sport);
+        assert!(
+            prev.is_none_or(|p| p == t.sport),
+            "{mode}: a flow keeps its mapping"
+        );
+        assert_eq!(
+            payload(&got[i]),
+            payload(&all[i]),
+            "{mode}: payload unchanged"
+        );
+    }
+    for (k, spec) in out_specs.iter().enumerate() {
+        let o = fields(&spec.build());
+        let i = n_out + k;
+        let t = fields(&got[i]);
+        assert_eq!(t.dst, o.src, "{mode}: reply {k} back to the inside host");
+        if o.proto == 1 {
+            assert_eq!(t.sport, o.sport, "{mode}: echo identifier restored");
+        } else {
+            assert_eq!(t.dport, o.sport, "{mode}: reply {k} port restored");
+        }
+        assert_eq!(
+            payload(&got[i]),
+            payload(&all[i]),
+            "{mode}: payload unchanged"
+        );
+    }
+    // ICMP error: outer destination and the quoted header translated back.
+    let e = got.last().unwrap();
+    let inside = fields(&all[0]);
+    assert_eq!(
+        fields(e).dst,
+        inside.src,
+        "{mode}: ICMP error to the inside host"
+    );
+    let q = &e[42..];
+    assert_eq!(u32::from_be_bytes([q[12], q[13], q[14], q[15]]), inside.src);
+    assert_eq!(u16::from_be_bytes([q[20], q[21]]), inside.sport);
+    assert_eq!(
+        s["nfs"]["nat"]["inbound_translated"].as_u64(),
+        Some(n_out as u64 + 1)
+    );
 }
 
 #[test]
-fn lb_keeps_flow_affinity_across_many_flows_in_every_mode() {
+fn nat_golden_in_every_mode() {
+    golden("nat", nat_input, check_nat);
+}
+
+/// The LB case's input: 300 TCP flows to the VIP, three rounds, small and large frames, and one
+/// packet for another address.
+fn lb_input() -> Vec<Vec<u8>> {
     let mut frames = Vec::new();
     for round in 0..3 {
         for c in 0..300u32 {
@@ -287,38 +360,81 @@ fn lb_keeps_flow_affinity_across_many_flows_in_every_mode() {
             );
         }
     }
-    let other = FrameSpec::udp(ip(172, 16, 9, 9), ip(5, 5, 5, 5), 1, 2, 64).build();
-    frames.push(other.clone());
-    let cfg = "[[pipeline]]\nname = \"lb\"\nflows = 65536\n";
-    let mut reference: Option<Vec<Vec<u8>>> = None;
-    for mode in DatapathMode::ALL {
-        let (got, s) = run_frames("lb", cfg, &frames, mode, 64);
-        assert_eq!(got.len(), frames.len(), "{mode}");
-        let mut backend_of: HashMap<(u32, u16), u32> = HashMap::new();
-        let mut used = std::collections::HashSet::new();
-        for (i, f) in got.iter().enumerate().take(900) {
-            verify_frame_checksums(f).unwrap_or_else(|e| panic!("{mode} frame {i}: {e}"));
-            let (o, t) = (fields(&frames[i]), fields(f));
-            assert!(
-                (ip(10, 180, 250, 5)..=ip(10, 180, 250, 36)).contains(&t.dst),
-                "{mode}"
-            );
-            assert_eq!((t.src, t.sport, t.dport), (o.src, o.sport, o.dport));
-            assert_eq!(payload(f), payload(&frames[i]));
-            let b = *backend_of.entry((o.src, o.sport)).or_insert(t.dst);
-            assert_eq!(b, t.dst, "{mode}: flow {o:?} stays on one backend");
-            used.insert(t.dst);
-        }
-        assert_eq!(used.len(), 32, "{mode}: round robin uses every backend");
-        assert_eq!(
-            got.last().unwrap(),
-            &other,
-            "{mode}: non-VIP forwarded unchanged"
+    frames.push(FrameSpec::udp(ip(172, 16, 9, 9), ip(5, 5, 5, 5), 1, 2, 64).build());
+    frames
+}
+
+/// Every VIP flow stays on one backend, round robin uses all 32, only the destination changed
+/// (with valid checksums), and the other packet passes unchanged.
+fn check_lb(frames: &[Vec<u8>], got: &[Vec<u8>], s: &Value, mode: DatapathMode) {
+    assert_eq!(got.len(), frames.len(), "{mode}");
+    let mut backend_of: HashMap<(u32, u16), u32> = HashMap::new();
+    let mut used = std::collections::HashSet::new();
+    for (i, f) in got.iter().enumerate().take(900) {
+        verify_frame_checksums(f).unwrap_or_else(|e| panic!("{mode} frame {i}: {e}"));
+        let (o, t) = (fields(&frames[i]), fields(f));
+        assert!(
+            (ip(10, 180, 250, 5)..=ip(10, 180, 250, 36)).contains(&t.dst),
+            "{mode}"
         );
-        assert_eq!(s["nfs"]["lb"]["new_flows"].as_u64(), Some(300));
-        match &reference {
-            None => reference = Some(got),
-            Some(r) => assert!(*r == got, "{mode}: output differs from host mode"),
+        assert_eq!((t.src, t.sport, t.dport), (o.src, o.sport, o.dport));
+        assert_eq!(payload(f), payload(&frames[i]));
+        let b = *backend_of.entry((o.src, o.sport)).or_insert(t.dst);
+        assert_eq!(b, t.dst, "{mode}: flow {o:?} stays on one backend");
+        used.insert(t.dst);
+    }
+    assert_eq!(used.len(), 32, "{mode}: round robin uses every backend");
+    assert_eq!(
+        got.last(),
+        frames.last(),
+        "{mode}: non-VIP forwarded unchanged"
+    );
+    assert_eq!(s["nfs"]["lb"]["new_flows"].as_u64(), Some(300));
+}
+
+#[test]
+fn lb_golden_in_every_mode() {
+    golden("lb", lb_input, check_lb);
+}
+
+/// The flow counter's input: 50 UDP and TCP flows of several sizes, each seen a few times, and
+/// two frames it cannot attribute (not IPv4, truncated IPv4).
+fn flow_counter_input() -> Vec<Vec<u8>> {
+    let mut frames = Vec::new();
+    for round in 0..4u16 {
+        for c in 0..50u16 {
+            let (a, b) = (ip(192, 168, 7, c as u8), ip(10, 9, 8, 7));
+            let len = 40 + usize::from((c * 37 + round * 11) % 1400);
+            let f = if c % 2 == 0 {
+                FrameSpec::udp(a, b, 3000 + c, 53, len)
+            } else {
+                FrameSpec::tcp(a, b, 3000 + c, 443, 0x18, len)
+            };
+            frames.push(f.build());
         }
     }
+    let mut not_ip = FrameSpec::udp(1, 2, 3, 4, 40).build();
+    not_ip[12..14].copy_from_slice(&0x86ddu16.to_be_bytes());
+    frames.push(not_ip);
+    let mut short = FrameSpec::udp(1, 2, 3, 4, 40).build();
+    short[16..18].copy_from_slice(&2000u16.to_be_bytes());
+    frames.push(short);
+    frames
+}
+
+/// A monitor: every frame passes unchanged, 50 flows of 4 packets are counted, the two others
+/// are unparsed, and every frame's bytes are counted.
+fn check_flow_counter(frames: &[Vec<u8>], got: &[Vec<u8>], s: &Value, mode: DatapathMode) {
+    assert!(got == frames, "{mode}: the flow counter changes nothing");
+    let c = &s["nfs"]["flow-counter"];
+    assert_eq!(c["flows"].as_u64(), Some(50), "{mode}: {c}");
+    assert_eq!(c["new_flows"].as_u64(), Some(50), "{mode}: {c}");
+    assert_eq!(c["unparsed"].as_u64(), Some(2), "{mode}: {c}");
+    let bytes: usize = frames.iter().map(Vec::len).sum();
+    assert_eq!(c["bytes"].as_u64(), Some(bytes as u64), "{mode}: {c}");
+}
+
+#[test]
+fn flow_counter_golden_in_every_mode() {
+    golden("flow-counter", flow_counter_input, check_flow_counter);
 }

@@ -6,7 +6,7 @@
 use std::path::{Path, PathBuf};
 use std::process::Command;
 
-use nmdp::bench::{Clock, DutOptions, Timing, VnicDut, VnicFactory, dut_from_spec};
+use nmdp::dut::{Clock, DutOptions, Timing, VnicDut, VnicFactory, dut_from_spec};
 use pktgen::search::{SearchConfig, SearchGoal, TrialSettings, mlr_search};
 use pktgen::sweep::{NoProgress, SweepSpec, run_sweep};
 use pktgen::trial::{Dut, TrialSpec};

@@ -5,7 +5,7 @@ use std::path::PathBuf;
 use std::process::Command;
 
 use dataplane::DatapathMode;
-use nmdp::app::{RunOptions, run};
+use nmdp::run::{RunOptions, run};
 use serde_json::Value;
 
 fn config(name: &str) -> PathBuf {
@@ -235,4 +235,28 @@ fn cli_json_summary_has_the_foundation_keys() {
     }
     assert!(s["drops"].is_object());
     assert_eq!(u(&s, "packets_tx"), 1000);
+}
+
+/// `dataplane nfs` prints the reference the registry holds: every function with its cost key
+/// and parameters.
+#[test]
+fn cli_nfs_prints_every_registered_function() {
+    let out = Command::new(env!("CARGO_BIN_EXE_dataplane"))
+        .arg("nfs")
+        .output()
+        .unwrap();
+    assert!(out.status.success());
+    let text = String::from_utf8(out.stdout).unwrap();
+    for s in nfs::REGISTRY {
+        assert!(text.contains(&format!("## `{}`", s.name)), "{}", s.name);
+        assert!(text.contains(&s.cost_key()), "{}", s.name);
+        for p in s.params {
+            assert!(
+                text.contains(&format!("`{}`", p.name)),
+                "{}.{}",
+                s.name,
+                p.name
+            );
+        }
+    }
 }

@@ -8,7 +8,7 @@
 
 use criterion::{Criterion, Throughput, criterion_group, criterion_main};
 use dataplane::driver::vnic::{ClockMode, VnicConfig, VnicPort, VnicTiming};
-use dataplane::wire::{CountingSink, Link, RepeatSource};
+use dataplane::link::{CountingSink, Link, RepeatSource};
 use dataplane::{Burst, DatapathMode, DropCounts, Queue};
 
 const PER_ITER: u64 = 100_000;

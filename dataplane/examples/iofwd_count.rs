@@ -10,7 +10,7 @@
 //! ```
 
 use dataplane::driver::vnic::{ClockMode, VnicConfig, VnicPort, VnicTiming};
-use dataplane::wire::{CountingSink, Link, RepeatSource};
+use dataplane::link::{CountingSink, Link, RepeatSource};
 use dataplane::{Burst, DatapathMode, DropCounts, Queue};
 
 fn main() {

@@ -254,6 +254,32 @@ impl ArenaCache {
     }
 }
 
+impl ArenaCache {
+    /// Returns header, host payload and nicmem payload buffer indices, already sorted by pool,
+    /// to their caches (a driver that kept which buffers each packet holds frees them this way
+    /// without reading the packets' metadata).
+    ///
+    /// # Safety
+    /// Every index must be a buffer of the named pool of the arena this cache belongs to, owned
+    /// by the caller, who gives it up.
+    pub unsafe fn free_sorted(&mut self, hdr: &[u32], pay: &[u32], nic: &[u32]) {
+        // SAFETY: the caller's contract, each index to its own pool's cache.
+        unsafe {
+            self.hdr.free_indices(hdr);
+            if let Some(c) = &mut self.pay
+                && !pay.is_empty()
+            {
+                c.free_indices(pay);
+            }
+            if let Some(c) = &mut self.nic
+                && !nic.is_empty()
+            {
+                c.free_indices(nic);
+            }
+        }
+    }
+}
+
 /// The initialised prefix of a scratch array.
 ///
 /// # Safety

@@ -1,17 +1,18 @@
 //! The nicmem dataplane: a split-first packet model, bursts and verdicts, the network-function
 //! interface, datapath modes, the port abstraction, the per-core run loop, and the drivers.
 //!
-//! See `DESIGN.md` in the shared folder for the architecture; the module docs say what each part
-//! holds and why.
+//! The module docs say what each part holds and why; the facts the models rest on, with their
+//! sources, are in `docs/reference/`.
 
 pub mod arena;
 pub mod burst;
 pub mod driver;
+pub mod link;
 pub mod mode;
-pub mod model;
 pub mod nf;
 pub mod packet;
 pub mod pcap;
+pub mod pcie_model;
 pub mod port;
 pub mod rss;
 pub mod runloop;
@@ -19,14 +20,13 @@ pub mod steer;
 pub mod testkit;
 pub mod textfile;
 pub mod verdict;
-pub mod wire;
 
 pub use burst::{
     Burst, DEFAULT_BURST, Describe, DescribeOut, HandleLayout, MAX_BURST, PREFETCH_AHEAD,
     PacketMut, PacketsMut, RxPacket, RxWriter, TxView,
 };
 pub use mode::DatapathMode;
-pub use nf::{NetworkFunction, NfChain, NfContext, merge_stats};
+pub use nf::{CounterValue, Counters, NetworkFunction, NfChain, NfContext};
 pub use packet::{NicPayload, PacketOwner, PayloadLoc, PayloadRef, PayloadRing};
 pub use port::{Capabilities, Port, Queue, QueueStats};
 pub use verdict::{Action, DropCounts, DropReason, Verdict};

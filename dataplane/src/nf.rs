@@ -5,6 +5,8 @@
 //! (shared-nothing): the run loop builds one instance of each function per worker, and RSS keeps a
 //! flow on one worker. The same chain runs unchanged on every driver and in every datapath mode.
 
+use std::borrow::Cow;
+
 use crate::burst::Burst;
 
 /// Context handed to every `process` call.
@@ -21,20 +23,23 @@ pub struct NfContext {
 
 /// One network function.
 pub trait NetworkFunction: Send {
-    /// Short name used in configs and as the counter prefix (`nfs.<name>.*`).
+    /// The name its counters are reported under (`nfs.<name>.*` in the run summary).
     fn name(&self) -> &str;
 
     /// Processes a burst in place. Packets whose verdict is already a drop must be left alone.
     fn process(&mut self, burst: &mut Burst, ctx: &NfContext);
 
-    /// Counters for the run summary, as a JSON object (merged across workers by summing numbers
-    /// and arrays element-wise).
-    fn stats(&self) -> serde_json::Value {
-        serde_json::Value::Object(Default::default())
+    /// Counters for the run summary (merged across workers with [`Counters::merge`]).
+    fn counters(&self) -> Counters {
+        Counters::new()
     }
 
-    /// Called once when the run ends (after the last burst), e.g. to write a flow dump.
-    fn finish(&mut self, _ctx: &NfContext) {}
+    /// Called once when the run ends (after the last burst), e.g. to write a flow dump. An error
+    /// says what the function could not do (an output it could not write): the run's results
+    /// are then incomplete, and the run fails with it.
+    fn finish(&mut self, _ctx: &NfContext) -> Result<(), String> {
+        Ok(())
+    }
 
     /// Packets this instance has taken out of bursts ([`Burst::remove_to`]) and holds back, to
     /// give them back through [`NetworkFunction::release`] (e.g. IP fragments that arrived
@@ -127,39 +132,212 @@ impl NfChain {
     }
 }
 
-/// Merges NF counter objects from several workers: numbers add, arrays add element-wise, objects
-/// merge recursively, anything else keeps the first value.
-pub fn merge_stats(into: &mut serde_json::Value, from: &serde_json::Value) {
-    use serde_json::Value;
-    match (into, from) {
-        (Value::Object(a), Value::Object(b)) => {
-            for (k, v) in b {
-                match a.get_mut(k) {
-                    Some(existing) => merge_stats(existing, v),
-                    None => {
-                        a.insert(k.clone(), v.clone());
-                    }
+/// One counter of a network function (see [`Counters`]).
+#[derive(Clone, Debug, PartialEq, Eq)]
+pub enum CounterValue {
+    /// A count or a sum: workers' values add up.
+    Count(u64),
+    /// Counts per item (e.g. per backend): workers' values add up element-wise.
+    Counts(Vec<u64>),
+    /// Named counters under one name (e.g. drops by reason).
+    Group(Counters),
+    /// A text, such as the error of an output the function failed to write: the first worker's
+    /// is kept.
+    Text(String),
+}
+
+impl CounterValue {
+    /// The count, if this is one.
+    pub fn as_count(&self) -> Option<u64> {
+        match self {
+            CounterValue::Count(n) => Some(*n),
+            _ => None,
+        }
+    }
+
+    /// The counts per item, if these are.
+    pub fn as_counts(&self) -> Option<&[u64]> {
+        match self {
+            CounterValue::Counts(v) => Some(v),
+            _ => None,
+        }
+    }
+
+    /// The text, if this is one.
+    pub fn as_text(&self) -> Option<&str> {
+        match self {
+            CounterValue::Text(s) => Some(s),
+            _ => None,
+        }
+    }
+
+    fn merge(&mut self, other: &CounterValue) {
+        match (self, other) {
+            (CounterValue::Count(a), CounterValue::Count(b)) => *a += b,
+            (CounterValue::Counts(a), CounterValue::Counts(b)) => {
+                if a.len() < b.len() {
+                    a.resize(b.len(), 0);
+                }
+                for (x, y) in a.iter_mut().zip(b) {
+                    *x += y;
                 }
             }
+            (CounterValue::Group(a), CounterValue::Group(b)) => a.merge(b),
+            _ => {}
         }
-        (Value::Array(a), Value::Array(b)) => {
-            for (i, v) in b.iter().enumerate() {
-                match a.get_mut(i) {
-                    Some(existing) => merge_stats(existing, v),
-                    None => a.push(v.clone()),
-                }
+    }
+}
+
+impl PartialEq<u64> for CounterValue {
+    fn eq(&self, other: &u64) -> bool {
+        self.as_count() == Some(*other)
+    }
+}
+
+/// `value["name"]`: the counter `name` of a group (panics when this is not a group holding it,
+/// like a missing map key; use [`Counters::get`] to ask).
+impl std::ops::Index<&str> for CounterValue {
+    type Output = CounterValue;
+    fn index(&self, name: &str) -> &CounterValue {
+        match self {
+            CounterValue::Group(g) => &g[name],
+            other => panic!("counter `{name}` asked of {other:?}, which is not a group"),
+        }
+    }
+}
+
+/// A network function's counters: names and typed values, in the order the function reports
+/// them. Workers' counters of the same function merge with [`Counters::merge`]; the run's
+/// summary prints them under `nfs.<name>` (a count as a number, counts as an array, a group as
+/// an object, a text as a string).
+#[derive(Clone, Debug, Default, PartialEq, Eq)]
+pub struct Counters(Vec<(Cow<'static, str>, CounterValue)>);
+
+impl Counters {
+    /// No counters.
+    pub fn new() -> Self {
+        Self::default()
+    }
+
+    fn put(&mut self, name: Cow<'static, str>, v: CounterValue) -> &mut Self {
+        match self.0.iter_mut().find(|(n, _)| *n == name) {
+            Some((_, old)) => *old = v,
+            None => self.0.push((name, v)),
+        }
+        self
+    }
+
+    /// Sets the count `name`.
+    pub fn count(&mut self, name: impl Into<Cow<'static, str>>, v: u64) -> &mut Self {
+        self.put(name.into(), CounterValue::Count(v))
+    }
+
+    /// Sets the counts per item `name`.
+    pub fn counts(&mut self, name: impl Into<Cow<'static, str>>, v: Vec<u64>) -> &mut Self {
+        self.put(name.into(), CounterValue::Counts(v))
+    }
+
+    /// Sets the group `name`.
+    pub fn group(&mut self, name: impl Into<Cow<'static, str>>, g: Counters) -> &mut Self {
+        self.put(name.into(), CounterValue::Group(g))
+    }
+
+    /// Sets the text `name`.
+    pub fn text(&mut self, name: impl Into<Cow<'static, str>>, s: impl Into<String>) -> &mut Self {
+        self.put(name.into(), CounterValue::Text(s.into()))
+    }
+
+    /// The counter at a dotted path (`"drops.no_mapping"`), if there is one.
+    pub fn get(&self, path: &str) -> Option<&CounterValue> {
+        let (head, rest) = match path.split_once('.') {
+            Some((h, r)) => (h, Some(r)),
+            None => (path, None),
+        };
+        let v = self.0.iter().find(|(n, _)| n == head).map(|(_, v)| v)?;
+        match (rest, v) {
+            (None, v) => Some(v),
+            (Some(r), CounterValue::Group(g)) => g.get(r),
+            (Some(_), _) => None,
+        }
+    }
+
+    /// The count at a dotted path, if there is one.
+    pub fn count_at(&self, path: &str) -> Option<u64> {
+        self.get(path)?.as_count()
+    }
+
+    /// The counters in order.
+    pub fn iter(&self) -> impl Iterator<Item = (&str, &CounterValue)> {
+        self.0.iter().map(|(n, v)| (n.as_ref(), v))
+    }
+
+    /// True when there are none.
+    pub fn is_empty(&self) -> bool {
+        self.0.is_empty()
+    }
+
+    /// Adds another worker's counters of the same function: counts add, counts per item add
+    /// element-wise, groups merge, texts keep the first; names only `other` has are appended.
+    pub fn merge(&mut self, other: &Counters) {
+        for (name, v) in &other.0 {
+            match self.0.iter_mut().find(|(n, _)| n == name) {
+                Some((_, mine)) => mine.merge(v),
+                None => self.0.push((name.clone(), v.clone())),
             }
         }
-        (Value::Number(a), Value::Number(b)) => {
-            if let (Some(x), Some(y)) = (a.as_u64(), b.as_u64()) {
-                *a = (x + y).into();
-            } else if let (Some(x), Some(y)) = (a.as_f64(), b.as_f64())
-                && let Some(n) = serde_json::Number::from_f64(x + y)
-            {
-                *a = n;
+    }
+}
+
+/// A count as a number, counts as a sequence, a group as a map, a text as a string (the run
+/// summary's JSON).
+impl serde::Serialize for CounterValue {
+    fn serialize<S: serde::Serializer>(&self, s: S) -> Result<S::Ok, S::Error> {
+        match self {
+            CounterValue::Count(n) => s.serialize_u64(*n),
+            CounterValue::Counts(v) => v.serialize(s),
+            CounterValue::Group(g) => g.serialize(s),
+            CounterValue::Text(t) => s.serialize_str(t),
+        }
+    }
+}
+
+/// `name=value` pairs in order, groups in braces, counts per item in brackets (for messages).
+impl std::fmt::Display for Counters {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        for (i, (n, v)) in self.0.iter().enumerate() {
+            if i > 0 {
+                f.write_str(" ")?;
+            }
+            match v {
+                CounterValue::Count(c) => write!(f, "{n}={c}")?,
+                CounterValue::Counts(c) => write!(f, "{n}={c:?}")?,
+                CounterValue::Group(g) => write!(f, "{n}={{{g}}}")?,
+                CounterValue::Text(t) => write!(f, "{n}={t:?}")?,
             }
         }
-        _ => {}
+        Ok(())
+    }
+}
+
+/// A map from names to values, in order.
+impl serde::Serialize for Counters {
+    fn serialize<S: serde::Serializer>(&self, s: S) -> Result<S::Ok, S::Error> {
+        use serde::ser::SerializeMap;
+        let mut m = s.serialize_map(Some(self.0.len()))?;
+        for (n, v) in &self.0 {
+            m.serialize_entry(n, v)?;
+        }
+        m.end()
+    }
+}
+
+/// `counters["name"]`: the counter `name` (panics when there is none, like a missing map key;
+/// use [`Counters::get`] to ask).
+impl std::ops::Index<&str> for Counters {
+    type Output = CounterValue;
+    fn index(&self, name: &str) -> &CounterValue {
+        self.get(name)
+            .unwrap_or_else(|| panic!("no counter `{name}` in {self:?}"))
     }
 }
 
@@ -169,7 +347,6 @@ mod tests {
     use crate::mode::DatapathMode;
     use crate::testkit::PacketFactory;
     use crate::verdict::{DropReason, Verdict};
-    use serde_json::json;
 
     /// Holds the first packet of every burst; releases at `now_ns >= 10`, drops on a flush.
     struct HoldFirst(Burst);
@@ -206,8 +383,10 @@ mod tests {
         fn process(&mut self, burst: &mut Burst, _ctx: &NfContext) {
             self.0 += burst.len();
         }
-        fn stats(&self) -> serde_json::Value {
-            json!({ "seen": self.0 })
+        fn counters(&self) -> Counters {
+            let mut c = Counters::new();
+            c.count("seen", self.0 as u64);
+            c
         }
     }
 
@@ -231,7 +410,7 @@ mod tests {
         assert_eq!((out.len(), chain.held()), (1, 0));
         assert_eq!(out.verdict(0), Verdict::tx(0));
         assert_eq!(
-            chain.functions()[1].stats()["seen"],
+            chain.functions()[1].counters()["seen"],
             3,
             "the released packet too"
         );
@@ -246,12 +425,31 @@ mod tests {
     }
 
     #[test]
-    fn merge_adds_numbers_and_arrays() {
-        let mut a = json!({"x": 1, "v": [1, 2], "o": {"y": 2}});
-        merge_stats(
-            &mut a,
-            &json!({"x": 2, "v": [1, 2, 3], "o": {"y": 3, "z": 1}}),
-        );
-        assert_eq!(a, json!({"x": 3, "v": [2, 4, 3], "o": {"y": 5, "z": 1}}));
+    fn merge_adds_counts_and_lists_and_keeps_the_first_text() {
+        let mut drops = Counters::new();
+        drops.count("truncated", 1);
+        let mut a = Counters::new();
+        a.count("x", 1)
+            .counts("v", vec![1, 2])
+            .group("drops", drops)
+            .text("err", "first");
+        let mut drops = Counters::new();
+        drops.count("truncated", 2).count("own", 1);
+        let mut b = Counters::new();
+        b.count("x", 2)
+            .counts("v", vec![1, 2, 3])
+            .group("drops", drops)
+            .text("err", "second")
+            .count("only_b", 7);
+        a.merge(&b);
+        assert_eq!(a["x"], 3);
+        assert_eq!(a["v"], CounterValue::Counts(vec![2, 4, 3]));
+        assert_eq!(a["drops"]["truncated"], 3);
+        assert_eq!(a.count_at("drops.own"), Some(1));
+        assert_eq!(a["err"].as_text(), Some("first"));
+        assert_eq!(a["only_b"], 7);
+        assert!(a.get("drops.nothing").is_none() && a.get("x.y").is_none());
+        let names: Vec<&str> = a.iter().map(|(n, _)| n).collect();
+        assert_eq!(names, ["x", "v", "drops", "err", "only_b"]);
     }
 }

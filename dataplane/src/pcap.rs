@@ -26,7 +26,7 @@
 //! record (or ends the pass when nothing lines up again); a record cut by the end of the file is
 //! truncated.
 
-use crate::wire::{FrameSink, FrameSource};
+use crate::link::{FrameSink, FrameSource};
 use std::fmt;
 use std::fs::File;
 use std::io::{self, BufReader, BufWriter, Read, Seek, SeekFrom, Write};
@@ -1200,7 +1200,7 @@ pub fn write_all<F: AsRef<[u8]>>(
 #[cfg(test)]
 mod tests {
     use super::*;
-    use crate::wire::MAX_WIRE_FRAME;
+    use crate::link::MAX_WIRE_FRAME;
     use std::sync::atomic::AtomicUsize;
 
     /// A unique temporary file removed on drop.

@@ -89,20 +89,30 @@ impl Rss {
     /// anything else hashes to 0 (queue 0), as NICs do.
     #[inline]
     pub fn hash_frame(&self, frame: &[u8]) -> u32 {
-        if frame.len() < 34 || frame[12] != 0x08 || frame[13] != 0x00 {
+        use wire::ethernet::{ETH_HLEN as L3, ETHERTYPE_IPV4};
+        use wire::ipv4::{IPV4_HLEN, PROTO_TCP, PROTO_UDP, offset};
+        // Source and destination address, side by side.
+        const ADDRS: std::ops::Range<usize> = L3 + offset::SRC..L3 + offset::DST + 4;
+        let [t0, t1] = ETHERTYPE_IPV4.to_be_bytes();
+        if frame.len() < L3 + IPV4_HLEN || frame[12] != t0 || frame[13] != t1 {
             return 0;
         }
-        let ihl = ((frame[14] & 0x0f) as usize) * 4;
-        let proto = frame[23];
-        let frag = u16::from_be_bytes([frame[20], frame[21]]) & 0x1fff;
-        let l4 = 14 + ihl;
-        if ihl >= 20 && (proto == 6 || proto == 17) && frag == 0 && frame.len() >= l4 + 4 {
+        let ihl = ((frame[L3 + offset::VER_IHL] & 0x0f) as usize) * 4;
+        let proto = frame[L3 + offset::PROTOCOL];
+        let ff = L3 + offset::FLAGS_FRAG;
+        let frag = u16::from_be_bytes([frame[ff], frame[ff + 1]]) & 0x1fff;
+        let l4 = L3 + ihl;
+        if ihl >= IPV4_HLEN
+            && (proto == PROTO_TCP || proto == PROTO_UDP)
+            && frag == 0
+            && frame.len() >= l4 + 4
+        {
             let mut input = [0u8; 12];
-            input[..8].copy_from_slice(&frame[26..34]);
+            input[..8].copy_from_slice(&frame[ADDRS]);
             input[8..].copy_from_slice(&frame[l4..l4 + 4]);
             self.hash12(&input)
         } else {
-            self.hash(&frame[26..34])
+            self.hash(&frame[ADDRS])
         }
     }
 }

@@ -24,7 +24,7 @@ use std::sync::atomic::{AtomicBool, AtomicU64, Ordering};
 use std::time::{Duration, Instant};
 
 use crate::burst::Burst;
-use crate::nf::{NfChain, NfContext};
+use crate::nf::{Counters, NfChain, NfContext};
 use crate::port::{Queue, QueueStats};
 use crate::verdict::{Action, DropCounts, DropReason, Verdict};
 
@@ -152,8 +152,11 @@ pub struct WorkerReport {
     pub xstats: Vec<Vec<(String, u64)>>,
     /// Drops per reason.
     pub drops: DropCounts,
-    /// NF counters, one `(name, stats)` per function in chain order.
-    pub nf_stats: Vec<(String, serde_json::Value)>,
+    /// NF counters, one `(name, counters)` per function in chain order.
+    pub nf_counters: Vec<(String, Counters)>,
+    /// What functions could not do when the run ended (`name: error`, see
+    /// [`crate::NetworkFunction::finish`]).
+    pub nf_errors: Vec<String>,
     /// Loop iterations that received nothing.
     pub idle_polls: u64,
     /// Bursts processed.
@@ -291,19 +294,26 @@ pub fn run_worker(
         now_ns: start.elapsed().as_nanos() as u64,
         ..ctx
     };
-    for nf in setup.chain.functions_mut() {
-        nf.finish(&nf_ctx);
-    }
+    let nf_errors = setup
+        .chain
+        .functions_mut()
+        .iter_mut()
+        .filter_map(|nf| {
+            let e = nf.finish(&nf_ctx).err()?;
+            Some(format!("{}: {e}", nf.name()))
+        })
+        .collect();
     WorkerReport {
         queue_stats: setup.queues.iter().map(|q| q.stats()).collect(),
         xstats: setup.queues.iter().map(|q| q.xstats()).collect(),
         drops,
-        nf_stats: setup
+        nf_counters: setup
             .chain
             .functions()
             .iter()
-            .map(|nf| (nf.name().to_string(), nf.stats()))
+            .map(|nf| (nf.name().to_string(), nf.counters()))
             .collect(),
+        nf_errors,
         idle_polls,
         bursts,
         active_s: (last_active - start).as_secs_f64(),

@@ -10,6 +10,10 @@
 
 use std::net::Ipv4Addr;
 
+use wire::ethernet::{ETH_HLEN as L3, ETHERTYPE_IPV4};
+use wire::field::{read_u16, read_u32};
+use wire::ipv4::{IPV4_HLEN, PROTO_TCP, PROTO_UDP, offset};
+
 /// One rule: IPv4 TCP or UDP frames to `dst_ip` with a destination port in `dst_ports`
 /// (inclusive) go to Rx queue `queue`.
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
@@ -26,18 +30,22 @@ pub struct SteerRule {
 /// (first-fragment) IPv4 TCP/UDP frames match; everything else is left to RSS.
 #[inline]
 pub fn steer(rules: &[SteerRule], frame: &[u8]) -> Option<u16> {
-    if rules.is_empty() || frame.len() < 34 || frame[12] != 0x08 || frame[13] != 0x00 {
+    if rules.is_empty() || frame.len() < L3 + IPV4_HLEN || read_u16(frame, 12) != ETHERTYPE_IPV4 {
         return None;
     }
-    let ihl = usize::from(frame[14] & 0x0f) * 4;
-    let proto = frame[23];
-    let frag_off = u16::from_be_bytes([frame[20], frame[21]]) & 0x1fff;
-    let l4 = 14 + ihl;
-    if ihl < 20 || !(proto == 6 || proto == 17) || frag_off != 0 || frame.len() < l4 + 4 {
+    let ihl = usize::from(frame[L3 + offset::VER_IHL] & 0x0f) * 4;
+    let proto = frame[L3 + offset::PROTOCOL];
+    let frag_off = read_u16(frame, L3 + offset::FLAGS_FRAG) & 0x1fff;
+    let l4 = L3 + ihl;
+    if ihl < IPV4_HLEN
+        || !(proto == PROTO_TCP || proto == PROTO_UDP)
+        || frag_off != 0
+        || frame.len() < l4 + 4
+    {
         return None;
     }
-    let dst = Ipv4Addr::new(frame[30], frame[31], frame[32], frame[33]);
-    let port = u16::from_be_bytes([frame[l4 + 2], frame[l4 + 3]]);
+    let dst = Ipv4Addr::from(read_u32(frame, L3 + offset::DST));
+    let port = read_u16(frame, l4 + 2);
     rules
         .iter()
         .find(|r| r.dst_ip == dst && (r.dst_ports.0..=r.dst_ports.1).contains(&port))

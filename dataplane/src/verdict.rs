@@ -203,6 +203,19 @@ impl std::fmt::Display for DropReason {
     }
 }
 
+/// How a frame the classifier cannot read is dropped: `truncated` (also when the bytes exist
+/// but lie past the header segment), `malformed`, or `not_ipv4`.
+impl From<wire::classify::ParseError> for DropReason {
+    fn from(e: wire::classify::ParseError) -> Self {
+        use wire::classify::ParseError;
+        match e {
+            ParseError::Truncated | ParseError::SegmentShort => DropReason::TRUNCATED,
+            ParseError::Malformed => DropReason::MALFORMED,
+            ParseError::NotIpv4 => DropReason::NOT_IPV4,
+        }
+    }
+}
+
 /// Drop counts per reason, in a flat array (no hashing per packet).
 #[derive(Clone, Debug)]
 pub struct DropCounts([u64; DropReason::MAX]);

@@ -3,7 +3,7 @@
 #![no_main]
 
 use libfuzzer_sys::fuzz_target;
-use nfs::headers::{parse, verify_frame_checksums};
+use wire::classify::{parse, verify_frame_checksums};
 
 fuzz_target!(|data: &[u8]| {
     if data.is_empty() {

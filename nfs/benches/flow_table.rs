@@ -36,10 +36,10 @@ use criterion::{BenchmarkId, Criterion, Throughput, criterion_group, criterion_m
 use dataplane::testkit::PacketFactory;
 use dataplane::{Burst, DatapathMode, NetworkFunction, NfContext, Verdict};
 use nfs::flow_table::{FlowKey, FlowTable, FullPolicy, NO_SLOT};
-use nfs::frames::udp64;
 use nfs::lb::LoadBalancer;
 use nfs::nat::Nat;
 use nfs::work_package::XorShift64;
+use wire::frames::udp64;
 
 fn cpu_mhz() -> Option<f64> {
     let s = std::fs::read_to_string("/proc/cpuinfo").ok()?;
@@ -272,14 +272,16 @@ fn nf_setup(which: &str, mode: DatapathMode, fl: &Flows, n: usize, ctx: &NfConte
         s.nf.process(&mut s.bursts[0], ctx);
         k += 32;
     }
-    let st = s.nf.stats();
+    let st = s.nf.counters();
     let secs = t0.elapsed().as_secs_f64();
     eprintln!(
         "{which} {mode}: populated in {secs:.2} s ({:.2} M new sessions/s), new={} active={}",
         n as f64 / secs / 1e6,
-        st.get("new_mappings").or(st.get("new_flows")).unwrap(),
-        st.get("active_mappings")
-            .or(st.get("active_flows"))
+        st.count_at("new_mappings")
+            .or(st.count_at("new_flows"))
+            .unwrap(),
+        st.count_at("active_mappings")
+            .or(st.count_at("active_flows"))
             .unwrap()
     );
     s
@@ -350,7 +352,7 @@ fn bench_nf(c: &mut Criterion) {
                     }
                     total
                 });
-                let st = s.nf.stats();
+                let st = s.nf.counters();
                 assert_eq!(
                     st["dropped"], 0,
                     "{which}: the measured packets must all be hits"

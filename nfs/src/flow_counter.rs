@@ -37,20 +37,81 @@ use std::io::Write;
 use std::net::Ipv4Addr;
 use std::path::{Path, PathBuf};
 
-use dataplane::{Burst, DropCounts, DropReason, NetworkFunction, NfContext};
-use serde::Deserialize;
+use dataplane::{Burst, DropCounts, DropReason, NetworkFunction, NfContext, PREFETCH_AHEAD};
+use serde::{Deserialize, Serialize};
+use wire::classify::{ParseError, parse};
 
-use crate::common::{
-    PREFETCH_AHEAD, bad_param, drops_json, mix_seed, parse_params, prefetch_start, timeout_ms,
-};
 use crate::flow_table::{BULK, FlowKey, FlowTable, FullPolicy, NO_SLOT, TableValue};
-use crate::headers::parse;
+use crate::params::{bad_param, mix_seed, parse_params, timeout_ms};
+use crate::registry::{BuildContext, Memory, NfSpec, Param, defaults_of, drop_counters};
 
-/// Name of this NF in configs.
+/// The registration of `flow_counter`.
+pub const SPEC: NfSpec = NfSpec {
+    name: "flow_counter",
+    aliases: &["flow-counter"],
+    summary: "Exact per-flow packets, bytes, first and last seen; top-k by bytes; dumps to JSON \
+              or CSV. A monitor: it forwards everything unless told to drop on a full table.",
+    params: &[
+        Param {
+            name: "flows",
+            doc: "records across all workers (each worker holds `flows / workers`), at least 1",
+        },
+        Param {
+            name: "idle_timeout_s",
+            doc: "seconds a record may be idle before it is closed (0: never), at most 2000000",
+        },
+        Param {
+            name: "full_policy",
+            doc: "a new flow with no room: `skip` (forward uncounted), `evict` (the least \
+                  recently seen record of its buckets) or `drop` (as `flow_table_full`)",
+        },
+        Param {
+            name: "dump_path",
+            doc: "file the records are written to at the end (`.csv`, else JSON); `{worker}` is \
+                  replaced by the worker index",
+        },
+        Param {
+            name: "top_k",
+            doc: "flows the dump lists in `top_k`, by bytes",
+        },
+        Param {
+            name: "scan_buckets_per_burst",
+            doc: "buckets scanned for idle records per burst",
+        },
+        Param {
+            name: "seed",
+            doc: "hash seed (mixed with the worker index)",
+        },
+    ],
+    defaults: defaults_of::<FlowCounterConfig>,
+    drop_reasons: &[],
+    build,
+    memory,
+};
+
+/// The name its counters are reported under (`nfs.flow-counter`), kept from the first release.
 pub const NAME: &str = "flow-counter";
 
+fn build(params: &toml::Table, ctx: &BuildContext) -> Result<Box<dyn NetworkFunction>, String> {
+    Ok(Box::new(FlowCounter::from_params(
+        params,
+        ctx.worker,
+        ctx.workers,
+    )?))
+}
+
+fn memory(params: &toml::Table, ctx: &BuildContext) -> Option<Memory> {
+    let c: FlowCounterConfig = parse_params(SPEC.name, params).ok()?;
+    let per_worker = c.flows.div_ceil(u64::from(ctx.workers.max(1)));
+    Some(Memory {
+        key: "flows",
+        value: c.flows.to_string(),
+        bytes: FlowTable::<FlowRecord>::memory_for(per_worker as usize),
+    })
+}
+
 /// What to do when a new flow finds no room.
-#[derive(Clone, Copy, Debug, PartialEq, Eq, Deserialize)]
+#[derive(Clone, Copy, Debug, PartialEq, Eq, Deserialize, Serialize)]
 #[serde(rename_all = "kebab-case")]
 pub enum FullAction {
     /// Forward the packet without a record (counted `table_full`).
@@ -62,7 +123,7 @@ pub enum FullAction {
 }
 
 /// Flow-counter parameters.
-#[derive(Clone, Debug, Deserialize)]
+#[derive(Clone, Debug, Deserialize, Serialize)]
 #[serde(deny_unknown_fields, default)]
 pub struct FlowCounterConfig {
     /// Records across all workers (each worker gets `flows / workers`).
@@ -126,7 +187,7 @@ impl TableValue for FlowRecord {
 }
 
 #[derive(Clone, Debug, Default)]
-struct Counters {
+struct Tally {
     packets: u64,
     bytes: u64,
     skipped: u64,
@@ -154,7 +215,7 @@ pub struct FlowCounter {
     top_k: usize,
     scan: usize,
     dump_error: Option<String>,
-    c: Counters,
+    c: Tally,
     /// Per packet of a chunk: index into `keys`, or `usize::MAX` for none.
     pending: Vec<usize>,
     lens: Vec<u64>,
@@ -185,7 +246,7 @@ fn worker_path(p: &str, worker: u16, workers: u16) -> PathBuf {
 impl FlowCounter {
     /// Builds worker `worker`'s instance (of `workers`) from a parameter table.
     pub fn from_params(params: &toml::Table, worker: u16, workers: u16) -> Result<Self, String> {
-        let cfg: FlowCounterConfig = parse_params(NAME, params)?;
+        let cfg: FlowCounterConfig = parse_params(SPEC.name, params)?;
         Self::new(&cfg, worker, workers)
     }
 
@@ -193,17 +254,17 @@ impl FlowCounter {
     pub fn new(cfg: &FlowCounterConfig, worker: u16, workers: u16) -> Result<Self, String> {
         let workers = workers.max(1);
         if cfg.flows == 0 {
-            return Err(bad_param(NAME, "flows", "must be at least 1"));
+            return Err(bad_param(SPEC.name, "flows", "must be at least 1"));
         }
         let per_core = cfg.flows.div_ceil(u64::from(workers));
         if per_core > u64::from(u32::MAX / 2) {
-            return Err(bad_param(NAME, "flows", "too many flows per worker"));
+            return Err(bad_param(SPEC.name, "flows", "too many flows per worker"));
         }
-        let timeout = timeout_ms(NAME, "idle_timeout_s", cfg.idle_timeout_s, true)?;
+        let timeout = timeout_ms(SPEC.name, "idle_timeout_s", cfg.idle_timeout_s, true)?;
         if let Some(p) = &cfg.dump_path
             && p.trim().is_empty()
         {
-            return Err(bad_param(NAME, "dump_path", "must not be empty"));
+            return Err(bad_param(SPEC.name, "dump_path", "must not be empty"));
         }
         let policy = if cfg.full_policy == FullAction::Evict {
             FullPolicy::Evict
@@ -213,7 +274,7 @@ impl FlowCounter {
         // The table itself never expires records: the counter closes them itself so their
         // counts are kept (see the module docs).
         let table = FlowTable::try_new(per_core as usize, 0, policy, mix_seed(cfg.seed, worker, 3))
-            .map_err(|e| bad_param(NAME, "flows", format!("flow table: {e}")))?;
+            .map_err(|e| bad_param(SPEC.name, "flows", format!("flow table: {e}")))?;
         Ok(Self {
             name: NAME.to_string(),
             worker,
@@ -227,7 +288,7 @@ impl FlowCounter {
             top_k: cfg.top_k,
             scan: cfg.scan_buckets_per_burst as usize,
             dump_error: None,
-            c: Counters::default(),
+            c: Tally::default(),
             pending: Vec::with_capacity(BULK),
             lens: vec![0; BULK],
             keys: vec![FlowKey::default(); BULK],
@@ -295,7 +356,7 @@ impl FlowCounter {
             "flows": all.iter().map(|(k, r)| Self::record_json(k, r)).collect::<Vec<_>>(),
             "top_k": self.top_k(self.top_k).iter().map(|(k, r)| Self::record_json(k, r))
                 .collect::<Vec<_>>(),
-            "stats": self.stats(),
+            "stats": self.counters(),
         })
     }
 
@@ -371,7 +432,7 @@ impl FlowCounter {
                     n += 1;
                 }
                 Err(e) => {
-                    if e == crate::headers::ParseError::SegmentShort {
+                    if e == ParseError::SegmentShort {
                         self.c.header_segment_short += 1;
                     }
                     self.c.unparsed += 1;
@@ -470,7 +531,7 @@ impl NetworkFunction for FlowCounter {
             });
         }
         let n = burst.len();
-        prefetch_start(burst);
+        burst.prefetch_first();
         let mut start = 0;
         while start < n {
             let end = (start + BULK).min(n);
@@ -479,52 +540,41 @@ impl NetworkFunction for FlowCounter {
         }
     }
 
-    fn stats(&self) -> serde_json::Value {
+    fn counters(&self) -> dataplane::Counters {
         let c = &self.c;
-        let mut v = serde_json::json!({
-            "flows": self.table.len() as u64,
-            "packets": c.packets,
-            "bytes": c.bytes,
-            "skipped": c.skipped,
-            "unparsed": c.unparsed,
-            "header_segment_short": c.header_segment_short,
-            "new_flows": c.new_flows,
-            "table_full": c.table_full,
-            "expired": c.expired,
-            "expired_packets": c.expired_packets,
-            "expired_bytes": c.expired_bytes,
-            "evicted": c.evicted,
-            "evicted_packets": c.evicted_packets,
-            "evicted_bytes": c.evicted_bytes,
-            "dropped": c.drops.total(),
-            "drops": drops_json(&c.drops, &[]),
-        });
+        let mut v = dataplane::Counters::new();
+        v.count("flows", self.table.len() as u64)
+            .count("packets", c.packets)
+            .count("bytes", c.bytes)
+            .count("skipped", c.skipped)
+            .count("unparsed", c.unparsed)
+            .count("header_segment_short", c.header_segment_short)
+            .count("new_flows", c.new_flows)
+            .count("table_full", c.table_full)
+            .count("expired", c.expired)
+            .count("expired_packets", c.expired_packets)
+            .count("expired_bytes", c.expired_bytes)
+            .count("evicted", c.evicted)
+            .count("evicted_packets", c.evicted_packets)
+            .count("evicted_bytes", c.evicted_bytes)
+            .count("dropped", c.drops.total())
+            .group("drops", drop_counters(&c.drops, &[]));
         if let Some(e) = &self.dump_error {
-            v["dump_error"] = e.clone().into();
+            v.text("dump_error", e.clone());
         }
         v
     }
 
-    fn finish(&mut self, _ctx: &NfContext) {
+    fn finish(&mut self, _ctx: &NfContext) -> Result<(), String> {
         if let Some(p) = self.dump_path.clone()
             && let Err(e) = self.dump_to(&p)
         {
-            self.dump_error = Some(format!("{}: {e}", p.display()));
+            let e = format!("{}: {e}", p.display());
+            self.dump_error = Some(e.clone());
+            return Err(format!("cannot write its dump {e}"));
         }
+        Ok(())
     }
-}
-
-/// Registry hook: builds a flow counter for `name == "flow-counter"` (or `flow_counter`),
-/// `None` for other names.
-pub fn build(
-    name: &str,
-    params: &toml::Table,
-    ctx: &NfContext,
-) -> Option<Result<Box<dyn NetworkFunction>, String>> {
-    (name == NAME || name == "flow_counter").then(|| {
-        FlowCounter::from_params(params, ctx.worker, ctx.workers)
-            .map(|n| Box::new(n) as Box<dyn NetworkFunction>)
-    })
 }
 
 #[cfg(test)]

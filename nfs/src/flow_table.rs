@@ -183,7 +183,7 @@ impl fmt::Debug for FlowKey {
 }
 
 /// What to do when a new flow finds no room.
-#[derive(Clone, Copy, Debug, PartialEq, Eq, serde::Deserialize)]
+#[derive(Clone, Copy, Debug, PartialEq, Eq, serde::Deserialize, serde::Serialize)]
 #[serde(rename_all = "kebab-case")]
 pub enum FullPolicy {
     /// Refuse the insert (the NF counts it and drops the packet or skips the flow).

@@ -1,7 +1,26 @@
-//! `io-fwd`: forwards every packet unchanged (DPDK testpmd's `io` mode). The baseline that measures
-//! the driver and run loop alone.
+//! `io_fwd`: forwards every packet unchanged (DPDK testpmd's `io` mode). The baseline that
+//! measures the driver and run loop alone.
 
-use dataplane::{Burst, NetworkFunction, NfContext};
+use dataplane::{Burst, Counters, NetworkFunction, NfContext};
+
+use crate::registry::{BuildContext, NfSpec, no_defaults, no_memory, no_params};
+
+/// The registration of `io_fwd`.
+pub const SPEC: NfSpec = NfSpec {
+    name: "io_fwd",
+    aliases: &["io-fwd"],
+    summary: "Forwards every packet unchanged (testpmd's io mode): the driver and run loop alone.",
+    params: &[],
+    defaults: no_defaults,
+    drop_reasons: &[],
+    build,
+    memory: no_memory,
+};
+
+fn build(params: &toml::Table, _: &BuildContext) -> Result<Box<dyn NetworkFunction>, String> {
+    no_params(SPEC.name, params)?;
+    Ok(Box::<IoFwd>::default())
+}
 
 /// Forwards packets without touching them.
 #[derive(Debug, Default)]
@@ -11,14 +30,16 @@ pub struct IoFwd {
 
 impl NetworkFunction for IoFwd {
     fn name(&self) -> &str {
-        "io_fwd"
+        SPEC.name
     }
 
     fn process(&mut self, burst: &mut Burst, _ctx: &NfContext) {
         self.packets += burst.len() as u64;
     }
 
-    fn stats(&self) -> serde_json::Value {
-        serde_json::json!({ "packets": self.packets })
+    fn counters(&self) -> Counters {
+        let mut c = Counters::new();
+        c.count("packets", self.packets);
+        c
     }
 }

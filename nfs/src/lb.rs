@@ -50,25 +50,134 @@
 //! them. No allocation per packet.
 #![forbid(unsafe_code)]
 
-use dataplane::{Burst, DropCounts, DropReason, NetworkFunction, NfContext};
-use serde::Deserialize;
+use dataplane::{Burst, DropCounts, DropReason, NetworkFunction, NfContext, PREFETCH_AHEAD};
+use serde::{Deserialize, Serialize};
+use wire::checksum::CsumDelta;
+use wire::classify::{Frag, L4, ParseError, Parsed, parse};
+use wire::field::{read_u16, write_u16, write_u32};
+use wire::icmpv4::{ICMP_HLEN, icmp_is_error};
+use wire::ipv4::{IPV4_HLEN, Ipv4View, PROTO_TCP, PROTO_UDP};
 
-use crate::common::{
-    ChecksumVerifier, PREFETCH_AHEAD, bad_param, drops_json, mix_seed, parse_ipv4, parse_params,
-    prefetch_start, register_reason, timeout_ms,
-};
 use crate::flow_table::{BULK, FlowKey, FlowTable, FullPolicy, NO_SLOT, hash_key, ms_ticks};
-use crate::headers::{
-    CsumDelta, Frag, ICMP_HLEN, IPV4_HLEN, L4, PROTO_TCP, PROTO_UDP, ParseError, Parsed,
-    icmp_is_error, parse, read_u16, read_u32, write_u16, write_u32,
+use crate::params::{bad_param, mix_seed, parse_ipv4, parse_params, timeout_ms};
+use crate::registry::{
+    BuildContext, Memory, NfSpec, Param, Reason, defaults_of, drop_counters, register_reason,
 };
 use crate::slow_path::read_frame;
+use crate::verify::ChecksumVerifier;
 
 /// Name of this NF in configs.
 pub const NAME: &str = "lb";
 
+/// Drop reason: a packet not for the VIP, with `non_vip = "drop"`.
+const NOT_FOR_VIP: Reason = (
+    "not_for_vip",
+    "not addressed to the load balancer's VIP (and its policy drops those)",
+);
+/// Drop reason: a new flow with no enabled backend.
+const NO_BACKEND_REASON: Reason = ("no_backend", "no enabled backend to send a new flow to");
+/// Drop reason: an ICMP error about no known flow, with round robin (no backend to hash to).
+const ICMP_NO_FLOW: Reason = (
+    "icmp_no_flow",
+    "an ICMP error to the VIP about no flow the load balancer knows (round robin)",
+);
+
+/// The registration of `lb`.
+pub const SPEC: NfSpec = NfSpec {
+    name: NAME,
+    aliases: &[],
+    summary: "L4 load balancer: packets to the VIP go to a backend chosen per flow (round robin \
+              or Maglev) and kept for the flow's life; destination address and checksums \
+              rewritten.",
+    params: &[
+        Param {
+            name: "vip",
+            doc: "the virtual IP (dotted quad)",
+        },
+        Param {
+            name: "backends",
+            doc: "backend addresses (list of dotted quads); unset: `backend_count` addresses \
+                  from `backend_base`",
+        },
+        Param {
+            name: "backend_base",
+            doc: "first backend address when `backends` is unset",
+        },
+        Param {
+            name: "backend_count",
+            doc: "number of backends when `backends` is unset, 1..=65534",
+        },
+        Param {
+            name: "mode",
+            doc: "how a new flow picks its backend: `round-robin` or `maglev`",
+        },
+        Param {
+            name: "maglev_table_size",
+            doc: "Maglev lookup table size (a prime above the backend count)",
+        },
+        Param {
+            name: "maglev_seed",
+            doc: "Maglev hash seed (equal on every worker and node)",
+        },
+        Param {
+            name: "flows",
+            doc: "flows across all workers (each worker holds `flows / workers`), at least 1",
+        },
+        Param {
+            name: "idle_timeout_s",
+            doc: "seconds a flow's backend is kept without packets (0: forever)",
+        },
+        Param {
+            name: "full_policy",
+            doc: "a new flow with no room in the table: `evict` or `drop`",
+        },
+        Param {
+            name: "non_vip",
+            doc: "packets not for the VIP: `forward` or `drop` (as `not_for_vip`)",
+        },
+        Param {
+            name: "disabled",
+            doc: "backend indices disabled at start",
+        },
+        Param {
+            name: "scan_buckets_per_burst",
+            doc: "flow-table buckets scanned for expiry per burst",
+        },
+        Param {
+            name: "verify_checksums",
+            doc: "debug: verify every rewritten frame by full checksum recomputation (slow)",
+        },
+        Param {
+            name: "seed",
+            doc: "flow-table hash seed (mixed with the worker index)",
+        },
+    ],
+    defaults: defaults_of::<LbConfig>,
+    drop_reasons: &[NOT_FOR_VIP, NO_BACKEND_REASON, ICMP_NO_FLOW],
+    build,
+    memory,
+};
+
+fn build(params: &toml::Table, ctx: &BuildContext) -> Result<Box<dyn NetworkFunction>, String> {
+    Ok(Box::new(LoadBalancer::from_params(
+        params,
+        ctx.worker,
+        ctx.workers,
+    )?))
+}
+
+fn memory(params: &toml::Table, ctx: &BuildContext) -> Option<Memory> {
+    let c: LbConfig = parse_params(NAME, params).ok()?;
+    let per_worker = c.flows.div_ceil(u64::from(ctx.workers.max(1)));
+    Some(Memory {
+        key: "flows",
+        value: c.flows.to_string(),
+        bytes: FlowTable::<u16>::memory_for(per_worker as usize),
+    })
+}
+
 /// How new flows pick a backend.
-#[derive(Clone, Copy, Debug, PartialEq, Eq, Deserialize)]
+#[derive(Clone, Copy, Debug, PartialEq, Eq, Deserialize, Serialize)]
 #[serde(rename_all = "kebab-case")]
 pub enum LbMode {
     /// Next enabled backend (the paper's FastClick `rr`).
@@ -78,7 +187,7 @@ pub enum LbMode {
 }
 
 /// What to do with packets not addressed to the VIP.
-#[derive(Clone, Copy, Debug, PartialEq, Eq, Deserialize)]
+#[derive(Clone, Copy, Debug, PartialEq, Eq, Deserialize, Serialize)]
 #[serde(rename_all = "kebab-case")]
 pub enum NonVipPolicy {
     /// Forward unchanged.
@@ -88,7 +197,7 @@ pub enum NonVipPolicy {
 }
 
 /// Load-balancer parameters. Defaults are the paper's setup.
-#[derive(Clone, Debug, Deserialize)]
+#[derive(Clone, Debug, Deserialize, Serialize)]
 #[serde(deny_unknown_fields, default)]
 pub struct LbConfig {
     /// The virtual IP.
@@ -443,21 +552,9 @@ impl LoadBalancer {
             keys: vec![FlowKey::default(); BULK],
             hashes: vec![0; BULK],
             slots: vec![0; BULK],
-            not_for_vip_reason: register_reason(
-                NAME,
-                "not_for_vip",
-                "not addressed to the load balancer's VIP (and its policy drops those)",
-            )?,
-            no_backend_reason: register_reason(
-                NAME,
-                "no_backend",
-                "no enabled backend to send a new flow to",
-            )?,
-            icmp_no_flow_reason: register_reason(
-                NAME,
-                "icmp_no_flow",
-                "an ICMP error to the VIP about no flow the load balancer knows (round robin)",
-            )?,
+            not_for_vip_reason: register_reason(NAME, NOT_FOR_VIP)?,
+            no_backend_reason: register_reason(NAME, NO_BACKEND_REASON)?,
+            icmp_no_flow_reason: register_reason(NAME, ICMP_NO_FLOW)?,
         })
     }
 
@@ -580,7 +677,7 @@ impl LoadBalancer {
                     if e == ParseError::SegmentShort {
                         self.c.header_segment_short += 1;
                     }
-                    self.drop_pkt(burst, i, e.drop_reason());
+                    self.drop_pkt(burst, i, DropReason::from(e));
                     self.pending.push(Pending::Done);
                 }
                 Ok(p) if p.dst != self.vip => {
@@ -685,22 +782,23 @@ impl LoadBalancer {
             return None;
         }
         let mut slow = read_frame(burst, i, e3, &mut q[..IPV4_HLEN]).ok()? > 0;
-        let eihl = usize::from(q[0] & 0x0F) * 4;
-        let eproto = q[9];
-        if q[0] >> 4 != 4
+        let quoted = Ipv4View::new_checked(&q[..])?;
+        let eihl = quoted.header_len();
+        let eproto = quoted.protocol();
+        if quoted.version() != 4
             || eihl < IPV4_HLEN
             || e3 + eihl + 4 > msg_end
-            || read_u16(&q, 6) & 0x1FFF != 0
+            || quoted.frag_offset() != 0
             || !matches!(eproto, PROTO_TCP | PROTO_UDP)
-            || read_u32(&q, 12) != self.vip
+            || quoted.src() != self.vip
         {
             return None;
         }
+        let (esrc, edst) = (quoted.src(), quoted.dst());
         slow |= read_frame(burst, i, e3 + IPV4_HLEN, &mut q[IPV4_HLEN..eihl + 4]).ok()? > 0;
         if slow {
             self.c.icmp_errors_slow_path += 1;
         }
-        let (esrc, edst) = (read_u32(&q, 12), read_u32(&q, 16));
         let (esport, edport) = (read_u16(&q, eihl), read_u16(&q, eihl + 2));
         Some(FlowKey::new(edst, esrc, edport, esport, eproto))
     }
@@ -748,7 +846,7 @@ impl NetworkFunction for LoadBalancer {
         let now = ms_ticks(ctx.now_ns);
         self.table.expire_scan(now, self.scan, |_, _| {});
         let n = burst.len();
-        prefetch_start(burst);
+        burst.prefetch_first();
         let mut start = 0;
         while start < n {
             let end = (start + BULK).min(n);
@@ -757,54 +855,44 @@ impl NetworkFunction for LoadBalancer {
         }
     }
 
-    fn stats(&self) -> serde_json::Value {
+    fn counters(&self) -> dataplane::Counters {
         let c = &self.c;
         let ts = self.table.stats();
-        let mut v = serde_json::json!({
-            "packets": c.packets,
-            "skipped": c.skipped,
-            "vip_packets": c.vip_packets,
-            "new_flows": c.new_flows,
-            "remapped": c.remapped,
-            "backend_packets": self.backend_packets,
-            "not_for_vip": c.not_for_vip,
-            "flow_table_full": c.flow_table_full,
-            "active_flows": self.table.len() as u64,
-            "expired": ts.expired,
-            "evicted": ts.evictions,
-            "header_segment_short": c.header_segment_short,
-            "fragments_dropped": c.fragments_dropped,
-            "icmp_errors_steered": c.icmp_errors_steered,
-            "icmp_errors_slow_path": c.icmp_errors_slow_path,
-            "icmp_no_flow": c.icmp_no_flow,
-            "dropped": c.drops.total(),
-            "drops": drops_json(
-                &c.drops,
-                &[
-                    self.not_for_vip_reason,
-                    self.no_backend_reason,
-                    self.icmp_no_flow_reason,
-                ],
-            ),
-        });
+        let mut v = dataplane::Counters::new();
+        v.count("packets", c.packets)
+            .count("skipped", c.skipped)
+            .count("vip_packets", c.vip_packets)
+            .count("new_flows", c.new_flows)
+            .count("remapped", c.remapped)
+            .counts("backend_packets", self.backend_packets.clone())
+            .count("not_for_vip", c.not_for_vip)
+            .count("flow_table_full", c.flow_table_full)
+            .count("active_flows", self.table.len() as u64)
+            .count("expired", ts.expired)
+            .count("evicted", ts.evictions)
+            .count("header_segment_short", c.header_segment_short)
+            .count("fragments_dropped", c.fragments_dropped)
+            .count("icmp_errors_steered", c.icmp_errors_steered)
+            .count("icmp_errors_slow_path", c.icmp_errors_slow_path)
+            .count("icmp_no_flow", c.icmp_no_flow)
+            .count("dropped", c.drops.total())
+            .group(
+                "drops",
+                drop_counters(
+                    &c.drops,
+                    &[
+                        self.not_for_vip_reason,
+                        self.no_backend_reason,
+                        self.icmp_no_flow_reason,
+                    ],
+                ),
+            );
         if let Some(ver) = &self.verifier {
-            v["verify_slow_path"] = ver.verified.into();
-            v["checksum_mismatches"] = ver.mismatches.into();
+            v.count("verify_slow_path", ver.verified)
+                .count("checksum_mismatches", ver.mismatches);
         }
         v
     }
-}
-
-/// Registry hook: builds a load balancer for `name == "lb"`, `None` for other names.
-pub fn build(
-    name: &str,
-    params: &toml::Table,
-    ctx: &NfContext,
-) -> Option<Result<Box<dyn NetworkFunction>, String>> {
-    (name == NAME).then(|| {
-        LoadBalancer::from_params(params, ctx.worker, ctx.workers)
-            .map(|n| Box::new(n) as Box<dyn NetworkFunction>)
-    })
 }
 
 #[cfg(test)]

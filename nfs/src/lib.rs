@@ -1,29 +1,76 @@
 //! Network functions for the nicmem dataplane. They read and rewrite headers only, so they run
 //! unchanged in every datapath mode and on every driver. This crate contains no `unsafe`.
 //!
+//! The functions, each one file with its registration ([`registry::NfSpec`]):
+//!
 //! - [`io_fwd`]: forward unchanged; [`macswap`]: swap MAC addresses.
 //! - [`nat`]: source NAT (UDP, TCP, ICMP echo and errors) with RFC 1624 checksum updates.
 //! - [`lb`]: L4 load balancer (round robin or Maglev) with per-flow affinity.
 //! - [`flow_counter`]: per-flow packets/bytes, top-k, JSON/CSV dumps.
 //! - [`work_package`]: N random reads per packet over an S-MiB buffer (memory-contention sweeps).
-//! - [`flow_table`]: the per-core cuckoo flow table they share; [`headers`]: header views and
-//!   checksum arithmetic; [`frames`]: frame builders for tests, benches and fuzzing;
-//!   [`slow_path`]: frame bytes past the header segment (ICMP errors' quoted headers).
-//! - [`registry`]: build a function by its config name.
+//!
+//! What they share: [`flow_table`], the per-core cuckoo flow table; [`params`], parameter
+//! parsing; [`verify`], the debug checksum verifier; [`slow_path`], frame bytes past the header
+//! segment (the headers an ICMP error quotes); [`on_vnic`], running a chain on the virtual NIC in
+//! tests; [`registry`], building a function by its config name and everything else that follows
+//! from its spec. Header views, checksums, the classifier and frame builders are the `wire`
+//! crate's.
 
 #![forbid(unsafe_code)]
 
-pub mod common;
-pub mod flow_counter;
 pub mod flow_table;
-pub mod frames;
-pub mod headers;
-pub mod io_fwd;
-pub mod lb;
-pub mod macswap;
-pub mod nat;
+pub mod on_vnic;
+pub mod params;
 pub mod registry;
 pub mod slow_path;
-pub mod work_package;
+pub mod verify;
 
-pub use registry::{BuildContext, NF_NAMES, build};
+pub use registry::{BuildContext, NfSpec};
+
+/// The spec of the function a config calls `name` (canonical name or alias).
+pub fn lookup(name: &str) -> Option<&'static NfSpec> {
+    registry::lookup_in(REGISTRY, name)
+}
+
+/// The canonical names of every registered function, in registry order.
+pub fn names() -> Vec<&'static str> {
+    REGISTRY.iter().map(|s| s.name).collect()
+}
+
+/// Builds the function `name` (canonical name or alias) with `params` (the pipeline entry minus
+/// `name`). Errors name the function and the offending key, and list what is allowed.
+pub fn build(
+    name: &str,
+    params: &toml::Table,
+    ctx: &BuildContext,
+) -> Result<Box<dyn dataplane::NetworkFunction>, String> {
+    registry::build_in(REGISTRY, name, params, ctx)
+}
+
+/// The reference of every registered function in Markdown (what `dataplane nfs` prints).
+pub fn reference_markdown() -> String {
+    registry::reference_markdown_of(REGISTRY)
+}
+
+/// Declares the NF modules and [`REGISTRY`], the list of their specs, from one list: adding an
+/// NF is one line here (`name,` for `nfs/src/<name>.rs`). `cargo fmt` does not enter modules
+/// declared in a macro: format them with `rustfmt --edition 2024 nfs/src/*.rs` (CI checks that).
+macro_rules! network_functions {
+    ($($name:ident,)*) => {
+        $(
+            pub mod $name;
+        )*
+        /// Every registered network function, in the order the docs list them.
+        pub static REGISTRY: &[&NfSpec] = &[$(&$name::SPEC),*];
+    };
+}
+
+network_functions! {
+    io_fwd,
+    macswap,
+    nat,
+    lb,
+    flow_counter,
+    work_package,
+    port_filter,
+}

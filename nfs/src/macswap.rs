@@ -5,7 +5,26 @@
 //! few packets ahead while the current one is rewritten; the swap is two 6-byte moves through a
 //! 12-byte copy (a few register moves, no byte loop).
 
-use dataplane::{Burst, DropReason, NetworkFunction, NfContext};
+use dataplane::{Burst, Counters, DropReason, NetworkFunction, NfContext};
+
+use crate::registry::{BuildContext, NfSpec, no_defaults, no_memory, no_params};
+
+/// The registration of `macswap`.
+pub const SPEC: NfSpec = NfSpec {
+    name: "macswap",
+    aliases: &[],
+    summary: "Swaps the Ethernet source and destination addresses (testpmd's macswap mode).",
+    params: &[],
+    defaults: no_defaults,
+    drop_reasons: &[],
+    build,
+    memory: no_memory,
+};
+
+fn build(params: &toml::Table, _: &BuildContext) -> Result<Box<dyn NetworkFunction>, String> {
+    no_params(SPEC.name, params)?;
+    Ok(Box::<MacSwap>::default())
+}
 
 /// Swaps destination and source MAC addresses.
 #[derive(Debug, Default)]
@@ -16,7 +35,7 @@ pub struct MacSwap {
 
 impl NetworkFunction for MacSwap {
     fn name(&self) -> &str {
-        "macswap"
+        SPEC.name
     }
 
     fn process(&mut self, burst: &mut Burst, _ctx: &NfContext) {
@@ -37,8 +56,11 @@ impl NetworkFunction for MacSwap {
         self.truncated += truncated;
     }
 
-    fn stats(&self) -> serde_json::Value {
-        serde_json::json!({ "swapped": self.swapped, "truncated": self.truncated })
+    fn counters(&self) -> Counters {
+        let mut c = Counters::new();
+        c.count("swapped", self.swapped)
+            .count("truncated", self.truncated);
+        c
     }
 }
 
@@ -64,8 +86,8 @@ mod tests {
             assert_eq!(b.verdict(0), Verdict::tx(0));
             assert_eq!(b.verdict(1), Verdict::drop(DropReason::TRUNCATED));
             assert_eq!(b.frame(2), frame, "{mode}: a dropped packet is left alone");
-            assert_eq!(m.stats()["swapped"], 1);
-            assert_eq!(m.stats()["truncated"], 1);
+            assert_eq!(m.counters()["swapped"], 1);
+            assert_eq!(m.counters()["truncated"], 1);
         }
     }
 }

@@ -14,8 +14,7 @@
 
 use dataplane::{Burst, PayloadRef};
 use nicmem::AccessError;
-
-use crate::headers::ones_sum;
+use wire::checksum::ones_sum;
 
 /// Copies frame bytes `[off, off + dst.len())` of packet `i` into `dst`. Returns how many of
 /// them came from the payload segment (0: all were in the header segment).

@@ -15,16 +15,60 @@
 //! Defaults: `reads = 4`, `size_mib = 8` (the middle of the paper's sweep).
 #![forbid(unsafe_code)]
 
-use dataplane::{Burst, NetworkFunction, NfContext};
-use serde::Deserialize;
+use dataplane::{Burst, Counters, NetworkFunction, NfContext};
+use serde::{Deserialize, Serialize};
 
-use crate::common::{bad_param, mix_seed, parse_params};
+use crate::params::{bad_param, mix_seed, parse_params};
+use crate::registry::{BuildContext, Memory, NfSpec, Param, defaults_of};
 
-/// Name of this NF in configs.
+/// The registration of `work_package`.
+pub const SPEC: NfSpec = NfSpec {
+    name: "work_package",
+    aliases: &["work-package"],
+    summary: "N random 8-byte reads per packet over an S-MiB buffer (the paper's \
+              memory-contention sweeps); packets are forwarded unchanged.",
+    params: &[
+        Param {
+            name: "reads",
+            doc: "random reads per packet (N), 0..=1000000",
+        },
+        Param {
+            name: "size_mib",
+            doc: "buffer size in MiB (S), 1..=65536; allocated and filled per worker",
+        },
+        Param {
+            name: "seed",
+            doc: "PRNG seed (mixed with the worker index)",
+        },
+    ],
+    defaults: defaults_of::<WorkPackageConfig>,
+    drop_reasons: &[],
+    build,
+    memory,
+};
+
+/// The name its counters are reported under (`nfs.work-package`), kept from the first release.
 pub const NAME: &str = "work-package";
 
+fn build(params: &toml::Table, ctx: &BuildContext) -> Result<Box<dyn NetworkFunction>, String> {
+    Ok(Box::new(WorkPackage::from_params(
+        params,
+        ctx.worker,
+        ctx.workers,
+    )?))
+}
+
+fn memory(params: &toml::Table, _: &BuildContext) -> Option<Memory> {
+    let c: WorkPackageConfig = parse_params(SPEC.name, params).ok()?;
+    Some(Memory {
+        key: "size_mib",
+        value: c.size_mib.to_string(),
+        bytes: u64::from(c.size_mib) << 20,
+    })
+}
+
 /// WorkPackage parameters.
-#[derive(Clone, Debug, Deserialize)]
+#[derive(Clone, Debug, Deserialize, Serialize)]
 #[serde(deny_unknown_fields, default)]
 pub struct WorkPackageConfig {
     /// Random reads per packet (N).
@@ -84,17 +128,17 @@ pub struct WorkPackage {
 impl WorkPackage {
     /// Builds worker `worker`'s instance from a parameter table.
     pub fn from_params(params: &toml::Table, worker: u16, _workers: u16) -> Result<Self, String> {
-        let cfg: WorkPackageConfig = parse_params(NAME, params)?;
+        let cfg: WorkPackageConfig = parse_params(SPEC.name, params)?;
         Self::new(&cfg, worker)
     }
 
     /// Builds worker `worker`'s instance from a config (allocates and fills the buffer).
     pub fn new(cfg: &WorkPackageConfig, worker: u16) -> Result<Self, String> {
         if cfg.size_mib == 0 || cfg.size_mib > 65536 {
-            return Err(bad_param(NAME, "size_mib", "must be 1..=65536"));
+            return Err(bad_param(SPEC.name, "size_mib", "must be 1..=65536"));
         }
         if cfg.reads > 1_000_000 {
-            return Err(bad_param(NAME, "reads", "must be at most 1000000"));
+            return Err(bad_param(SPEC.name, "reads", "must be at most 1000000"));
         }
         let words = cfg.size_mib as usize * (1 << 20) / 8;
         let mut rng = XorShift64::new(mix_seed(cfg.seed, worker, 4));
@@ -144,26 +188,13 @@ impl NetworkFunction for WorkPackage {
         self.total_reads += n * u64::from(self.reads);
     }
 
-    fn stats(&self) -> serde_json::Value {
-        serde_json::json!({
-            "packets": self.packets,
-            "reads": self.total_reads,
-            "sink": self.sink & 0xFFFF_FFFF,
-        })
+    fn counters(&self) -> Counters {
+        let mut c = Counters::new();
+        c.count("packets", self.packets)
+            .count("reads", self.total_reads)
+            .count("sink", self.sink & 0xFFFF_FFFF);
+        c
     }
-}
-
-/// Registry hook: builds a WorkPackage for `name == "work-package"` (or `work_package`),
-/// `None` for other names.
-pub fn build(
-    name: &str,
-    params: &toml::Table,
-    ctx: &NfContext,
-) -> Option<Result<Box<dyn NetworkFunction>, String>> {
-    (name == NAME || name == "work_package").then(|| {
-        WorkPackage::from_params(params, ctx.worker, ctx.workers)
-            .map(|n| Box::new(n) as Box<dyn NetworkFunction>)
-    })
 }
 
 #[cfg(test)]
@@ -198,8 +229,8 @@ mod tests {
         let mut b = f.burst(&vec![vec![0u8; 60]; 6]);
         b.drop_packet(5, dataplane::DropReason::POLICY);
         wp.process(&mut b, &NfContext::default());
-        assert_eq!(wp.stats()["reads"], 15);
-        assert_eq!(wp.stats()["packets"], 5);
+        assert_eq!(wp.counters()["reads"], 15);
+        assert_eq!(wp.counters()["packets"], 5);
         assert_ne!(wp.sink(), 0);
         assert_eq!(b.verdict(0), dataplane::Verdict::tx(0));
     }

@@ -10,11 +10,12 @@ mod common;
 use dataplane::testkit::PacketFactory;
 use dataplane::{Action, Burst, DatapathMode, DropReason, NetworkFunction, NfContext, Verdict};
 use nfs::flow_counter::FlowCounter;
-use nfs::frames::{FrameSpec, L4Spec};
-use nfs::headers::{TCP_ACK, TCP_FIN, TCP_RST, TCP_SYN, parse};
 use nfs::lb::LoadBalancer;
 use nfs::nat::Nat;
 use nfs::work_package::{WorkPackage, XorShift64};
+use wire::classify::parse;
+use wire::frames::{FrameSpec, L4Spec};
+use wire::tcp::{TCP_ACK, TCP_FIN, TCP_RST, TCP_SYN};
 
 const NAT_IP: u32 = 0x0a00_0001;
 const VIP: u32 = 0x0a02_0001;
@@ -182,7 +183,7 @@ fn fix_ip_checksum(f: &mut [u8]) {
     if f.len() >= 34 && f[12] == 8 && f[13] == 0 && f[14] == 0x45 {
         f[24] = 0;
         f[25] = 0;
-        let c = nfs::headers::ipv4_header_checksum(&f[14..34]);
+        let c = wire::checksum::ipv4_header_checksum(&f[14..34]);
         f[24..26].copy_from_slice(&c.to_be_bytes());
     }
 }
@@ -334,8 +335,8 @@ fn drive(
     t
 }
 
-fn u(v: &serde_json::Value, k: &str) -> u64 {
-    v[k].as_u64()
+fn u(v: &dataplane::Counters, k: &str) -> u64 {
+    v.count_at(k)
         .unwrap_or_else(|| panic!("missing counter {k}: {v}"))
 }
 
@@ -365,7 +366,7 @@ fn fuzz_smoke_nat() {
             // A longer split offset on one config so ICMP errors get translated.
             let split = if ci == 2 { 128 } else { 64 };
             let t = drive(&mut nat, mode, split, per, &mut g, true);
-            let s = nat.stats();
+            let s = nat.counters();
             assert_eq!(u(&s, "packets") + u(&s, "skipped"), t.frames, "{mode} {s}");
             assert_eq!(u(&s, "skipped"), t.pre_dropped);
             assert_eq!(u(&s, "translations"), t.tx, "{mode}: every forwarded packet translated");
@@ -375,8 +376,8 @@ fn fuzz_smoke_nat() {
                 u(&s, "translations"),
                 u(&s, "inbound_translated") + u(&s, "outbound_translated")
             );
-            assert_eq!(u(&s["drops"], "no_mapping"), u(&s, "no_mapping"));
-            assert_eq!(u(&s["drops"], "port_exhausted"), u(&s, "port_exhausted"));
+            assert_eq!(u(&s, "drops.no_mapping"), u(&s, "no_mapping"));
+            assert_eq!(u(&s, "drops.port_exhausted"), u(&s, "port_exhausted"));
             assert!(u(&s, "active_mappings") <= 4096);
             if ci == 2 {
                 // Every translated frame was re-verified; mutated inputs may carry bad
@@ -412,8 +413,11 @@ fn fuzz_smoke_lb() {
             }
             let mut lb = LoadBalancer::from_params(&common::params(cfg), 0, 1).unwrap();
             let t = drive(&mut lb, mode, 64, per, &mut g, false);
-            let s = lb.stats();
-            let backend: u64 = s["backend_packets"].as_array().unwrap().iter().map(|x| x.as_u64().unwrap()).sum();
+            let s = lb.counters();
+            let backend: u64 = match &s["backend_packets"] {
+                dataplane::CounterValue::Counts(v) => v.iter().sum(),
+                other => panic!("backend_packets: {other:?}"),
+            };
             assert_eq!(u(&s, "packets") + u(&s, "skipped"), t.frames);
             assert_eq!(u(&s, "dropped"), t.dropped_by_nf, "{mode}");
             let forwarded_non_vip = if ci == 0 { u(&s, "not_for_vip") } else { 0 };
@@ -441,7 +445,7 @@ fn fuzz_smoke_flow_counter() {
             let mut g = gen_for(200 + mi as u64 * 16 + ci as u64);
             let mut fc = FlowCounter::from_params(&common::params(cfg), 0, 1).unwrap();
             let t = drive(&mut fc, mode, 64, per, &mut g, false);
-            let s = fc.stats();
+            let s = fc.counters();
             let live: u64 = fc.records().map(|(_, r)| r.packets).sum();
             assert_eq!(u(&s, "packets") + u(&s, "skipped"), t.frames);
             assert_eq!(
@@ -471,7 +475,7 @@ fn fuzz_smoke_work_package() {
         let mut wp =
             WorkPackage::from_params(&common::params("reads = 3\nsize_mib = 1"), 0, 1).unwrap();
         let t = drive(&mut wp, mode, 64, n, &mut g, false);
-        let s = wp.stats();
+        let s = wp.counters();
         assert_eq!(u(&s, "packets"), t.tx);
         assert_eq!(u(&s, "reads"), 3 * t.tx);
         assert_eq!(t.dropped_by_nf, 0);

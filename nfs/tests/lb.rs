@@ -5,9 +5,12 @@ mod common;
 use common::{SEC, factory, ip, params, reason, run, run1};
 use dataplane::{DatapathMode, DropReason, NetworkFunction, Verdict};
 use nfs::flow_table::FlowKey;
-use nfs::frames::{FrameSpec, L4Spec};
-use nfs::headers::{PROTO_TCP, PROTO_UDP, TCP_SYN, read_u16, read_u32, verify_frame_checksums};
 use nfs::lb::{LoadBalancer, maglev_disruption};
+use wire::classify::verify_frame_checksums;
+use wire::field::{read_u16, read_u32};
+use wire::frames::{FrameSpec, L4Spec};
+use wire::ipv4::{PROTO_TCP, PROTO_UDP};
+use wire::tcp::TCP_SYN;
 
 const VIP: &str = "10.2.0.1";
 
@@ -72,15 +75,10 @@ fn round_robin_spreads_flows_and_rewrites_correctly() {
             }
         }
         assert!(per.iter().all(|&n| n == 2), "{mode}: {per:?}");
-        let s = l.stats();
+        let s = l.counters();
         assert_eq!(s["new_flows"], 64);
         assert_eq!(s["packets"], 64);
-        let bp: u64 = s["backend_packets"]
-            .as_array()
-            .unwrap()
-            .iter()
-            .map(|x| x.as_u64().unwrap())
-            .sum();
+        let bp: u64 = s["backend_packets"].as_counts().unwrap().iter().sum();
         assert_eq!(bp, 64);
         // UDP zero checksum stayed zero.
         assert_eq!(read_u16(&out[3].0, 40), 0);
@@ -117,7 +115,7 @@ fn affinity_and_disable_enable() {
                 assert_eq!(a, b, "{mode}: unrelated flow moved");
             }
         }
-        assert_eq!(l.stats()["remapped"], 1);
+        assert_eq!(l.counters()["remapped"], 1);
         // Re-enable: existing flows keep their (new) backends.
         l.set_backend_enabled(5, true);
         let back: Vec<u32> = run(&mut l, &f, &flows, 4 * SEC, 0)
@@ -182,7 +180,7 @@ fn non_vip_policy_and_drops() {
         );
         let (_, v) = run1(&mut l, &f, &arp, SEC);
         assert_eq!(v, Verdict::tx(1));
-        assert_eq!(l.stats()["not_for_vip"], 2);
+        assert_eq!(l.counters()["not_for_vip"], 2);
         let mut l = lb("flows = 64\nnon_vip = \"drop\"");
         assert_eq!(
             run1(&mut l, &f, &other, SEC).1,
@@ -208,7 +206,7 @@ fn non_vip_policy_and_drops() {
             Verdict::drop(reason("no_backend")),
             "{mode}"
         );
-        assert_eq!(l.stats()["drops"]["no_backend"], 1);
+        assert_eq!(l.counters()["drops"]["no_backend"], 1);
     }
 }
 
@@ -219,10 +217,10 @@ fn idle_timeout_and_full_table() {
     let fr = FrameSpec::udp(client(1), ip(VIP), 1, 2, 10).build();
     run1(&mut l, &f, &fr, SEC);
     run1(&mut l, &f, &fr, 60 * SEC);
-    assert_eq!(l.stats()["new_flows"], 1);
+    assert_eq!(l.counters()["new_flows"], 1);
     run1(&mut l, &f, &fr, 122 * SEC);
-    assert_eq!(l.stats()["new_flows"], 2);
-    assert_eq!(l.stats()["expired"], 1);
+    assert_eq!(l.counters()["new_flows"], 2);
+    assert_eq!(l.counters()["expired"], 1);
 
     let mut l = lb("flows = 2\nfull_policy = \"drop\"\nidle_timeout_s = 0");
     let frames: Vec<Vec<u8>> = (0..3)
@@ -230,7 +228,7 @@ fn idle_timeout_and_full_table() {
         .collect();
     let out = run(&mut l, &f, &frames, SEC, 0);
     assert_eq!(out[2].1, Verdict::drop(DropReason::FLOW_TABLE_FULL));
-    assert_eq!(l.stats()["flow_table_full"], 1);
+    assert_eq!(l.counters()["flow_table_full"], 1);
 
     let mut l = lb("flows = 2\nidle_timeout_s = 0");
     let out = run(&mut l, &f, &frames, SEC, 0);
@@ -238,7 +236,7 @@ fn idle_timeout_and_full_table() {
         out.iter().all(|(_, v)| *v == Verdict::tx(1)),
         "evict policy keeps forwarding"
     );
-    assert_eq!(l.stats()["evicted"], 1);
+    assert_eq!(l.counters()["evicted"], 1);
 }
 
 #[test]
@@ -307,7 +305,7 @@ fn icmp_errors_about_a_vip_flow_reach_that_flows_backend_with_maglev() {
             assert_eq!(verify_frame_checksums(&o), Ok(()));
             assert_eq!(o[34..], err[34..], "{mode}: the ICMP message is untouched");
         }
-        let s = l.stats();
+        let s = l.counters();
         assert_eq!(s["icmp_errors_steered"], 8, "{mode}");
         assert_eq!(s["icmp_no_flow"], 0);
         assert_eq!(s["new_flows"], 8, "errors create no flow");
@@ -324,12 +322,12 @@ fn icmp_errors_about_no_known_flow_are_counted() {
         let mut l = lb("flows = 64");
         let (_, v) = run1(&mut l, &f, &frag_needed_about(client(1), 999, 28), SEC);
         assert_eq!(v, Verdict::drop(reason("icmp_no_flow")), "{mode}");
-        assert_eq!(l.stats()["icmp_no_flow"], 1);
+        assert_eq!(l.counters()["icmp_no_flow"], 1);
         // Maglev sends it where the quoted flow hashes to: where the flow would be now.
         let mut m = lb("flows = 64\nmode = \"maglev\"");
         let (o, v) = run1(&mut m, &f, &frag_needed_about(client(1), 999, 28), SEC);
         assert_eq!(v, Verdict::tx(1), "{mode}");
-        assert_eq!(m.stats()["icmp_no_flow"], 1);
+        assert_eq!(m.counters()["icmp_no_flow"], 1);
         let syn = FrameSpec::tcp(client(1), ip(VIP), 999, 80, TCP_SYN, 0).build();
         let (first, _) = run1(&mut m, &f, &syn, SEC);
         assert_eq!(backend_of(&o), backend_of(&first), "{mode}");

@@ -5,12 +5,12 @@ mod common;
 use common::{SEC, factory, ip, params, reason, run, run1};
 use dataplane::testkit::PacketFactory;
 use dataplane::{DatapathMode, DropReason, NetworkFunction, Verdict};
-use nfs::frames::{FrameSpec, L4Spec};
-use nfs::headers::{
-    PROTO_TCP, PROTO_UDP, TCP_ACK, TCP_FIN, TCP_SYN, parse, read_u16, read_u32,
-    verify_frame_checksums,
-};
 use nfs::nat::Nat;
+use wire::classify::{parse, verify_frame_checksums};
+use wire::field::{read_u16, read_u32};
+use wire::frames::{FrameSpec, L4Spec};
+use wire::ipv4::{PROTO_TCP, PROTO_UDP};
+use wire::tcp::{TCP_ACK, TCP_FIN, TCP_SYN};
 
 const NAT_IP: &str = "10.0.0.1";
 
@@ -62,7 +62,7 @@ fn udp_out_and_back_in_every_mode() {
         assert_eq!(verify_frame_checksums(&r), Ok(()), "{mode}");
         assert_eq!(&r[42..], &reply[42..], "{mode}");
 
-        let s = n.stats();
+        let s = n.counters();
         assert_eq!(s["outbound_translated"], 1);
         assert_eq!(s["inbound_translated"], 1);
         assert_eq!(s["translations"], 2);
@@ -84,7 +84,7 @@ fn same_flow_in_one_burst_gets_one_mapping() {
             assert!(tx(*v));
             assert_eq!(tuple(o), first, "{mode}");
         }
-        assert_eq!(n.stats()["new_mappings"], 1, "{mode}");
+        assert_eq!(n.counters()["new_mappings"], 1, "{mode}");
     }
 }
 
@@ -96,8 +96,8 @@ fn unsolicited_inbound_is_no_mapping() {
         let fr = FrameSpec::udp(ip("8.8.8.8"), ip(NAT_IP), 53, 4000, 10).build();
         let (_, v) = run1(&mut n, &f, &fr, SEC);
         assert_eq!(v, Verdict::drop(reason("no_mapping")), "{mode}");
-        assert_eq!(n.stats()["no_mapping"], 1);
-        assert_eq!(n.stats()["drops"]["no_mapping"], 1);
+        assert_eq!(n.counters()["no_mapping"], 1);
+        assert_eq!(n.counters()["drops"]["no_mapping"], 1);
     }
 }
 
@@ -130,8 +130,8 @@ fn tcp_states_and_timeouts() {
         let np = tuple(&o).1;
         // Transitory only: gone after 240 s idle.
         let (o2, _) = run1(&mut n, &f, &syn, 242 * SEC);
-        assert_eq!(n.stats()["expired"], 1, "{mode}");
-        assert_eq!(n.stats()["new_mappings"], 2, "{mode}");
+        assert_eq!(n.counters()["expired"], 1, "{mode}");
+        assert_eq!(n.counters()["new_mappings"], 2, "{mode}");
         let np2 = tuple(&o2).1;
         // SYN-ACK in: established; survives 300 s of idleness, not 7440 s.
         let synack = FrameSpec::tcp(r, ip(NAT_IP), 443, np2, TCP_SYN | TCP_ACK, 0).build();
@@ -143,7 +143,7 @@ fn tcp_states_and_timeouts() {
         let (o3, v) = run1(&mut n, &f, &ack, 600 * SEC);
         assert!(tx(v));
         assert_eq!(tuple(&o3).1, np2, "{mode}: established session kept");
-        assert_eq!(n.stats()["new_mappings"], 2);
+        assert_eq!(n.counters()["new_mappings"], 2);
         // FIN both ways -> transitory again: expires after 240 s.
         let fin = FrameSpec::tcp(a, r, 40000, 443, TCP_FIN | TCP_ACK, 0).build();
         run1(&mut n, &f, &fin, 601 * SEC);
@@ -198,7 +198,7 @@ fn udp_expires_by_scan_and_port_is_reused() {
         // Third flow to the same remote endpoint: no port left.
         let (_, v) = run1(&mut n, &f, &mk(2), SEC);
         assert_eq!(v, Verdict::drop(reason("port_exhausted")), "{mode}");
-        assert_eq!(n.stats()["port_exhausted"], 1);
+        assert_eq!(n.counters()["port_exhausted"], 1);
         // A different remote endpoint can reuse the ports (endpoint-dependent mapping).
         let other = FrameSpec::udp(ip("192.168.0.3"), ip("6.6.6.6"), 1000, 53, 8).build();
         let (o, v) = run1(&mut n, &f, &other, SEC);
@@ -208,8 +208,8 @@ fn udp_expires_by_scan_and_port_is_reused() {
         let (o, v) = run1(&mut n, &f, &mk(2), 302 * SEC);
         assert!(tx(v), "{mode}");
         assert!(ports.contains(&tuple(&o).1));
-        assert_eq!(n.stats()["expired"], 3, "{mode}");
-        assert_eq!(n.stats()["active_mappings"], 1);
+        assert_eq!(n.counters()["expired"], 3, "{mode}");
+        assert_eq!(n.counters()["active_mappings"], 1);
     }
 }
 
@@ -223,7 +223,7 @@ fn table_full_drop_and_evict() {
         assert!(tx(run1(&mut n, &f, &mk(1), SEC).1));
         let (_, v) = run1(&mut n, &f, &mk(2), SEC);
         assert_eq!(v, Verdict::drop(DropReason::FLOW_TABLE_FULL), "{mode}");
-        assert_eq!(n.stats()["table_full"], 1);
+        assert_eq!(n.counters()["table_full"], 1);
 
         // `evict` never takes a live UDP session (RFC 6888 REQ-11): still full.
         let mut n = nat("flows = 2\nfull_policy = \"evict\"");
@@ -231,14 +231,14 @@ fn table_full_drop_and_evict() {
         assert!(tx(run1(&mut n, &f, &mk(1), 2 * SEC).1));
         let (_, v) = run1(&mut n, &f, &mk(2), 3 * SEC);
         assert_eq!(v, Verdict::drop(DropReason::FLOW_TABLE_FULL), "{mode}");
-        assert_eq!(n.stats()["evicted"], 0, "{mode}");
+        assert_eq!(n.counters()["evicted"], 0, "{mode}");
         // A transitory TCP session (a SYN not answered) is taken instead.
         let mut n = nat("flows = 2\nfull_policy = \"evict\"");
         let syn = FrameSpec::tcp(ip("192.168.0.9"), ip("7.7.7.7"), 1000, 80, TCP_SYN, 0).build();
         assert!(tx(run1(&mut n, &f, &syn, SEC).1));
         assert!(tx(run1(&mut n, &f, &mk(1), 2 * SEC).1));
         assert!(tx(run1(&mut n, &f, &mk(2), 3 * SEC).1), "{mode}");
-        let s = n.stats();
+        let s = n.counters();
         assert_eq!(s["evicted"], 1, "{mode}");
         assert_eq!(s["active_mappings"], 2);
         assert!(
@@ -348,7 +348,7 @@ fn icmp_errors_translated_when_they_fit_the_header_segment() {
             assert_eq!(read_u16(&e, 62), 3333);
             // The embedded IP header checksum is valid again.
             assert_eq!(
-                nfs::headers::ipv4_header_checksum(&e[42..62]),
+                wire::checksum::ipv4_header_checksum(&e[42..62]),
                 read_u16(&e, 52)
             );
             if !proto_tcp {
@@ -358,7 +358,7 @@ fn icmp_errors_translated_when_they_fit_the_header_segment() {
                 assert_eq!(read_u16(&e, 78), read_u16(&out, 50), "{mode}");
             }
         }
-        assert_eq!(n.stats()["icmp_errors_translated"], 3);
+        assert_eq!(n.counters()["icmp_errors_translated"], 3);
 
         // Outbound error: the inside host reports a problem with an inbound packet.
         let out = FrameSpec::udp(a, r, 4444, 53, 0).build();
@@ -397,7 +397,7 @@ fn icmp_errors_with_default_split_are_translated_through_the_slow_path() {
             read_u16(&out, 40),
             "{mode}: quoted UDP checksum"
         );
-        let s = n.stats();
+        let s = n.counters();
         assert_eq!(s["header_segment_short"], 0);
         let slow = if mode == DatapathMode::Host { 0 } else { 1 };
         assert_eq!(s["icmp_errors_slow_path"], slow, "{mode}");
@@ -433,7 +433,7 @@ fn malformed_and_policy_drops() {
             let (_, v) = run1(&mut n, &f, fr, SEC);
             assert_eq!(v, Verdict::drop(*want), "{mode}");
         }
-        let s = n.stats();
+        let s = n.counters();
         assert_eq!(s["dropped"], cases.len() as u64);
         assert_eq!(s["packets"], cases.len() as u64);
 
@@ -445,7 +445,7 @@ fn malformed_and_policy_drops() {
         assert!(tx(v), "{mode}: {v:?}");
         assert_eq!(read_u32(&o, 26), ip(NAT_IP));
         assert_eq!(verify_frame_checksums(&o), Ok(()));
-        assert_eq!(n.stats()["fragments"]["translated_early"], 1);
+        assert_eq!(n.counters()["fragments"]["translated_early"], 1);
         // First fragment: translated.
         let mut first = good.clone();
         first.frag = 0x2000;
@@ -478,7 +478,7 @@ fn ip_options_policy_and_vlan() {
             assert!(tx(v));
         } else {
             assert_eq!(v, Verdict::drop(DropReason::TRUNCATED), "{mode}");
-            assert_eq!(n.stats()["header_segment_short"], 1);
+            assert_eq!(n.counters()["header_segment_short"], 1);
         }
     }
 }
@@ -514,8 +514,8 @@ fn already_dropped_packets_are_left_alone() {
     n.process(&mut b, &common::ctx(SEC));
     assert_eq!(b.verdict(0), Verdict::drop(DropReason::POLICY));
     assert_eq!(b.frame(0), fr);
-    assert_eq!(n.stats()["skipped"], 1);
-    assert_eq!(n.stats()["packets"], 0);
+    assert_eq!(n.counters()["skipped"], 1);
+    assert_eq!(n.counters()["packets"], 0);
 }
 
 #[test]
@@ -541,7 +541,7 @@ fn by_port_direction_and_hairpin() {
     assert_eq!((s, d, dp), (ip(NAT_IP), ip("192.168.0.1"), 1));
     assert!(sp >= 1024);
     assert_eq!(verify_frame_checksums(&h.0), Ok(()));
-    assert_eq!(n.stats()["hairpinned"], 1);
+    assert_eq!(n.counters()["hairpinned"], 1);
 }
 
 #[test]
@@ -554,8 +554,8 @@ fn verify_checksums_option_counts_slow_path() {
         let mut bad = fr.clone();
         bad[100] ^= 0xff; // corrupt the payload: the translated frame fails verification
         run1(&mut n, &f, &bad, SEC);
-        assert_eq!(n.stats()["verify_slow_path"], 2);
-        assert_eq!(n.stats()["checksum_mismatches"], 1, "{mode}");
+        assert_eq!(n.counters()["verify_slow_path"], 2);
+        assert_eq!(n.counters()["checksum_mismatches"], 1, "{mode}");
         let _ = PROTO_TCP;
     }
 }
@@ -589,14 +589,14 @@ fn config_errors_name_the_key() {
 }
 
 #[test]
-fn build_hook_matches_name_only() {
-    let c = common::ctx(0);
-    assert!(nfs::nat::build("lb", &params(""), &c).is_none());
-    let nf = nfs::nat::build("nat", &params("flows = 8"), &c)
-        .unwrap()
-        .unwrap();
+fn the_registry_builds_a_nat_by_name() {
+    let c = nfs::BuildContext {
+        worker: 0,
+        workers: 1,
+    };
+    assert_eq!(nfs::lookup("nat").map(|s| s.name), Some("nat"));
+    let nf = nfs::build("nat", &params("flows = 8"), &c).unwrap();
     assert_eq!(nf.name(), "nat");
-    let _ = PROTO_UDP;
 }
 
 #[test]
@@ -613,9 +613,9 @@ fn clear_forgets_every_session_and_starts_over() {
             tuple(o).1
         })
         .collect();
-    assert_eq!(n.stats()["active_mappings"], 40);
+    assert_eq!(n.counters()["active_mappings"], 40);
     n.clear();
-    assert_eq!(n.stats()["active_mappings"], 0);
+    assert_eq!(n.counters()["active_mappings"], 0);
     assert_eq!(
         n.mapping(ip("192.168.0.1"), ip("8.8.8.8"), 1000, 53, PROTO_UDP),
         None
@@ -639,6 +639,6 @@ fn clear_forgets_every_session_and_starts_over() {
     sorted.dedup();
     assert_eq!(sorted.len(), 40);
     assert!(again.iter().all(|p| (2000..=2063).contains(p)));
-    assert_eq!(n.stats()["active_mappings"], 40);
-    assert_eq!(n.stats()["new_mappings"], 80, "counters are kept");
+    assert_eq!(n.counters()["active_mappings"], 40);
+    assert_eq!(n.counters()["new_mappings"], 80, "counters are kept");
 }

@@ -10,12 +10,12 @@ mod common;
 use common::{SEC, factory, ip, params, reassemble, release, run_held, run1};
 use dataplane::testkit::PacketFactory;
 use dataplane::{DatapathMode, DropReason, NetworkFunction, Verdict};
-use nfs::frames::{FrameSpec, L4Spec};
-use nfs::headers::{
-    TCP_ACK, TCP_FIN, TCP_RST, TCP_SYN, ipv4_header_checksum, parse, read_u16, read_u32,
-    verify_frame_checksums,
-};
 use nfs::nat::Nat;
+use wire::checksum::ipv4_header_checksum;
+use wire::classify::{parse, verify_frame_checksums};
+use wire::field::{read_u16, read_u32};
+use wire::frames::{FrameSpec, L4Spec};
+use wire::tcp::{TCP_ACK, TCP_FIN, TCP_RST, TCP_SYN};
 
 const X: &str = "10.0.0.1";
 
@@ -61,8 +61,9 @@ impl Lab {
     }
 
     fn stat(&self, k: &str) -> u64 {
-        self.n.stats()[k]
-            .as_u64()
+        self.n
+            .counters()
+            .count_at(k)
             .unwrap_or_else(|| panic!("counter {k}"))
     }
 }
@@ -424,7 +425,7 @@ fn rfc4787_req14_fragments_in_and_out_of_order() {
         let whole = reassemble(&all);
         assert_eq!(verify_frame_checksums(&whole), Ok(()), "{mode}");
         assert_eq!(t4(&whole).2, ip("192.168.1.1"));
-        let s = l.n.stats();
+        let s = l.n.counters();
         assert_eq!(s["fragments"]["held"], 2);
         assert_eq!(s["fragments"]["released"], 2);
         assert_eq!(
@@ -481,9 +482,12 @@ fn rfc4787_req14a_fragment_floods_cost_bounded_memory() {
             got.iter().all(|o| o.as_ref().unwrap().1 == Verdict::tx(1)),
             "{mode}"
         );
-        let f = &l.n.stats()["fragments"];
+        let s = l.n.counters();
         assert_eq!(
-            (f["hold_full"].as_u64(), f["timed_out"].as_u64()),
+            (
+                s.count_at("fragments.hold_full"),
+                s.count_at("fragments.timed_out")
+            ),
             (Some(12), Some(8))
         );
     }

@@ -9,14 +9,13 @@ use common::{SEC, ip, params, run};
 use dataplane::testkit::PacketFactory;
 use dataplane::{DatapathMode, Verdict};
 use nfs::flow_table::{FlowKey, FlowTable, FullPolicy};
-use nfs::frames::{FrameSpec, L4Spec};
-use nfs::headers::{
-    CsumDelta, TCP_ACK, TCP_RST, TCP_SYN, fold, ipv4_header_checksum, ones_sum, parse, update16,
-    verify_frame_checksums,
-};
 use nfs::lb::{LoadBalancer, maglev_disruption};
 use nfs::nat::Nat;
 use proptest::prelude::*;
+use wire::checksum::{CsumDelta, fold, ipv4_header_checksum, ones_sum, update16};
+use wire::classify::{parse, verify_frame_checksums};
+use wire::frames::{FrameSpec, L4Spec};
+use wire::tcp::{TCP_ACK, TCP_RST, TCP_SYN};
 
 const NAT_IP: u32 = 0x0a00_0001;
 

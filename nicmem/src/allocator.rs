@@ -17,6 +17,7 @@ use std::sync::{Arc, Mutex};
 
 use crate::memory::{HostAllocError, RawMem};
 use crate::region::{Backing, ProtectionDomain, Region, RegionKind};
+use crate::sram::{FreeList, NicMemShared, NicMemWindow};
 
 /// Allocation granularity and alignment inside the SRAM.
 pub const NICMEM_ALIGN: usize = 64;
@@ -73,22 +74,6 @@ pub struct NicMemStats {
     pub cpu_bytes_read: u64,
     /// Number of CPU read operations.
     pub cpu_reads: u64,
-}
-
-struct FreeList {
-    /// offset -> length of each free extent, non-adjacent (coalesced).
-    free: BTreeMap<usize, usize>,
-    allocated: usize,
-    peak: usize,
-}
-
-pub(crate) struct NicMemShared {
-    sram: RawMem,
-    capacity: usize,
-    list: Mutex<FreeList>,
-    cpu_written: AtomicU64,
-    cpu_read: AtomicU64,
-    cpu_reads: AtomicU64,
 }
 
 /// A modeled on-NIC memory device. Cheap to clone (shared handle).
@@ -248,17 +233,8 @@ impl NicMem {
         }
     }
 
-    pub(crate) fn count_read_shared(shared: &NicMemShared, n: usize) {
-        shared.cpu_read.fetch_add(n as u64, Ordering::Relaxed);
-        shared.cpu_reads.fetch_add(1, Ordering::Relaxed);
-    }
-
-    pub(crate) fn count_write_shared(shared: &NicMemShared, n: usize) {
-        shared.cpu_written.fetch_add(n as u64, Ordering::Relaxed);
-    }
-
     fn count_read(&self, n: usize) {
-        Self::count_read_shared(&self.shared, n);
+        self.shared.count_read(n);
     }
 
     /// A snapshot of the device counters.
@@ -280,47 +256,6 @@ impl fmt::Debug for NicMem {
         f.debug_struct("NicMem")
             .field("stats", &self.stats())
             .finish()
-    }
-}
-
-/// A window of the SRAM owned by one nicmem region; returns itself to the free list on drop.
-pub(crate) struct NicMemWindow {
-    dev: Arc<NicMemShared>,
-    offset: usize,
-    len: usize,
-}
-
-impl NicMemWindow {
-    pub(crate) fn sram(&self) -> &RawMem {
-        &self.dev.sram
-    }
-    pub(crate) fn offset(&self) -> usize {
-        self.offset
-    }
-    pub(crate) fn device(&self) -> &NicMemShared {
-        &self.dev
-    }
-}
-
-impl Drop for NicMemWindow {
-    fn drop(&mut self) {
-        let mut l = self.dev.list.lock().unwrap_or_else(|e| e.into_inner());
-        l.allocated -= self.len;
-        let mut off = self.offset;
-        let mut len = self.len;
-        // Coalesce with the previous and the next free extent.
-        if let Some((&po, &pl)) = l.free.range(..off).next_back()
-            && po + pl == off
-        {
-            l.free.remove(&po);
-            off = po;
-            len += pl;
-        }
-        if let Some(&nl) = l.free.get(&(off + len)) {
-            l.free.remove(&(off + len));
-            len += nl;
-        }
-        l.free.insert(off, len);
     }
 }
 

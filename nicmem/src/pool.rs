@@ -28,7 +28,6 @@ use std::sync::atomic::{AtomicBool, AtomicU32, AtomicU64, AtomicUsize, Ordering}
 
 use crossbeam_queue::ArrayQueue;
 
-use crate::allocator::NicMem;
 use crate::region::{AccessError, Backing, MemKey, Region, RegionKind};
 
 /// Marker for buffers in host memory.
@@ -486,7 +485,7 @@ impl BufPool<Nic> {
             });
         }
         if let Backing::NicMem(w) = &sh.region.inner.backing {
-            NicMem::count_read_shared(w.device(), dst.len());
+            w.device().count_read(dst.len());
         }
         if sh.aliased {
             dst.fill(0);
@@ -524,7 +523,7 @@ impl BufPool<Nic> {
             });
         }
         if let Backing::NicMem(w) = &sh.region.inner.backing {
-            NicMem::count_write_shared(w.device(), src.len());
+            w.device().count_write(src.len());
         }
         if sh.aliased {
             return Ok(());
@@ -931,7 +930,7 @@ impl<K: MemClass> Buf<K> {
         // region; `&mut self` proves exclusive ownership of the slot (non-aliased pools give
         // every buffer its own slot), so no other view of these bytes exists while `dst` lives.
         let dst = unsafe { std::slice::from_raw_parts_mut(self.ptr(offset), room) };
-        crate::copy_prefix(dst, src, len);
+        crate::copy::copy_prefix(dst, src, len);
         Ok(())
     }
 
@@ -960,7 +959,7 @@ impl<K: MemClass> Buf<K> {
         // SAFETY: in bounds as in `device_write_prefix`; this handle owns the slot and `&self`
         // rules out a live `&mut` view of it, and `dst` is a distinct `&mut` borrow.
         let src = unsafe { std::slice::from_raw_parts(self.ptr(offset), room) };
-        crate::copy_prefix(dst, src, len);
+        crate::copy::copy_prefix(dst, src, len);
         Ok(())
     }
 }
@@ -984,7 +983,7 @@ impl Buf<Host> {
 }
 
 impl Buf<Nic> {
-    fn device(&self) -> Option<&crate::allocator::NicMemShared> {
+    fn device(&self) -> Option<&crate::sram::NicMemShared> {
         match &self.sh().region.inner.backing {
             Backing::NicMem(w) => Some(w.device()),
             Backing::Host(_) => None,
@@ -995,7 +994,7 @@ impl Buf<Nic> {
     /// path.
     pub fn read_slow(&self, offset: usize, dst: &mut [u8]) -> Result<(), AccessError> {
         if let Some(d) = self.device() {
-            NicMem::count_read_shared(d, dst.len());
+            d.count_read(dst.len());
         }
         self.device_read(offset, dst)
     }
@@ -1003,7 +1002,7 @@ impl Buf<Nic> {
     /// Counted CPU write into nicmem (MMIO, write-combined).
     pub fn write_slow(&mut self, offset: usize, src: &[u8]) -> Result<(), AccessError> {
         if let Some(d) = self.device() {
-            NicMem::count_write_shared(d, src.len());
+            d.count_write(src.len());
         }
         self.device_write(offset, src)
     }
@@ -1031,6 +1030,7 @@ impl<K: MemClass> fmt::Debug for Buf<K> {
 #[cfg(test)]
 mod tests {
     use super::*;
+    use crate::allocator::NicMem;
     use crate::region::ProtectionDomain;
 
     fn host_pool(n: usize) -> BufPool<Host> {

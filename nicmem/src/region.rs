@@ -10,8 +10,8 @@ use std::fmt;
 use std::sync::Arc;
 use std::sync::atomic::{AtomicU32, AtomicU64, Ordering};
 
-use crate::allocator::NicMemWindow;
 use crate::memory::{HostAllocError, RawMem};
+use crate::sram::NicMemWindow;
 
 /// Where a region's bytes live.
 #[derive(Clone, Copy, Debug, PartialEq, Eq, Hash)]

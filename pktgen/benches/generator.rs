@@ -11,7 +11,7 @@
 
 use criterion::{Criterion, Throughput, criterion_group, criterion_main};
 use dataplane::driver::vnic::{VnicConfig, VnicPort};
-use dataplane::wire::{CountingSink, Link};
+use dataplane::link::{CountingSink, Link};
 use dataplane::{Burst, DatapathMode, Queue};
 use pktgen::{Generator, GeneratorConfig};
 use std::hint::black_box;

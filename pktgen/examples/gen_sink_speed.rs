@@ -11,7 +11,7 @@
 //! ```
 //! Defaults: 20 000 000 frames of 64 B over 1024 flows.
 
-use dataplane::wire::{FrameSink, FrameSource, MAX_WIRE_FRAME};
+use dataplane::link::{FrameSink, FrameSource, MAX_WIRE_FRAME};
 use pktgen::{CheckingSink, Generator, GeneratorConfig, report};
 use std::hint::black_box;
 use std::time::Instant;

@@ -5,8 +5,8 @@
 //! cargo run -p pktgen --example write_pcap -- out.pcap [count] [frame_size] [flows] [udp|tcp]
 //! ```
 
+use dataplane::link::{FrameSink, FrameSource, MAX_WIRE_FRAME};
 use dataplane::pcap::{PcapSink, PcapSource};
-use dataplane::wire::{FrameSink, FrameSource, MAX_WIRE_FRAME};
 use pktgen::{CheckingSink, Generator, GeneratorConfig, L4Proto, report};
 
 fn main() -> Result<(), Box<dyn std::error::Error>> {

@@ -44,17 +44,19 @@
 //! against hashes taken before either was optimised).
 
 use crate::dist::{AliasTable, FastMod, FlowDist, Rng, SizeMix, fastrange, mix64, zipf_weights};
-use crate::signature::{
-    ETH_HLEN, ETHERTYPE_IPV4, IPV4_HLEN, L4Proto, PATTERN, PATTERN_PERIOD, SIGNATURE_LEN,
-    Signature, TCP_HLEN, fold_checksum, sum_words,
-};
-use dataplane::wire::{FrameSource, MAX_WIRE_FRAME};
+use crate::signature::{L4Proto, PATTERN, PATTERN_PERIOD, SIGNATURE_LEN, Signature};
+use dataplane::link::{FrameSource, MAX_WIRE_FRAME};
 use serde::{Deserialize, Deserializer, Serialize, Serializer};
 use std::fmt;
 use std::net::Ipv4Addr;
 use std::str::FromStr;
 use std::sync::Arc;
 use std::sync::atomic::{AtomicBool, AtomicU64, Ordering};
+use wire::checksum::{finish, ones_sum};
+use wire::ethernet::{ETH_HLEN, ETHERTYPE_IPV4};
+use wire::ipv4::IPV4_HLEN;
+use wire::tcp::TCP_HLEN;
+use wire::udp::UDP_HLEN;
 
 /// Length of the Ethernet FCS, counted in `frame_size` but not generated (pcap convention).
 pub const FCS_LEN: u32 = 4;
@@ -543,25 +545,41 @@ impl Variant {
         let gen_len = (frame_size - FCS_LEN) as usize;
         let hdr_len = cfg.header_len();
         let l4_len = gen_len - L4;
+        // The headers, built once per frame size with etherparse (the slow path): addresses,
+        // ports and checksums zero, filled in per frame.
         let mut t = [0u8; TEMPLATE_LEN];
-        t[0..6].copy_from_slice(&cfg.dst_mac.0);
-        t[6..12].copy_from_slice(&cfg.src_mac.0);
-        t[12..14].copy_from_slice(&ETHERTYPE_IPV4.to_be_bytes());
-        t[IP] = 0x45;
-        t[IP + 2..IP + 4].copy_from_slice(&((gen_len - IP) as u16).to_be_bytes());
-        // Identification 0, Don't Fragment, TTL 64.
-        t[IP + 6] = 0x40;
-        t[IP + 8] = 64;
-        t[IP + 9] = cfg.proto.ip_proto();
+        let eth = etherparse::Ethernet2Header {
+            source: cfg.src_mac.0,
+            destination: cfg.dst_mac.0,
+            ether_type: etherparse::EtherType(ETHERTYPE_IPV4),
+        };
+        t[..ETH_HLEN].copy_from_slice(&eth.to_bytes());
+        // Identification 0, Don't Fragment, TTL 64, no options.
+        let ip = etherparse::Ipv4Header::new(
+            l4_len as u16,
+            64,
+            etherparse::IpNumber(cfg.proto.ip_proto()),
+            [0; 4],
+            [0; 4],
+        )
+        .expect("a frame of at most MAX_FRAME_SIZE bytes");
+        t[IP..L4].copy_from_slice(&ip.to_bytes());
         match cfg.proto {
             L4Proto::Udp => {
-                t[L4 + 4..L4 + 6].copy_from_slice(&(l4_len as u16).to_be_bytes());
+                let udp = etherparse::UdpHeader {
+                    source_port: 0,
+                    destination_port: 0,
+                    length: l4_len as u16,
+                    checksum: 0,
+                };
+                t[L4..L4 + UDP_HLEN].copy_from_slice(&udp.to_bytes());
             }
             L4Proto::Tcp => {
-                // Sequence/ack numbers 0, data offset 5 words, ACK|PSH, window 65535.
-                t[L4 + 12] = 0x50;
-                t[L4 + 13] = 0x18;
-                t[L4 + 14..L4 + 16].copy_from_slice(&0xffffu16.to_be_bytes());
+                // Sequence/ack numbers 0, no options, ACK|PSH, window 65535.
+                let mut tcp = etherparse::TcpHeader::new(0, 0, 0, 0xffff);
+                tcp.ack = true;
+                tcp.psh = true;
+                t[L4..L4 + TCP_HLEN].copy_from_slice(&tcp.to_bytes());
             }
         }
         let sig_const = Signature {
@@ -572,17 +590,17 @@ impl Variant {
         }
         .encode();
         t[hdr_len..hdr_len + SIG_CONST_LEN].copy_from_slice(&sig_const[..SIG_CONST_LEN]);
-        let ip_sum = sum_words(&t[IP..L4]);
+        let ip_sum = ones_sum(&t[IP..L4], 0);
         let want_l4 = cfg.proto == L4Proto::Tcp || cfg.udp_checksum;
         let region = gen_len - hdr_len - SIGNATURE_LEN;
         let (l4_sum, pattern_sums) = if want_l4 {
             // Ports are added per frame; the template's port bytes are zero here.
             let sum = u64::from(cfg.proto.ip_proto())
                 + l4_len as u64
-                + sum_words(&t[L4..hdr_len])
-                + sum_words(&sig_const);
+                + ones_sum(&t[L4..hdr_len], 0)
+                + ones_sum(&sig_const, 0);
             let sums = (0..PATTERN_PERIOD as usize)
-                .map(|k| sum_words(&PATTERN[k..k + region]))
+                .map(|k| ones_sum(&PATTERN[k..k + region], 0))
                 .collect();
             (Some(sum), sums)
         } else {
@@ -817,7 +835,7 @@ impl Generator {
                 h.template[IP_SRC..IP_SRC + 4].copy_from_slice(&src.to_be_bytes());
                 h.template[IP_DST..IP_DST + 4].copy_from_slice(&dst.to_be_bytes());
                 h.template[IP_CSUM..IP_CSUM + 2]
-                    .copy_from_slice(&fold_checksum(h.ip_sum + addr_sum).to_be_bytes());
+                    .copy_from_slice(&finish(h.ip_sum + addr_sum).to_be_bytes());
                 if let Some(s) = &mut h.l4_sum {
                     *s += addr_sum;
                 }
@@ -1087,8 +1105,7 @@ fn fill(
         head[IP_SRC..IP_SRC + 4].copy_from_slice(&src.to_be_bytes());
         head[IP_DST..IP_DST + 4].copy_from_slice(&dst.to_be_bytes());
         addr_sum = addr_words(src, dst);
-        head[IP_CSUM..IP_CSUM + 2]
-            .copy_from_slice(&fold_checksum(h.ip_sum + addr_sum).to_be_bytes());
+        head[IP_CSUM..IP_CSUM + 2].copy_from_slice(&finish(h.ip_sum + addr_sum).to_be_bytes());
     }
     let mut port_sum = 0;
     if shape.ports_vary {
@@ -1126,7 +1143,7 @@ fn fill(
             + u64::from(flow & 0xffff)
             + var
             + pattern_sums.get(cur.pat_off).copied().unwrap_or(0);
-        let mut c = fold_checksum(sum);
+        let mut c = finish(sum);
         if c == 0 && shape.udp {
             c = 0xffff;
         }
@@ -1213,7 +1230,7 @@ impl FrameSource for Generator {
 #[cfg(test)]
 mod tests {
     use super::*;
-    use crate::signature::{PATTERN, UDP_HLEN};
+    use crate::signature::PATTERN;
 
     fn frames(cfg: &GeneratorConfig, n: usize) -> Vec<Vec<u8>> {
         let mut g = Generator::new(cfg.clone()).unwrap();

@@ -5,7 +5,7 @@
 //! * [`signature`]: the 16-byte test payload after the L4 header (v1: stream, flow, 64-bit
 //!   sequence; v2: stream, flow, 32-bit sequence and departure timestamp), the pattern after it,
 //!   and the header walk that finds both again in frames NFs have rewritten.
-//! * [`generator`]: [`Generator`], a [`dataplane::wire::FrameSource`] of UDP/TCP frames over
+//! * [`generator`]: [`Generator`], a [`dataplane::link::FrameSource`] of UDP/TCP frames over
 //!   flows with address/port ranges, round-robin/uniform/Zipf popularity, fixed sizes or mixes.
 //! * [`dist`]: PRNG, division-free reductions, alias tables, size mixes (IMIX).
 //! * [`rate`]: rates (pps, L1/L2 bps, % of line), wire overhead, intended departure times.
@@ -20,16 +20,17 @@
 //!   back-to-back, latency.
 //! * [`sweep`]: products of parameters, progress bar, JSON/CSV; [`plot`]: SVG/PNG plots;
 //!   [`progress`]: the progress display of a search.
-//! * [`nat`]: learning NAT mappings from forwarded frames and valid return traffic, also both
-//!   directions on one wire ([`nat::nat_bidir`]: forward and return frames from one source, split
-//!   and checked by one sink).
+//! * [`nat_traffic`]: NAT-aware traffic (this crate has no NAT): learning how a NAT mapped each
+//!   flow from the frames it forwards and sending valid return traffic, also both directions on
+//!   one wire ([`nat_traffic::nat_bidir`]: forward and return frames from one source, split and
+//!   checked by one sink).
 //!
 //! Both ends are built for the hot path of a 30 Mpps-per-core dataplane: no allocation, lock or
 //! syscall per frame; counters are shared through `Arc`s of relaxed atomics that a stats thread
 //! can read while traffic runs. `examples/gen_sink_speed.rs` measures their combined rate.
 //!
 //! ```
-//! use dataplane::wire::{FrameSink, FrameSource, MAX_WIRE_FRAME};
+//! use dataplane::link::{FrameSink, FrameSource, MAX_WIRE_FRAME};
 //! use pktgen::{CheckingSink, Generator, GeneratorConfig, report};
 //!
 //! let cfg = GeneratorConfig { frame_size: 128, flows: 4, count: Some(1000), ..Default::default() };
@@ -48,7 +49,7 @@
 pub mod dist;
 pub mod generator;
 pub mod latency;
-pub mod nat;
+pub mod nat_traffic;
 pub mod plot;
 pub mod profile;
 pub mod progress;

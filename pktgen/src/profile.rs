@@ -34,7 +34,7 @@
 use crate::generator::{Generator, GeneratorConfig};
 use crate::rate::{Pacer, Rate};
 use crate::signature::L4Proto;
-use dataplane::wire::FrameSource;
+use dataplane::link::FrameSource;
 use serde::{Deserialize, Serialize};
 use std::path::{Path, PathBuf};
 
@@ -377,7 +377,7 @@ impl TrafficOverrides {
 mod tests {
     use super::*;
     use crate::sink::CheckingSink;
-    use dataplane::wire::{FrameSink, MAX_WIRE_FRAME};
+    use dataplane::link::{FrameSink, MAX_WIRE_FRAME};
 
     #[test]
     fn overrides_replace_the_keys_given_and_name_the_flag_on_errors() {

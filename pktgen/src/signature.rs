@@ -37,6 +37,10 @@
 //! rewrite addresses and ports (NAT, LB) or MACs (macswap) do not disturb the check.
 
 use serde::{Deserialize, Serialize};
+use wire::ethernet::{ETH_HLEN, ETHERTYPE_IPV4, ETHERTYPE_QINQ, ETHERTYPE_VLAN, VLAN_HLEN};
+use wire::ipv4::{IPV4_HLEN, PROTO_TCP, PROTO_UDP};
+use wire::tcp::TCP_HLEN;
+use wire::udp::UDP_HLEN;
 
 /// First two bytes of every untimed (v1) signature: "NM".
 pub const SIGNATURE_MAGIC: u16 = 0x4E4D;
@@ -51,27 +55,6 @@ pub const PATTERN_PERIOD: u64 = 251;
 pub const PATTERN_LEN: usize = 16 * 1024 + 256;
 /// The longest pattern region a frame can carry.
 pub const MAX_PATTERN_REGION: usize = PATTERN_LEN - (PATTERN_PERIOD as usize - 1);
-
-/// Ethernet header length.
-pub const ETH_HLEN: usize = 14;
-/// 802.1Q / 802.1ad tag length.
-pub const VLAN_HLEN: usize = 4;
-/// IPv4 header length without options.
-pub const IPV4_HLEN: usize = 20;
-/// UDP header length.
-pub const UDP_HLEN: usize = 8;
-/// TCP header length without options.
-pub const TCP_HLEN: usize = 20;
-/// EtherType of IPv4.
-pub const ETHERTYPE_IPV4: u16 = 0x0800;
-/// EtherType of an 802.1Q VLAN tag.
-pub const ETHERTYPE_VLAN: u16 = 0x8100;
-/// EtherType of an 802.1ad (QinQ outer) tag.
-pub const ETHERTYPE_QINQ: u16 = 0x88a8;
-/// IP protocol number of UDP.
-pub const IPPROTO_UDP: u8 = 17;
-/// IP protocol number of TCP.
-pub const IPPROTO_TCP: u8 = 6;
 
 const PATTERN_SEED: u64 = 0x6e6d_6470_2d70_6174; // "nmdp-pat"
 
@@ -130,8 +113,8 @@ impl L4Proto {
     /// The IP protocol number.
     pub fn ip_proto(self) -> u8 {
         match self {
-            Self::Udp => IPPROTO_UDP,
-            Self::Tcp => IPPROTO_TCP,
+            Self::Udp => PROTO_UDP,
+            Self::Tcp => PROTO_TCP,
         }
     }
 
@@ -279,8 +262,8 @@ pub fn locate(frame: &[u8]) -> Option<Located> {
     }
     let l4 = l3 + ihl;
     let (proto, l4_len) = match frame[l3 + 9] {
-        IPPROTO_UDP => (L4Proto::Udp, UDP_HLEN),
-        IPPROTO_TCP => {
+        PROTO_UDP => (L4Proto::Udp, UDP_HLEN),
+        PROTO_TCP => {
             let off = usize::from(*frame.get(l4 + 12)? >> 4) * 4;
             if off < TCP_HLEN {
                 return None;
@@ -308,35 +291,6 @@ pub fn parse(frame: &[u8]) -> Option<(Signature, Located)> {
     let loc = locate(frame)?;
     let sig = Signature::decode(&frame[loc.sig_offset..])?;
     Some((sig, loc))
-}
-
-/// The RFC 1071 ones'-complement sum of `data` as big-endian 16-bit words (an odd last byte is
-/// padded with zero), not folded or complemented; add sums, then [`fold_checksum`].
-pub fn sum_words(data: &[u8]) -> u64 {
-    let mut chunks = data.chunks_exact(2);
-    let mut sum: u64 = chunks
-        .by_ref()
-        .map(|w| u64::from(u16::from_be_bytes([w[0], w[1]])))
-        .sum();
-    if let [last] = chunks.remainder() {
-        sum += u64::from(*last) << 8;
-    }
-    sum
-}
-
-/// Folds a ones'-complement sum to 16 bits and complements it: the checksum field value.
-///
-/// Four unconditional folds instead of a loop: the loop's trip count depends on the carries of
-/// each frame's sum, a branch the CPU mispredicts on the per-frame path. The result is the same
-/// for every input: each fold keeps the value modulo 0xffff (2^16 and 2^32 are 1 modulo 0xffff),
-/// ends in `0..=0xffff`, and never turns a non-zero sum into 0.
-#[inline]
-pub fn fold_checksum(sum: u64) -> u16 {
-    let s = (sum & 0xffff_ffff) + (sum >> 32); // < 2^33
-    let s = (s & 0xffff) + (s >> 16); // < 2^18
-    let s = (s & 0xffff) + (s >> 16); // <= 0xffff + 3
-    let s = (s & 0xffff) + (s >> 16); // <= 0xffff
-    !(s as u16)
 }
 
 #[cfg(test)]
@@ -438,7 +392,7 @@ mod tests {
         f.push(0);
         f.extend_from_slice(&(total as u16).to_be_bytes());
         f.extend_from_slice(&[0; 5]);
-        f.push(IPPROTO_UDP);
+        f.push(PROTO_UDP);
         f.resize(l3 + ihl, 0);
         f.extend_from_slice(&[0; 8]);
         f.extend_from_slice(
@@ -482,49 +436,6 @@ mod tests {
         assert!(locate(&f[..14 + 20 + 8 + 16]).is_some());
         for n in 0..f.len() {
             let _ = parse(&f[..n]);
-        }
-    }
-
-    #[test]
-    fn checksum_helpers_match_rfc1071_example() {
-        // RFC 1071 section 3 example: 00 01 f2 03 f4 f5 f6 f7 -> sum ddf2 (folded), checksum 220d.
-        let data = [0x00, 0x01, 0xf2, 0x03, 0xf4, 0xf5, 0xf6, 0xf7];
-        assert_eq!(fold_checksum(sum_words(&data)), !0xddf2);
-        assert_eq!(sum_words(&[0x12]), 0x1200);
-    }
-
-    #[test]
-    fn branchless_fold_equals_the_folding_loop() {
-        fn looped(mut sum: u64) -> u16 {
-            while sum > 0xffff {
-                sum = (sum & 0xffff) + (sum >> 16);
-            }
-            !(sum as u16)
-        }
-        let mut x = 0x9e37_79b9_7f4a_7c15u64;
-        let edges = [
-            0,
-            1,
-            0xfffe,
-            0xffff,
-            0x1_0000,
-            0x1_fffe,
-            0xffff_ffff,
-            u64::MAX,
-            1 << 48,
-        ];
-        for v in edges.into_iter().chain((0..100_000).map(|i| {
-            x ^= x << 13;
-            x ^= x >> 7;
-            x ^= x << 17;
-            // Sums of a few dozen 16-bit words (what the generator folds), and arbitrary values.
-            if i % 2 == 0 {
-                x >> (i % 64)
-            } else {
-                x & 0x3f_ffff
-            }
-        })) {
-            assert_eq!(fold_checksum(v), looped(v), "{v:#x}");
         }
     }
 }

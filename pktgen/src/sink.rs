@@ -53,7 +53,7 @@
 use crate::generator::{GenCounters, GeneratorConfig, MAX_STREAMS};
 use crate::latency::{LatencyHistogram, LatencyStats};
 use crate::signature::{SIGNATURE_LEN, Signature, parse, pattern_matches, unwrap_seq, unwrap_time};
-use dataplane::wire::FrameSink;
+use dataplane::link::FrameSink;
 use serde::Serialize;
 use std::fmt;
 use std::sync::atomic::{AtomicU64, Ordering};
@@ -614,8 +614,9 @@ pub fn report(gen_counters: &GenCounters, sink: &SinkCounters) -> TrafficReport 
 mod tests {
     use super::*;
     use crate::generator::Generator;
-    use crate::signature::{L4Proto, fold_checksum, sum_words};
-    use dataplane::wire::{FrameSource, MAX_WIRE_FRAME};
+    use crate::signature::L4Proto;
+    use dataplane::link::{FrameSource, MAX_WIRE_FRAME};
+    use wire::checksum::{finish, ones_sum};
 
     fn gen_frames(cfg: &GeneratorConfig, n: u64) -> (Vec<Vec<u8>>, Arc<GenCounters>) {
         let mut g = Generator::new(GeneratorConfig {
@@ -845,7 +846,7 @@ mod tests {
         f[26..30].copy_from_slice(&ip);
         f[34..36].copy_from_slice(&port.to_be_bytes());
         f[24..26].fill(0);
-        let c = fold_checksum(sum_words(&f[14..34]));
+        let c = finish(ones_sum(&f[14..34], 0));
         f[24..26].copy_from_slice(&c.to_be_bytes());
     }
 

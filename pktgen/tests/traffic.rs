@@ -2,7 +2,7 @@
 //! address mode, Zipf and uniform flow popularity, size mixes, timestamps and latency, and
 //! sequence numbers past 2^32 with the 32-bit v2 signature.
 
-use dataplane::wire::{FrameSink, FrameSource, MAX_WIRE_FRAME};
+use dataplane::link::{FrameSink, FrameSource, MAX_WIRE_FRAME};
 use pktgen::dist::FlowDist;
 use pktgen::generator::AddrMode;
 use pktgen::{CheckingSink, Generator, GeneratorConfig, L4Proto, report};
@@ -30,14 +30,14 @@ fn tuple(f: &[u8]) -> (Ipv4Addr, Ipv4Addr, u16, u16) {
 }
 
 fn valid_checksums(f: &[u8]) -> bool {
-    let sum = |d: &[u8]| pktgen::signature::sum_words(d);
-    let ip_ok = pktgen::signature::fold_checksum(sum(&f[14..34])) == 0;
+    let sum = |d: &[u8]| wire::checksum::ones_sum(d, 0);
+    let ip_ok = wire::checksum::finish(sum(&f[14..34])) == 0;
     let l4 = &f[34..];
     let mut pseudo = Vec::new();
     pseudo.extend_from_slice(&f[26..34]);
     pseudo.extend_from_slice(&[0, f[23]]);
     pseudo.extend_from_slice(&(l4.len() as u16).to_be_bytes());
-    let l4_ok = pktgen::signature::fold_checksum(sum(&pseudo) + sum(l4)) == 0;
+    let l4_ok = wire::checksum::finish(sum(&pseudo) + sum(l4)) == 0;
     ip_ok && l4_ok
 }
 

@@ -2,15 +2,16 @@
 //!
 //! `dataplane run <config.toml>` builds the virtual NIC, pools, datapath mode and NF chain from the
 //! file and runs it; `dataplane model` prints the analytical per-packet PCIe breakdown of a
-//! hardware profile; see `--help` for the flags.
+//! hardware profile; `dataplane nfs` prints the reference of every network function; see
+//! `--help` for the flags.
 
 use std::path::PathBuf;
 use std::process::ExitCode;
 
 use clap::{Parser, Subcommand};
 use dataplane::DatapathMode;
-use dataplane::model::{Breakdown, BreakdownInput, HardwareProfile, render_text, to_json};
-use nmdp::app::{RunOptions, print_summary, run};
+use dataplane::pcie_model::{Breakdown, BreakdownInput, render_text, to_json};
+use nmdp::run::{RunOptions, print_summary, run};
 
 #[derive(Parser)]
 #[command(name = "dataplane", version, about = "The nicmem dataplane")]
@@ -53,6 +54,9 @@ enum Cmd {
         #[arg(long, short)]
         quiet: bool,
     },
+    /// Print the reference of every registered network function (Markdown): its names, what
+    /// it does, its parameters with defaults, its drop reasons and its CPU-cost profile key.
+    Nfs,
     /// Print the analytical per-packet PCIe breakdown of forwarding one packet (each item's
     /// upstream/downstream bytes, the totals, the PCIe-bound rate and the utilisation at the
     /// offered load) for a hardware profile, mode and frame size.
@@ -92,6 +96,10 @@ fn parse_mode(s: &str) -> Result<DatapathMode, String> {
 fn main() -> ExitCode {
     let cli = Cli::parse();
     match cli.cmd {
+        Cmd::Nfs => {
+            print!("{}", nfs::reference_markdown());
+            ExitCode::SUCCESS
+        }
         Cmd::Model {
             profile,
             mode,
@@ -102,7 +110,7 @@ fn main() -> ExitCode {
             sets,
             json,
         } => {
-            let out = HardwareProfile::resolve(&profile, &sets).and_then(|p| {
+            let out = nmdp::config::resolve_profile(&profile, &sets).and_then(|p| {
                 let mut input = BreakdownInput::new(&p, mode, frame_size);
                 if let Some(h) = split_offset {
                     input.split_offset = h;

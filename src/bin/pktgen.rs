@@ -18,10 +18,10 @@ use std::sync::Arc;
 use std::sync::atomic::{AtomicU64, Ordering};
 
 use clap::{Parser, Subcommand};
-use dataplane::wire::{FrameSink, FrameSource, MAX_WIRE_FRAME};
+use dataplane::link::{FrameSink, FrameSource, MAX_WIRE_FRAME};
 use std::io::Write;
 
-use nmdp::bench::{Clock, DutOptions, VnicFactory, dut_from_spec};
+use nmdp::dut::{Clock, DutOptions, VnicFactory, dut_from_spec};
 use pktgen::latency::LatencyStats;
 use pktgen::profile::{PortTraffic, TrafficProfile};
 use pktgen::progress::SearchProgress;
@@ -367,7 +367,7 @@ fn rfc2544(a: Rfc2544Args) -> Result<(), String> {
     } else {
         a.mode.iter().cloned().map(Some).collect()
     };
-    if !a.mode.is_empty() && nmdp::bench::has_dpdk_section(std::path::Path::new(&a.dut)) {
+    if !a.mode.is_empty() && nmdp::dut::has_dpdk_section(std::path::Path::new(&a.dut)) {
         return Err(format!(
             "--mode: {} is a DPDK tester config (the DUT is outside, behind its ports), which has \
              no datapath mode to vary",

@@ -27,7 +27,8 @@
 //! expired session's port) is the NAT's business ([`Candidates`] only proposes). Port blocks and
 //! deterministic NAT plug in here: they narrow the candidate range per subscriber.
 
-use crate::headers::{PROTO_TCP, PROTO_UDP};
+use wire::ipv4::{PROTO_TCP, PROTO_UDP};
+
 use crate::work_package::XorShift64;
 
 /// Protocol slots of the per-address counters: TCP, UDP, ICMP.

@@ -5,15 +5,16 @@
 //! the key named before a packet moves. `docs/nat-conformance.md` lists which key changes which
 //! behaviour.
 
-use serde::Deserialize;
+use serde::{Deserialize, Serialize};
 
-use crate::common::{bad_param, parse_ipv4, timeout_ms};
 use crate::flow_table::FullPolicy;
+use crate::params::{bad_param, parse_ipv4, timeout_ms};
+use crate::registry::Param;
 
 use super::NAME;
 
 /// How the NAT decides whether a packet is outbound or inbound.
-#[derive(Clone, Copy, Debug, PartialEq, Eq, Deserialize)]
+#[derive(Clone, Copy, Debug, PartialEq, Eq, Deserialize, Serialize)]
 #[serde(rename_all = "kebab-case")]
 pub enum DirectionPolicy {
     /// Destination in the outside pool -> inbound, else outbound.
@@ -23,7 +24,7 @@ pub enum DirectionPolicy {
 }
 
 /// What to do with packets carrying IPv4 options.
-#[derive(Clone, Copy, Debug, PartialEq, Eq, Deserialize)]
+#[derive(Clone, Copy, Debug, PartialEq, Eq, Deserialize, Serialize)]
 #[serde(rename_all = "kebab-case")]
 pub enum OptionsPolicy {
     /// Translate when the headers fit the header segment.
@@ -33,7 +34,7 @@ pub enum OptionsPolicy {
 }
 
 /// Mapping behaviour (RFC 4787 section 4.1).
-#[derive(Clone, Copy, Debug, PartialEq, Eq, Deserialize)]
+#[derive(Clone, Copy, Debug, PartialEq, Eq, Deserialize, Serialize)]
 #[serde(rename_all = "kebab-case")]
 pub enum Mapping {
     /// One outside address and port per inside address and port, whatever the remote (RFC 4787
@@ -45,7 +46,7 @@ pub enum Mapping {
 }
 
 /// Filtering behaviour for inbound packets without a session (RFC 4787 section 5).
-#[derive(Clone, Copy, Debug, PartialEq, Eq, Deserialize)]
+#[derive(Clone, Copy, Debug, PartialEq, Eq, Deserialize, Serialize)]
 #[serde(rename_all = "kebab-case")]
 pub enum Filtering {
     /// Any remote may reach a mapped outside endpoint (RFC 6888 REQ-7's recommendation).
@@ -68,7 +69,7 @@ impl Filtering {
 }
 
 /// `nat_ips`: one address or prefix, or a list of them.
-#[derive(Clone, Debug, PartialEq, Eq, Deserialize)]
+#[derive(Clone, Debug, PartialEq, Eq, Deserialize, Serialize)]
 #[serde(untagged)]
 pub enum AddressList {
     /// `"192.0.2.0/28"` or `"192.0.2.1"`.
@@ -90,7 +91,7 @@ impl AddressList {
 /// NAT parameters (the `[[pipeline]]` table of a pipeline config). Defaults are what a
 /// carrier-grade NAT is expected to do (RFC 6888: RFC 4787/5382/5508 behaviour) with VPP's
 /// timeouts; `docs/nat-conformance.md` explains each choice.
-#[derive(Clone, Debug, Deserialize)]
+#[derive(Clone, Debug, Deserialize, Serialize)]
 #[serde(deny_unknown_fields, default)]
 pub struct NatConfig {
     /// The outside address when the pool is one address (the paper's 10.0.0.1).
@@ -169,6 +170,162 @@ pub struct NatConfig {
     /// Hash seed (mixed with the worker index).
     pub seed: u64,
 }
+
+/// Every key of [`NatConfig`] with what it sets, for the NAT's registration (`dataplane nfs`
+/// prints them with their defaults; the registry's tests check that these are exactly the keys
+/// the parser accepts).
+pub(super) const PARAMS: &[Param] = &[
+    Param {
+        name: "nat_ip",
+        doc: "the outside address when the pool is one address (dotted quad)",
+    },
+    Param {
+        name: "nat_ips",
+        doc: "the outside address pool in place of `nat_ip`: an address or prefix \
+              (`\"192.0.2.0/28\"`) or a list of them, at most 65536 addresses; each inside \
+              address is paired with one (RFC 4787 REQ-2)",
+    },
+    Param {
+        name: "port_min",
+        doc: "lowest outside port (and ICMP identifier)",
+    },
+    Param {
+        name: "port_max",
+        doc: "highest outside port; the range is split evenly over the workers",
+    },
+    Param {
+        name: "flows",
+        doc: "sessions across all workers (each worker holds `flows / workers`), at least 1",
+    },
+    Param {
+        name: "direction",
+        doc: "which packets without a session are outbound: `by-address` (destination not an \
+              outside address) or `by-port` (received on one of `inside_ports`)",
+    },
+    Param {
+        name: "inside_ports",
+        doc: "Rx port indices facing the inside (`direction = \"by-port\"`), each < 64",
+    },
+    Param {
+        name: "inside_prefixes",
+        doc: "inside address prefixes (`by-address`): tell a hairpinned packet (inside host to \
+              an outside address) from an inbound one",
+    },
+    Param {
+        name: "mapping",
+        doc: "`endpoint-independent` (one outside endpoint per inside endpoint, RFC 4787 \
+              REQ-1) or `endpoint-dependent` (one outside port per session)",
+    },
+    Param {
+        name: "filtering",
+        doc: "inbound packets without a session: `endpoint-independent`, `address-dependent` \
+              or `address-and-port-dependent`; unset: endpoint-independent with \
+              endpoint-independent mapping, address-and-port-dependent otherwise (the only one \
+              endpoint-dependent mapping allows)",
+    },
+    Param {
+        name: "hairpinning",
+        doc: "translate packets between two inside hosts through their outside endpoints \
+              (RFC 4787 REQ-9)",
+    },
+    Param {
+        name: "subscriber_port_limit",
+        doc: "outside ports one inside address may hold (each worker enforces \
+              `ceil(limit / workers)`), 0: no limit; refused flows drop as `subscriber_limit`",
+    },
+    Param {
+        name: "subscriber_session_limit",
+        doc: "sessions one inside address may hold (per worker as above), 0: no limit",
+    },
+    Param {
+        name: "port_preservation",
+        doc: "keep the inside port when it is free in the worker's range",
+    },
+    Param {
+        name: "port_parity",
+        doc: "give an outside port of the inside port's parity (RFC 4787 REQ-4)",
+    },
+    Param {
+        name: "port_reuse_hold_s",
+        doc: "seconds a released outside port is kept from other subscribers (RFC 6888 \
+              REQ-8), 0..=2000000",
+    },
+    Param {
+        name: "full_policy",
+        doc: "a new session with no room: `drop` (as `table_full`) or `evict` an expired, held \
+              or transitory session (never an established or live UDP/ICMP one)",
+    },
+    Param {
+        name: "evict_scan",
+        doc: "sessions examined per eviction, 1..=1024",
+    },
+    Param {
+        name: "udp_timeout_s",
+        doc: "UDP idle timeout in seconds, 1..=2000000",
+    },
+    Param {
+        name: "tcp_established_timeout_s",
+        doc: "established TCP idle timeout in seconds, 1..=2000000",
+    },
+    Param {
+        name: "tcp_transitory_timeout_s",
+        doc: "sets both TCP transitory timeouts (opening and closing) in seconds, \
+              1..=2000000; unset: 240",
+    },
+    Param {
+        name: "tcp_opening_timeout_s",
+        doc: "TCP opening idle timeout (SYN seen, handshake incomplete) in seconds; unset: \
+              `tcp_transitory_timeout_s`",
+    },
+    Param {
+        name: "tcp_closing_timeout_s",
+        doc: "TCP closing idle timeout (FIN both ways, or RST) in seconds; unset: \
+              `tcp_transitory_timeout_s`",
+    },
+    Param {
+        name: "icmp_timeout_s",
+        doc: "ICMP query idle timeout in seconds, 1..=2000000",
+    },
+    Param {
+        name: "ip_options",
+        doc: "packets with IPv4 options: `translate` or `drop` (as `ip_options`)",
+    },
+    Param {
+        name: "decrement_ttl",
+        doc: "decrement TTL, dropping TTL <= 1 as `ttl_expired`",
+    },
+    Param {
+        name: "verify_checksums",
+        doc: "debug: verify every translated frame by full checksum recomputation (slow)",
+    },
+    Param {
+        name: "scan_per_burst",
+        doc: "sessions (and mappings on hold) examined for expiry per burst",
+    },
+    Param {
+        name: "port_attempts",
+        doc: "random ports tried per new mapping (after the preserved one) before \
+              `port_exhausted`, 1..=1024",
+    },
+    Param {
+        name: "fragment_contexts",
+        doc: "fragmented datagrams tracked at once per worker (virtual reassembly), \
+              1..=1048576",
+    },
+    Param {
+        name: "fragment_timeout_ms",
+        doc: "how long a datagram's later fragments are matched to its first fragment, ms, \
+              1..=60000",
+    },
+    Param {
+        name: "fragments_held",
+        doc: "fragments held per worker while they wait for their first fragment, 0..=256",
+    },
+    Param {
+        name: "seed",
+        doc: "hash seed (mixed with the worker index)",
+    },
+];
 
 /// The default TCP transitory timeout (RFC 5382 REQ-5's minimum, VPP's default), seconds.
 pub const TCP_TRANSITORY_S: u32 = 240;

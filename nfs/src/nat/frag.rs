@@ -22,10 +22,11 @@
 //!   new datagrams from being tracked.
 
 use dataplane::{Burst, DropCounts, Verdict};
+use wire::classify::{Parsed, parse};
+use wire::ipv4::Ipv4View;
 
-use crate::common::bad_param;
 use crate::flow_table::{FlowKey, FlowTable, FullPolicy};
-use crate::headers::{Parsed, parse, read_u16, read_u32, update32, write_u16, write_u32};
+use crate::params::bad_param;
 
 use super::{NAME, Reasons};
 
@@ -82,17 +83,18 @@ fn key(src: u32, dst: u32, ident: u16, proto: u8) -> FlowKey {
     FlowKey::new(src, dst, ident, 0, proto)
 }
 
-/// Rewrites an IPv4 header's source and destination (0: leave it) and its checksum.
+/// Rewrites the source and destination (0: leave it) of the IPv4 header at `l3`, with its
+/// checksum.
 pub(super) fn rewrite(h: &mut [u8], l3: usize, src: u32, dst: u32) {
-    let ip = &mut h[l3..];
-    let mut c = read_u16(ip, 10);
-    for (off, new) in [(12, src), (16, dst)] {
-        if new != 0 {
-            c = update32(c, read_u32(ip, off), new);
-            write_u32(ip, off, new);
-        }
+    let Some(mut ip) = Ipv4View::new_checked(&mut h[l3..]) else {
+        return;
+    };
+    if src != 0 {
+        ip.set_src(src);
     }
-    write_u16(ip, 10, c);
+    if dst != 0 {
+        ip.set_dst(dst);
+    }
 }
 
 impl Fragments {
@@ -180,7 +182,8 @@ impl Fragments {
             let p = parse(self.hold.header(j), self.hold.frame_len(j));
             let outcome = match p {
                 Ok(p) => {
-                    let ident = read_u16(self.hold.header(j), p.l3 + 4);
+                    let ident = Ipv4View::new_checked(&self.hold.header(j)[p.l3..])
+                        .map_or(0, |ip| ip.ident());
                     (self.lookup(p.src, p.dst, ident, p.proto, now), p.l3)
                 }
                 Err(_) => (Outcome::Failed, 0),

@@ -21,12 +21,13 @@
 //! (REQ-7). The session is neither refreshed nor ended (REQ-6).
 
 use dataplane::{Burst, DropReason};
+use wire::checksum::{CsumDelta, sum_is_valid};
+use wire::classify::{Frag, Parsed};
+use wire::field::{read_u16, read_u32, write_u16, write_u32};
+use wire::icmpv4::{ICMP_HLEN, IcmpView, icmp_is_query};
+use wire::ipv4::{IPV4_HLEN, Ipv4View, PROTO_ICMP, PROTO_TCP, PROTO_UDP, offset};
 
 use crate::flow_table::FlowKey;
-use crate::headers::{
-    CsumDelta, Frag, ICMP_HLEN, IPV4_HLEN, PROTO_ICMP, PROTO_TCP, PROTO_UDP, Parsed, icmp_is_query,
-    ones_sum, read_u16, read_u32, sum_is_valid, update32, write_u16, write_u32,
-};
 use crate::slow_path::{read_frame, sum_frame, write_frame};
 
 use super::{DirectionPolicy, Nat};
@@ -69,24 +70,25 @@ impl Nat {
         }
         let mut q = [0u8; QUOTE_MAX];
         let slow = read_frame(burst, i, e3, &mut q[..qlen]).map_err(|_| DropReason::TRUNCATED)? > 0;
-        let vihl = q[0];
-        if vihl >> 4 != 4 || vihl & 0x0F < 5 {
+        let quoted = Ipv4View::new_checked(&q[..qlen]).ok_or(DropReason::TRUNCATED)?;
+        let eihl = quoted.header_len();
+        if quoted.version() != 4 || eihl < IPV4_HLEN {
             return Err(DropReason::MALFORMED);
         }
-        let eihl = usize::from(vihl & 0x0F) * 4;
         if eihl + 8 > qlen {
             return Err(DropReason::TRUNCATED);
         }
-        if !sum_is_valid(ones_sum(&q[..eihl], 0)) {
+        if !quoted.checksum_valid() {
             self.c.icmp_bad_checksum += 1;
             return Err(self.reasons.icmp_bad_checksum);
         }
-        if read_u16(&q, 6) & 0x1FFF != 0 {
+        if quoted.frag_offset() != 0 {
             // About a later fragment: no ports to match.
             self.c.fragments_dropped += 1;
             return Err(DropReason::FRAGMENT);
         }
-        match q[9] {
+        let eproto = quoted.protocol();
+        match eproto {
             PROTO_TCP | PROTO_UDP => {}
             PROTO_ICMP if icmp_is_query(q[eihl]) => {}
             _ => return Err(DropReason::UNSUPPORTED_PROTOCOL),
@@ -105,7 +107,7 @@ impl Nat {
             if self.hairpinning && self.pool.contains(dst) {
                 // The quoted packet came from another inside host's outside endpoint.
                 let qsport = read_u16(&q, eihl);
-                if !self.alloc.owns(qsport) && q[9] != PROTO_ICMP {
+                if !self.alloc.owns(qsport) && eproto != PROTO_ICMP {
                     self.c.hairpin_via_outside += 1;
                 } else {
                     let second = self.icmp_stage(&mut q, eihl, qlen, &mut d, Some(true), now)?;
@@ -120,16 +122,17 @@ impl Nat {
             return Err(self.reasons.payload_unwritable);
         }
         let h = burst.header_mut(i);
-        let ic = d.apply(read_u16(h, p.l4 + 2));
-        write_u16(h, p.l4 + 2, ic);
-        let mut hc = read_u16(h, p.l3 + 10);
-        for (off, old, new) in [(12, p.src, src), (16, p.dst, dst)] {
-            if old != new {
-                hc = update32(hc, old, new);
-                write_u32(h, p.l3 + off, new);
+        if let Some(mut icmp) = IcmpView::new_checked(&mut h[p.l4..]) {
+            icmp.set_checksum(d.apply(icmp.checksum()));
+        }
+        if let Some(mut ip) = Ipv4View::new_checked(&mut h[p.l3..]) {
+            if src != p.src {
+                ip.set_src(src);
+            }
+            if dst != p.dst {
+                ip.set_dst(dst);
             }
         }
-        write_u16(h, p.l3 + 10, hc);
         if slow {
             self.c.icmp_errors_slow_path += 1;
         }
@@ -154,8 +157,10 @@ impl Nat {
         expect: Option<bool>,
         now: u32,
     ) -> Result<Stage, DropReason> {
-        let eproto = q[9];
-        let (esrc, edst) = (read_u32(q, 12), read_u32(q, 16));
+        let (eproto, esrc, edst) = {
+            let quoted = Ipv4View::new_checked(&q[..]).ok_or(DropReason::TRUNCATED)?;
+            (quoted.protocol(), quoted.src(), quoted.dst())
+        };
         let e4 = eihl;
         let key = if eproto == PROTO_ICMP {
             // The quoted query went the other way: outbound queries are keyed (id, 0).
@@ -195,16 +200,16 @@ impl Nat {
         // inside endpoint. Outbound: it arrived for the inside endpoint; its destination
         // becomes the outside endpoint.
         let (addr, port, addr_off, port_off) = if inbound {
-            (s.out_key.src(), s.out_key.sport(), 12, e4)
+            (s.out_key.src(), s.out_key.sport(), offset::SRC, e4)
         } else {
-            (s.nat_ip, s.nat_port, 16, e4 + 2)
+            (s.nat_ip, s.nat_port, offset::DST, e4 + 2)
         };
         let old = read_u32(q, addr_off);
         write_u32(q, addr_off, addr);
         d.add32(old, addr);
-        let old_c = read_u16(q, 10);
+        let old_c = read_u16(q, offset::CHECKSUM);
         let new_c = ipd.apply(old_c);
-        write_u16(q, 10, new_c);
+        write_u16(q, offset::CHECKSUM, new_c);
         d.add16(old_c, new_c);
         let (port_off, csum_off) = match eproto {
             PROTO_UDP => (port_off, Some(e4 + 6)),

@@ -74,7 +74,7 @@
 //!
 //! # Malformed input (each a counted drop, never a panic)
 //!
-//! Parsing is [`crate::headers::parse`]: truncated frames and headers outside the header segment
+//! Parsing is [`wire::classify::parse`]: truncated frames and headers outside the header segment
 //! -> `truncated` (+ `header_segment_short` for the latter); bad IHL/total length/TCP data
 //! offset/UDP length -> `malformed`; non-IPv4 -> `not_ipv4`; other L4 protocols and ICMP types
 //! that are neither queries nor errors -> `unsupported_protocol`.
@@ -86,7 +86,7 @@
 //!   `ttl_expired` (no ICMP time-exceeded is generated) and others leave with TTL - 1.
 //!
 //! `verify_checksums = true` (debug) re-verifies every translated frame by full recomputation
-//! through the counted slow path ([`crate::common::ChecksumVerifier`]).
+//! through the counted slow path ([`crate::verify::ChecksumVerifier`]).
 #![forbid(unsafe_code)]
 
 mod alloc;
@@ -101,17 +101,21 @@ pub use config::{
     AddressList, DirectionPolicy, Filtering, Mapping, NatConfig, OptionsPolicy, TCP_TRANSITORY_S,
 };
 
-use dataplane::{Burst, DropCounts, DropReason, NetworkFunction, NfContext, Verdict};
+use dataplane::{
+    Burst, Counters, DropCounts, DropReason, NetworkFunction, NfContext, PREFETCH_AHEAD, Verdict,
+};
+use wire::checksum::CsumDelta;
+use wire::classify::{Frag, L4, ParseError, Parsed, parse};
+use wire::field::{read_u16, write_u16, write_u32};
+use wire::icmpv4::{icmp_is_error, icmp_is_query};
+use wire::ipv4::{IPV4_HLEN, Ipv4View, PROTO_ICMP, PROTO_TCP, PROTO_UDP};
 
-use crate::common::{
-    ChecksumVerifier, PREFETCH_AHEAD, bad_param, drops_json, mix_seed, parse_params,
-    prefetch_start, register_reason,
-};
 use crate::flow_table::{BULK, FlowKey, FlowTable, FullPolicy, NO_SLOT, ms_ticks};
-use crate::headers::{
-    CsumDelta, Frag, IPV4_HLEN, L4, PROTO_ICMP, PROTO_TCP, PROTO_UDP, ParseError, Parsed,
-    icmp_is_error, icmp_is_query, parse, read_u16, write_u16, write_u32,
+use crate::params::{bad_param, mix_seed, parse_params};
+use crate::registry::{
+    BuildContext, Memory, NfSpec, Reason, defaults_of, drop_counters, register_reason,
 };
+use crate::verify::ChecksumVerifier;
 
 use alloc::PortAllocator;
 use config::{Prefix, Timeouts};
@@ -128,8 +132,8 @@ pub const NAME: &str = "nat";
 /// Bytes of one session or mapping record and its free-list entry ([`state`]).
 const RECORD_BYTES: u64 = 32 + 4;
 
-/// Bytes of memory a NAT with `cfg` allocates over `workers` workers (tables and pools), for
-/// checking a config against the machine before building it.
+/// Bytes of host memory one worker's NAT with `cfg` allocates (of `workers` workers): tables
+/// and pools, for checking a config against the machine before building it.
 pub fn memory_for(cfg: &NatConfig, workers: u16) -> u64 {
     let per = cfg.flows.div_ceil(u64::from(workers.max(1)));
     let n = usize::try_from(per).unwrap_or(usize::MAX);
@@ -148,7 +152,99 @@ pub fn memory_for(cfg: &NatConfig, workers: u16) -> u64 {
     if cfg.subscriber_port_limit > 0 || cfg.subscriber_session_limit > 0 {
         bytes = bytes.saturating_add(FlowTable::<u64>::memory_for(n));
     }
-    bytes.saturating_mul(u64::from(workers.max(1)))
+    bytes
+}
+
+/// Drop reason: an inbound packet without a session.
+const NO_MAPPING: Reason = (
+    "no_mapping",
+    "an inbound packet that matches no NAT session",
+);
+/// Drop reason: no free outside port within the bounded probes.
+const PORT_EXHAUSTED: Reason = (
+    "port_exhausted",
+    "no free outside port for a new NAT mapping within the bounded probes",
+);
+/// Drop reason: the subscriber is at its limit.
+const SUBSCRIBER_LIMIT: Reason = (
+    "subscriber_limit",
+    "the inside address already holds its limit of NAT ports or sessions",
+);
+/// Drop reason: refused by the filtering behaviour.
+const FILTERED: Reason = (
+    "filtered",
+    "an inbound packet to a mapped outside endpoint that the NAT's filtering refuses",
+);
+/// Drop reason: a TCP segment that cannot open a session.
+const TCP_NOT_SYN: Reason = (
+    "tcp_not_syn",
+    "a TCP segment other than a SYN with no NAT session (sessions open on SYN only)",
+);
+/// Drop reason: an ICMP error that fails its checksums.
+const ICMP_BAD_CHECKSUM: Reason = (
+    "icmp_bad_checksum",
+    "an ICMP error whose ICMP or quoted IPv4 checksum fails (not translated)",
+);
+/// Drop reason: a payload write that failed.
+const PAYLOAD_UNWRITABLE: Reason = (
+    "payload_unwritable",
+    "a translation had to change bytes past the header segment and the payload could not be \
+     written",
+);
+/// Drop reason: a held fragment whose first fragment never came.
+const FRAGMENT_TIMEOUT: Reason = (
+    "fragment_timeout",
+    "a held IP fragment whose first fragment did not arrive in time",
+);
+/// Drop reason: no room to hold a fragment.
+const FRAGMENT_HOLD_FULL: Reason = (
+    "fragment_hold_full",
+    "an IP fragment that came before its first fragment, with no room to hold it",
+);
+/// Drop reason: the datagram's first fragment was dropped.
+const FRAGMENT_FIRST_DROPPED: Reason = (
+    "fragment_first_dropped",
+    "an IP fragment of a datagram whose first fragment was dropped",
+);
+
+/// The registration of `nat`.
+pub const SPEC: NfSpec = NfSpec {
+    name: NAME,
+    aliases: &[],
+    summary: "Source NAT (NAPT44) with RFC 4787/5382/5508/6888 behaviour: endpoint-independent \
+              or -dependent mapping and filtering, hairpinning, paired address pools, subscriber \
+              limits, port reuse hold, ICMP errors translated in every datapath mode, fragments \
+              by virtual reassembly, incremental checksums (RFC 1624); docs/nat-conformance.md \
+              is the requirement-by-requirement table.",
+    params: config::PARAMS,
+    defaults: defaults_of::<NatConfig>,
+    drop_reasons: &[
+        NO_MAPPING,
+        PORT_EXHAUSTED,
+        SUBSCRIBER_LIMIT,
+        FILTERED,
+        TCP_NOT_SYN,
+        ICMP_BAD_CHECKSUM,
+        PAYLOAD_UNWRITABLE,
+        FRAGMENT_TIMEOUT,
+        FRAGMENT_HOLD_FULL,
+        FRAGMENT_FIRST_DROPPED,
+    ],
+    build: build_nf,
+    memory,
+};
+
+fn build_nf(params: &toml::Table, ctx: &BuildContext) -> Result<Box<dyn NetworkFunction>, String> {
+    Ok(Box::new(Nat::from_params(params, ctx.worker, ctx.workers)?))
+}
+
+fn memory(params: &toml::Table, ctx: &BuildContext) -> Option<Memory> {
+    let c: NatConfig = parse_params(NAME, params).ok()?;
+    Some(Memory {
+        key: "flows",
+        value: c.flows.to_string(),
+        bytes: memory_for(&c, ctx.workers),
+    })
 }
 
 /// The drop reasons the NAT registers (see the module docs).
@@ -168,49 +264,18 @@ struct Reasons {
 
 impl Reasons {
     fn register() -> Result<Self, String> {
-        let r = |name, doc| register_reason(NAME, name, doc);
+        let r = |reason| register_reason(NAME, reason);
         Ok(Self {
-            no_mapping: r(
-                "no_mapping",
-                "an inbound packet that matches no NAT session",
-            )?,
-            port_exhausted: r(
-                "port_exhausted",
-                "no free outside port for a new NAT mapping within the bounded probes",
-            )?,
-            subscriber_limit: r(
-                "subscriber_limit",
-                "the inside address already holds its limit of NAT ports or sessions",
-            )?,
-            filtered: r(
-                "filtered",
-                "an inbound packet to a mapped outside endpoint that the NAT's filtering refuses",
-            )?,
-            tcp_not_syn: r(
-                "tcp_not_syn",
-                "a TCP segment other than a SYN with no NAT session (sessions open on SYN only)",
-            )?,
-            icmp_bad_checksum: r(
-                "icmp_bad_checksum",
-                "an ICMP error whose ICMP or quoted IPv4 checksum fails (not translated)",
-            )?,
-            payload_unwritable: r(
-                "payload_unwritable",
-                "a translation had to change bytes past the header segment and the payload \
-                 could not be written",
-            )?,
-            fragment_timeout: r(
-                "fragment_timeout",
-                "a held IP fragment whose first fragment did not arrive in time",
-            )?,
-            fragment_hold_full: r(
-                "fragment_hold_full",
-                "an IP fragment that came before its first fragment, with no room to hold it",
-            )?,
-            fragment_first_dropped: r(
-                "fragment_first_dropped",
-                "an IP fragment of a datagram whose first fragment was dropped",
-            )?,
+            no_mapping: r(NO_MAPPING)?,
+            port_exhausted: r(PORT_EXHAUSTED)?,
+            subscriber_limit: r(SUBSCRIBER_LIMIT)?,
+            filtered: r(FILTERED)?,
+            tcp_not_syn: r(TCP_NOT_SYN)?,
+            icmp_bad_checksum: r(ICMP_BAD_CHECKSUM)?,
+            payload_unwritable: r(PAYLOAD_UNWRITABLE)?,
+            fragment_timeout: r(FRAGMENT_TIMEOUT)?,
+            fragment_hold_full: r(FRAGMENT_HOLD_FULL)?,
+            fragment_first_dropped: r(FRAGMENT_FIRST_DROPPED)?,
         })
     }
 
@@ -243,9 +308,9 @@ impl Timeouts {
     }
 }
 
-/// NAT counters.
+/// What the NAT counts (reported by [`Nat::counters`]).
 #[derive(Clone, Debug, Default)]
-struct Counters {
+struct NatCounters {
     packets: u64,
     skipped: u64,
     inbound_translated: u64,
@@ -343,7 +408,7 @@ pub struct Nat {
     held_maps: usize,
     reasons: Reasons,
     verifier: Option<ChecksumVerifier>,
-    c: Counters,
+    c: NatCounters,
     pending: Vec<Pending>,
     keys: Vec<FlowKey>,
     hashes: Vec<u64>,
@@ -497,7 +562,7 @@ impl Nat {
             held_maps: 0,
             reasons,
             verifier: cfg.verify_checksums.then(ChecksumVerifier::new),
-            c: Counters::default(),
+            c: NatCounters::default(),
             pending: Vec::with_capacity(BULK),
             keys: vec![FlowKey::default(); BULK],
             hashes: vec![0; BULK],
@@ -1286,7 +1351,7 @@ impl Nat {
                 if e == ParseError::SegmentShort {
                     self.c.header_segment_short += 1;
                 }
-                return Err(e.drop_reason());
+                return Err(DropReason::from(e));
             }
         };
         if p.ihl > IPV4_HLEN && self.ip_options == OptionsPolicy::Drop {
@@ -1308,12 +1373,9 @@ impl Nat {
                 self.c.ttl_expired += 1;
                 return Err(DropReason::TTL_EXPIRED);
             }
-            let ip = &mut h[p.l3..p.l3 + IPV4_HLEN];
-            let old = read_u16(ip, 8);
-            let new = old - 0x0100;
-            ip[8] = p.ttl - 1;
-            let hc = crate::headers::update16(read_u16(ip, 10), old, new);
-            write_u16(ip, 10, hc);
+            if let Some(mut ip) = Ipv4View::new_checked(&mut h[p.l3..]) {
+                ip.set_ttl(p.ttl - 1);
+            }
         }
         Ok(p)
     }
@@ -1504,14 +1566,12 @@ impl Nat {
 
     /// Records the translation of a first fragment (or its failure) for its later fragments.
     fn record_first(&mut self, burst: &Burst, i: usize, p: &Parsed, ok: bool, now: u32) {
-        let h = burst.header(i);
-        let ip = &h[p.l3..p.l3 + IPV4_HLEN];
-        let ident = read_u16(ip, 4);
+        let Some(ip) = Ipv4View::new_checked(&burst.header(i)[p.l3..]) else {
+            return;
+        };
+        let ident = ip.ident();
         let outcome = if ok {
-            let (ns, nd) = (
-                crate::headers::read_u32(ip, 12),
-                crate::headers::read_u32(ip, 16),
-            );
+            let (ns, nd) = (ip.src(), ip.dst());
             Outcome::Translated {
                 src: if ns != p.src { ns } else { 0 },
                 dst: if nd != p.dst { nd } else { 0 },
@@ -1729,7 +1789,7 @@ impl NetworkFunction for Nat {
         let now = ms_ticks(ctx.now_ns);
         self.expire_scan(now);
         let n = burst.len();
-        prefetch_start(burst);
+        burst.prefetch_first();
         let mut start = 0;
         while start < n {
             let end = (start + BULK).min(n);
@@ -1775,88 +1835,72 @@ impl NetworkFunction for Nat {
             .collect()
     }
 
-    fn stats(&self) -> serde_json::Value {
+    fn counters(&self) -> Counters {
         let c = &self.c;
         let ts = self.table.stats();
         let f = &self.frags.c;
-        let counts: [(&str, u64); 35] = [
-            ("packets", c.packets),
-            ("skipped", c.skipped),
-            ("translations", c.inbound_translated + c.outbound_translated),
-            ("inbound_translated", c.inbound_translated),
-            ("outbound_translated", c.outbound_translated),
-            ("new_mappings", c.new_mappings),
-            ("new_eim_mappings", c.new_eim_mappings),
-            ("inbound_sessions", c.inbound_sessions),
-            ("port_exhausted", c.port_exhausted),
-            ("port_probes", c.port_probes),
-            ("ports_preserved", c.ports_preserved),
-            ("port_holds", c.port_holds),
-            ("hold_blocked", c.hold_blocked),
-            ("holds_ended_early", c.holds_ended_early),
-            ("subscriber_limit", c.subscriber_limit),
-            ("filtered", c.filtered),
-            ("tcp_not_syn", c.tcp_not_syn),
-            ("table_full", c.table_full),
-            ("no_mapping", c.no_mapping),
-            ("expired", c.expired),
-            ("evicted", c.evicted),
-            ("active_mappings", self.active as u64),
-            ("active_eim_mappings", self.active_maps as u64),
-            ("held_eim_mappings", self.held_maps as u64),
-            ("icmp_errors_translated", c.icmp_errors_translated),
-            ("icmp_errors_slow_path", c.icmp_errors_slow_path),
-            ("icmp_bad_checksum", c.icmp_bad_checksum),
-            ("icmp_errors_unverified", c.icmp_errors_unverified),
-            ("payload_unwritable", c.payload_unwritable),
-            ("fragments_dropped", c.fragments_dropped),
-            ("header_segment_short", c.header_segment_short),
-            ("hairpinned", c.hairpinned),
-            ("hairpin_via_outside", c.hairpin_via_outside),
-            ("ttl_expired", c.ttl_expired),
-            ("dropped", c.drops.total()),
-        ];
-        let mut m = serde_json::Map::new();
-        for (k, n) in counts {
-            m.insert(k.to_string(), n.into());
-        }
-        let mut v = serde_json::Value::Object(m);
-        v["fragments"] = serde_json::json!({
-            "first": f.first,
-            "translated": f.translated,
-            "translated_early": f.translated_early,
-            "held": f.held,
-            "released": f.released,
-            "timed_out": f.timed_out,
-            "hold_full": f.hold_full,
-            "first_dropped": f.first_dropped,
-            "held_now": self.frags.held() as u64,
-        });
-        v["drops"] = drops_json(&c.drops, &self.reasons.all());
-        v["table"] = serde_json::json!({
-            "lookups": ts.lookups,
-            "hits": ts.hits,
-            "inserts": ts.inserts,
-            "cuckoo_moves": ts.cuckoo_moves,
-            "evictions": ts.evictions,
-            "full_drops": ts.full_drops,
-        });
+        let mut v = Counters::new();
+        v.count("packets", c.packets)
+            .count("skipped", c.skipped)
+            .count("translations", c.inbound_translated + c.outbound_translated)
+            .count("inbound_translated", c.inbound_translated)
+            .count("outbound_translated", c.outbound_translated)
+            .count("new_mappings", c.new_mappings)
+            .count("new_eim_mappings", c.new_eim_mappings)
+            .count("inbound_sessions", c.inbound_sessions)
+            .count("port_exhausted", c.port_exhausted)
+            .count("port_probes", c.port_probes)
+            .count("ports_preserved", c.ports_preserved)
+            .count("port_holds", c.port_holds)
+            .count("hold_blocked", c.hold_blocked)
+            .count("holds_ended_early", c.holds_ended_early)
+            .count("subscriber_limit", c.subscriber_limit)
+            .count("filtered", c.filtered)
+            .count("tcp_not_syn", c.tcp_not_syn)
+            .count("table_full", c.table_full)
+            .count("no_mapping", c.no_mapping)
+            .count("expired", c.expired)
+            .count("evicted", c.evicted)
+            .count("active_mappings", self.active as u64)
+            .count("active_eim_mappings", self.active_maps as u64)
+            .count("held_eim_mappings", self.held_maps as u64)
+            .count("icmp_errors_translated", c.icmp_errors_translated)
+            .count("icmp_errors_slow_path", c.icmp_errors_slow_path)
+            .count("icmp_bad_checksum", c.icmp_bad_checksum)
+            .count("icmp_errors_unverified", c.icmp_errors_unverified)
+            .count("payload_unwritable", c.payload_unwritable)
+            .count("fragments_dropped", c.fragments_dropped)
+            .count("header_segment_short", c.header_segment_short)
+            .count("hairpinned", c.hairpinned)
+            .count("hairpin_via_outside", c.hairpin_via_outside)
+            .count("ttl_expired", c.ttl_expired)
+            .count("dropped", c.drops.total());
+        let mut frags = Counters::new();
+        frags
+            .count("first", f.first)
+            .count("translated", f.translated)
+            .count("translated_early", f.translated_early)
+            .count("held", f.held)
+            .count("released", f.released)
+            .count("timed_out", f.timed_out)
+            .count("hold_full", f.hold_full)
+            .count("first_dropped", f.first_dropped)
+            .count("held_now", self.frags.held() as u64);
+        let mut table = Counters::new();
+        table
+            .count("lookups", ts.lookups)
+            .count("hits", ts.hits)
+            .count("inserts", ts.inserts)
+            .count("cuckoo_moves", ts.cuckoo_moves)
+            .count("evictions", ts.evictions)
+            .count("full_drops", ts.full_drops);
+        v.group("fragments", frags)
+            .group("drops", drop_counters(&c.drops, &self.reasons.all()))
+            .group("table", table);
         if let Some(ver) = &self.verifier {
-            v["verify_slow_path"] = ver.verified.into();
-            v["checksum_mismatches"] = ver.mismatches.into();
+            v.count("verify_slow_path", ver.verified)
+                .count("checksum_mismatches", ver.mismatches);
         }
         v
     }
-}
-
-/// Registry hook: builds a NAT for `name == "nat"`, `None` for other names.
-pub fn build(
-    name: &str,
-    params: &toml::Table,
-    ctx: &NfContext,
-) -> Option<Result<Box<dyn NetworkFunction>, String>> {
-    (name == NAME).then(|| {
-        Nat::from_params(params, ctx.worker, ctx.workers)
-            .map(|n| Box::new(n) as Box<dyn NetworkFunction>)
-    })
 }

@@ -11,8 +11,8 @@
 
 use nicmem::{Align32, HugeArray};
 
-use crate::common::bad_param;
 use crate::flow_table::FlowKey;
+use crate::params::bad_param;
 
 use super::NAME;
 

@@ -16,7 +16,7 @@
 //!   was forged, or lost at the other end), a later segment without RST takes it back to where
 //!   it was. A new SYN (no ACK) on a closing session reopens it.
 
-use crate::headers::{TCP_ACK, TCP_FIN, TCP_RST, TCP_SYN};
+use wire::tcp::{TCP_ACK, TCP_FIN, TCP_RST, TCP_SYN};
 
 use super::state::{ST_TCP_CLOSING, ST_TCP_ESTABLISHED, ST_TCP_OPENING};
 

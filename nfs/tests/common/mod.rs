@@ -135,7 +135,7 @@ pub fn reassemble(frags: &[Vec<u8>]) -> Vec<u8> {
     out[16..18].copy_from_slice(&total.to_be_bytes());
     out[20..22].copy_from_slice(&[0, 0]);
     out[24..26].copy_from_slice(&[0, 0]);
-    let c = nfs::headers::ipv4_header_checksum(&out[14..14 + ihl(first)]);
+    let c = wire::checksum::ipv4_header_checksum(&out[14..14 + ihl(first)]);
     out[24..26].copy_from_slice(&c.to_be_bytes());
     out
 }

@@ -12,31 +12,10 @@
 
 use std::cell::Cell;
 use std::ffi::CString;
-use std::fmt;
 use std::marker::PhantomData;
 use std::sync::{Mutex, MutexGuard, OnceLock};
 
-/// Why EAL could not be initialised.
-#[derive(Clone, Debug, PartialEq, Eq)]
-pub struct EalError {
-    /// The arguments that were passed.
-    pub args: Vec<String>,
-    /// What went wrong.
-    pub msg: String,
-}
-
-impl fmt::Display for EalError {
-    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
-        write!(
-            f,
-            "rte_eal_init({}) failed: {}",
-            self.args.join(" "),
-            self.msg
-        )
-    }
-}
-
-impl std::error::Error for EalError {}
+use super::error::{EalError, rte_errno, strerror};
 
 /// The process's initialised EAL.
 #[derive(Debug)]
@@ -131,11 +110,11 @@ impl Eal {
         // process; this runs once per process (inside the `OnceLock`) under the control lock.
         let rc = unsafe { dpdk_sys::rte_eal_init(argv.len() as i32, argv.as_mut_ptr()) };
         if rc < 0 {
-            let e = super::rte_errno();
+            let e = rte_errno();
             return Err(err(format!(
                 "{} (errno {e}); without hugepages use: --no-huge -m 256 --no-pci --no-shconf \
                  --file-prefix <unique>",
-                super::strerror(e)
+                strerror(e)
             )));
         }
         Ok(Eal {
@@ -189,14 +168,36 @@ pub fn register_worker_thread(core: Option<usize>) -> Result<u32, String> {
     // SAFETY: registers the calling (non-EAL) thread; EAL is initialised (checked above).
     let rc = unsafe { dpdk_sys::rte_thread_register() };
     if rc != 0 {
-        let e = super::rte_errno();
+        let e = rte_errno();
         return Err(format!(
             "rte_thread_register failed: {} (no free lcore id?)",
-            super::strerror(e)
+            strerror(e)
         ));
     }
     REGISTERED.with(|r| r.set(true));
     GUARD.with(|_| {});
     // SAFETY: as above.
     Ok(unsafe { dpdk_sys::rte_lcore_id() })
+}
+
+/// EAL for the unit tests of this module (once per test process; later calls reuse it): no
+/// hugepages, no PCI, lcore 0.
+#[cfg(test)]
+pub(crate) fn test_eal() {
+    let args: Vec<String> = [
+        "nmdp-dpdk-unit",
+        "-l",
+        "0",
+        "--no-huge",
+        "-m",
+        "128",
+        "--no-pci",
+        "--no-shconf",
+        "--no-telemetry",
+        "--file-prefix=nmdp-dpdk-unit",
+        "--log-level=*:warning",
+    ]
+    .map(String::from)
+    .to_vec();
+    Eal::init(&args).expect("EAL without hugepages");
 }

@@ -4,25 +4,21 @@
 //!
 //! # How mbufs map onto the packet model (the load-bearing decision)
 //!
-//! A received mbuf chain **is** the packet: [`crate::Packet`] has a second, feature-gated
-//! representation that owns an mbuf chain ([`Mbuf`]) instead of `nicmem` pool buffers. The first
-//! mbuf segment is the header segment (what `header_mut` exposes to NFs), the second segment, if
-//! any, is the payload segment (host memory, or nicmem: then no byte view exists, exactly like
-//! `Buf<Nic>`). Nothing is copied on receive or transmit in `host` mode, and transmit hands the
-//! same chain back to the PMD.
+//! A received mbuf **is** the packet: its pointer is the handle a [`crate::Burst`] holds, and the
+//! burst reads the header's place and the lengths from the mbuf's own fields (its
+//! [`crate::HandleLayout`]), so `rte_eth_rx_burst` writes straight into the burst and nothing is
+//! copied. The first mbuf segment is the header segment (what network functions rewrite), the
+//! second, if any, the payload segment (host memory, or nicmem: then no byte view exists). The
+//! driver is the [`crate::PacketOwner`] of its packets; the packet core knows nothing of mbufs.
 //!
 //! Alternatives considered:
 //! - *Register our `nicmem` pools with DPDK as external buffers* (`rte_pktmbuf_pool_create_extbuf`
 //!   over a [`nicmem::Region`]): the mbufs would point into our buffers, but two allocators would
-//!   own the same memory (a `Buf` returns to our free ring, the mbuf to DPDK's mempool), and every
-//!   packet would need a lookup from mbuf to `Buf` and back. We still use extbuf pools, but only
-//!   where the memory has no other owner: the nicmem payload pools (emulated or MEMIC).
-//! - *Copy at the boundary*: simplest, but a copy per packet and direction; used only as the slow
-//!   path for packets that were not received from a DPDK port (e.g. built by a test).
-//!
-//! The price of wrapping is in `packet.rs`: a `Segs` enum with an mbuf variant (compiled only with
-//! this feature), and the driver-facing `header_buf`/`payload_buf`/`into_parts`, which panic on an
-//! mbuf packet (a run never mixes vNIC and DPDK ports). The public API of `Packet` is unchanged.
+//!   own the same memory, and every packet would need a lookup from mbuf to buffer and back. We
+//!   still use extbuf pools, but only where the memory has no other owner: the nicmem payload
+//!   pools (emulated or MEMIC).
+//! - *Copy at the boundary*: simplest, but a copy per packet and direction; used only for
+//!   packets software builds ([`crate::Queue::push_frame`]).
 //!
 //! # Hot path
 //!
@@ -54,94 +50,25 @@
 //! [`Capabilities::nicmem`]: crate::Capabilities::nicmem
 
 mod eal;
+mod error;
 mod mbuf;
+mod mempool;
 pub mod mlx5;
 mod port;
 mod queue;
+mod shared;
 mod spill;
 mod txgen;
 
-pub use eal::{Eal, EalError, register_worker_thread};
+#[cfg(test)]
+pub(crate) use eal::test_eal;
+pub use eal::{Eal, register_worker_thread};
+pub use error::{DpdkError, EalError};
 pub use mbuf::PayloadMem;
-pub use port::{DpdkPort, DpdkPortConfig, MempoolStats, NicmemSource, PortStatsHandle};
+pub use mempool::MempoolStats;
+pub use port::{DpdkPort, DpdkPortConfig, NicmemSource, PortStatsHandle};
 pub use queue::{DpdkQueue, RxStop};
 pub use spill::SpillStats;
 pub use txgen::{
     MAX_GEN_BURST, PortRxStats, PortTxStats, RxTap, TxBurst, TxGen, TxGenCounters, UnsentPolicy,
 };
-
-use std::fmt;
-
-/// Errors of the DPDK driver. Every message says what failed and, where it helps, what to do.
-#[derive(Clone, Debug, PartialEq, Eq)]
-pub enum DpdkError {
-    /// EAL initialisation failed or was not done.
-    Eal(String),
-    /// A port could not be found, probed or configured.
-    Port(String),
-    /// A mempool could not be created.
-    Mempool(String),
-    /// The requested datapath mode cannot run on this port; says what is missing and which
-    /// modes still work.
-    Unsupported(String),
-}
-
-impl fmt::Display for DpdkError {
-    fn fmt(&self, f: &mut fmt::Formatter<'_>) -> fmt::Result {
-        match self {
-            DpdkError::Eal(s) => write!(f, "DPDK EAL: {s}"),
-            DpdkError::Port(s) => write!(f, "DPDK port: {s}"),
-            DpdkError::Mempool(s) => write!(f, "DPDK mempool: {s}"),
-            DpdkError::Unsupported(s) => write!(f, "DPDK: {s}"),
-        }
-    }
-}
-
-impl std::error::Error for DpdkError {}
-
-impl From<EalError> for DpdkError {
-    fn from(e: EalError) -> Self {
-        DpdkError::Eal(e.to_string())
-    }
-}
-
-/// `rte_strerror(errno)` as a Rust string.
-pub(crate) fn strerror(errno: i32) -> String {
-    // SAFETY: `rte_strerror` returns a pointer to a static or thread-local NUL-terminated string
-    // for any errno value; we copy it out before any other DPDK call on this thread.
-    unsafe {
-        let p = dpdk_sys::rte_strerror(errno);
-        if p.is_null() {
-            return format!("errno {errno}");
-        }
-        std::ffi::CStr::from_ptr(p).to_string_lossy().into_owned()
-    }
-}
-
-/// The calling thread's `rte_errno`.
-pub(crate) fn rte_errno() -> i32 {
-    // SAFETY: a plain read of a thread-local integer through the shim.
-    unsafe { dpdk_sys::nmdp_rte_errno() }
-}
-
-/// EAL for the unit tests of this module (once per test process; later calls reuse it): no
-/// hugepages, no PCI, lcore 0.
-#[cfg(test)]
-pub(crate) fn test_eal() {
-    let args: Vec<String> = [
-        "nmdp-dpdk-unit",
-        "-l",
-        "0",
-        "--no-huge",
-        "-m",
-        "128",
-        "--no-pci",
-        "--no-shconf",
-        "--no-telemetry",
-        "--file-prefix=nmdp-dpdk-unit",
-        "--log-level=*:warning",
-    ]
-    .map(String::from)
-    .to_vec();
-    Eal::init(&args).expect("EAL without hugepages");
-}

@@ -16,13 +16,13 @@ use dpdk_sys as sys;
 
 use super::eal::register_worker_thread;
 use super::mbuf::{
-    NICMEM_CPU_READ_BYTES, NICMEM_CPU_WRITE_BYTES, PayloadMem, data_ptr, mbuf_owner,
+    Mbuf, NICMEM_CPU_READ_BYTES, NICMEM_CPU_WRITE_BYTES, PayloadMem, mbuf_owner, payload_mem,
 };
-use super::port::{PortShared, nic_pool_kind};
+use super::shared::PortShared;
 use super::spill::spill_stats;
 use crate::burst::{Burst, DescribeOut, HandleLayout, RxPacket};
 use crate::mode::DatapathMode;
-use crate::packet::{PacketOwner, PayloadRing as RxRing};
+use crate::packet::{PacketOwner, PayloadRing};
 use crate::port::{Queue, QueueStats};
 use crate::verdict::{DropCounts, DropReason, Verdict};
 
@@ -192,32 +192,27 @@ impl DpdkQueue {
     /// Appends the checked chain `m` to the burst (whose owner is this driver's, adopted by
     /// `rx_burst`); counts it in `acc` (added to the queue's counters once per burst).
     #[inline(always)]
-    fn push(&self, acc: &mut RxAcc, burst: &mut Burst, m: *mut sys::rte_mbuf, ring: RxRing) {
-        // SAFETY: `m` is a valid chain of at most two segments that this queue owns; plain field
-        // reads, and the RSS hash union member (valid whenever the RSS flag is set, else
-        // ignored; ports without RSS skip the read).
-        let p = unsafe {
-            let rss_hash = if self.rss && (*m).ol_flags & sys::NMDP_MBUF_F_RX_RSS_HASH != 0 {
-                (*m).__bindgen_anon_2.hash.rss
+    fn push(&self, acc: &mut RxAcc, burst: &mut Burst, m: Mbuf, ring: PayloadRing) {
+        let p = RxPacket {
+            handle: m.handle(),
+            hdr: m.data_ptr(),
+            hdr_len: m.data_len(),
+            headroom: m.data_off(),
+            frame_len: m.pkt_len(),
+            ring,
+            // Ports without RSS skip the read.
+            rss_hash: if self.rss {
+                m.rss_hash().unwrap_or(0)
             } else {
                 0
-            };
-            RxPacket {
-                handle: m as usize,
-                hdr: data_ptr(m),
-                hdr_len: (*m).data_len,
-                headroom: (*m).data_off,
-                frame_len: (*m).pkt_len,
-                ring,
-                rss_hash,
-            }
+            },
         };
         acc.packets += 1;
         acc.bytes += u64::from(p.frame_len);
         match ring {
-            RxRing::Primary => acc.primary += 1,
-            RxRing::Secondary => acc.secondary += 1,
-            RxRing::None => {}
+            PayloadRing::Primary => acc.primary += 1,
+            PayloadRing::Secondary => acc.secondary += 1,
+            PayloadRing::None => {}
         }
         // SAFETY: the burst adopted this driver's owner; the first segment is host memory
         // holding `data_len` bytes after `data_off` bytes of headroom, owned by this chain,
@@ -243,21 +238,20 @@ impl DpdkQueue {
         // SAFETY: `rte_eth_rx_burst` just wrote `n` received mbufs after the burst's last packet
         // (within its capacity); they are owned by this queue until pushed.
         let got = unsafe {
-            std::slice::from_raw_parts(
+            Mbuf::slice(std::slice::from_raw_parts(
                 burst.handles_mut_ptr().add(at).cast::<*mut sys::rte_mbuf>(),
                 n,
-            )
+            ))
         };
         let (mut bytes, mut chained) = (0u64, false);
         for &m in got {
-            // SAFETY: `m` was just received and is owned by this queue; plain field reads.
-            unsafe {
-                bytes += u64::from((*m).pkt_len);
-                chained |= (*m).nb_segs != 1;
-            }
+            bytes += u64::from(m.pkt_len());
+            chained |= m.nb_segs() != 1;
         }
         if chained {
-            self.rx[..n].copy_from_slice(got);
+            for (r, m) in self.rx[..n].iter_mut().zip(got) {
+                *r = m.as_ptr();
+            }
             return self.rx_host_chains(n, burst);
         }
         let describe = if self.rss {
@@ -281,10 +275,8 @@ impl DpdkQueue {
     fn rx_host_chains(&mut self, n: usize, burst: &mut Burst) {
         let mut acc = RxAcc::default();
         for i in 0..n {
-            let m = self.rx[i];
-            // SAFETY: `m` was just received and is owned by this queue.
-            let segs = unsafe { (*m).nb_segs };
-            let m = if segs == 1 {
+            let m = self.received(i);
+            let m = if m.nb_segs() == 1 {
                 m
             } else {
                 match self.linearize(m) {
@@ -292,7 +284,7 @@ impl DpdkQueue {
                     None => continue,
                 }
             };
-            self.push(&mut acc, burst, m, RxRing::None);
+            self.push(&mut acc, burst, m, PayloadRing::None);
         }
         self.count(acc);
     }
@@ -301,81 +293,62 @@ impl DpdkQueue {
     /// looped back in `host` mode). Frees the original chain. `None` (counted) if it does not fit
     /// or no mbuf is left.
     #[cold]
-    fn linearize(&mut self, m: *mut sys::rte_mbuf) -> Option<*mut sys::rte_mbuf> {
-        // SAFETY: `m` is a valid chain owned by this queue.
-        let len = unsafe { (*m).pkt_len } as usize;
-        if len > self.rx_room || self.chain_has_device_segment(m) {
+    fn linearize(&mut self, m: Mbuf) -> Option<Mbuf> {
+        let len = m.pkt_len() as usize;
+        if len > self.rx_room || m.has_device_segment() {
             self.drv.dropped_oversize += 1;
             self.stats.rx_oversize += 1;
-            self.to_free.push(m);
+            self.to_free.push(m.as_ptr());
             return None;
         }
-        // SAFETY: `rx_mp` is a live pool.
-        let d = unsafe { sys::rte_pktmbuf_alloc(self.rx_mp) };
-        if d.is_null() {
+        let Some(d) = self.alloc(self.rx_mp) else {
             self.stats.rx_nombuf += 1;
-            self.to_free.push(m);
+            self.to_free.push(m.as_ptr());
             return None;
-        }
+        };
         let mut off = 0usize;
-        let mut s = m;
-        // SAFETY: walking a valid chain of host-memory segments (device segments were excluded
-        // above); the destination has room for `len` bytes (checked against `rx_room`).
-        unsafe {
-            while !s.is_null() {
-                let l = (*s).data_len as usize;
-                std::ptr::copy_nonoverlapping(data_ptr(s), data_ptr(d).add(off), l);
-                off += l;
-                s = (*s).next;
-            }
-            (*d).data_len = off as u16;
-            (*d).pkt_len = off as u32;
-            (*d).port = (*m).port;
-            (*d).ol_flags = (*m).ol_flags & sys::NMDP_MBUF_F_RX_RSS_HASH;
-            (*d).__bindgen_anon_2 = (*m).__bindgen_anon_2;
+        let mut seg = Some(m);
+        while let Some(s) = seg {
+            let l = usize::from(s.data_len());
+            // SAFETY: a host-memory segment (device segments were excluded above) of a chain
+            // this queue holds, copied into a distinct buffer with room for `len` bytes
+            // (checked against `rx_room`).
+            unsafe { std::ptr::copy_nonoverlapping(s.data_ptr(), d.data_ptr().add(off), l) };
+            off += l;
+            seg = s.next();
         }
+        d.set_lengths(d.data_off(), off as u16, off as u32);
+        d.copy_rx_meta(m);
         self.drv.linearized += 1;
-        self.to_free.push(m);
+        self.to_free.push(m.as_ptr());
         Some(d)
     }
 
-    fn chain_has_device_segment(&self, m: *mut sys::rte_mbuf) -> bool {
-        let mut s = m;
-        while !s.is_null() {
-            // SAFETY: walking a valid chain.
-            let (pool, next) = unsafe { ((*s).pool, (*s).next) };
-            if nic_pool_kind(pool) == Some(true) {
-                return true;
-            }
-            s = next;
-        }
-        false
+    /// The `i`-th mbuf of the last receive into the scratch array.
+    #[inline(always)]
+    fn received(&self, i: usize) -> Mbuf {
+        // SAFETY: `rte_eth_rx_burst` wrote a received mbuf, owned by this queue, at every index
+        // below the count it returned, which bounds every caller's `i`.
+        unsafe { Mbuf::from_handle(self.rx[i] as usize) }
     }
 
-    /// Which ring served the second segment of a received two-segment chain: the primary
-    /// (nicmem) ring when its buffer is nicmem, else the secondary (host) ring.
+    /// One mbuf from `mp`, reset, or `None` when the pool is empty.
     #[inline]
-    fn classify_payload(&self, m: *mut sys::rte_mbuf) -> RxRing {
-        // SAFETY: `m` is a valid two-segment chain.
-        match super::mbuf::payload_mem(unsafe { (*m).next }) {
-            PayloadMem::Host => RxRing::Secondary,
-            PayloadMem::EmulatedNic | PayloadMem::DeviceNic => RxRing::Primary,
-        }
+    fn alloc(&self, mp: *mut sys::rte_mempool) -> Option<Mbuf> {
+        // SAFETY: `mp` is one of this queue's live pools; a fresh mbuf is owned by the caller.
+        unsafe { Mbuf::from_ptr(sys::rte_pktmbuf_alloc(mp)) }
     }
 
     /// Hardware split (mlx5): chains arrive as header + payload already.
     fn rx_hw_split(&mut self, n: usize, burst: &mut Burst) {
         let mut acc = RxAcc::default();
         for i in 0..n {
-            let m = self.rx[i];
-            // SAFETY: `m` was just received and is owned by this queue.
-            let (segs, len) = unsafe { ((*m).nb_segs, (*m).pkt_len as usize) };
-            match segs {
-                1 if len <= self.split => self.push(&mut acc, burst, m, RxRing::None),
-                2 => {
-                    let ring = self.classify_payload(m);
-                    self.push(&mut acc, burst, m, ring);
+            let m = self.received(i);
+            match m.nb_segs() {
+                1 if m.pkt_len() as usize <= self.split => {
+                    self.push(&mut acc, burst, m, PayloadRing::None)
                 }
+                2 => self.push(&mut acc, burst, m, payload_ring(m)),
                 _ => self.split_slow(&mut acc, burst, m),
             }
         }
@@ -387,13 +360,10 @@ impl DpdkQueue {
         let s = self.split;
         // Header (and nicmem payload) mbufs for every frame of the burst that needs a split, with
         // one bulk allocation per pool.
-        let mut need = 0usize;
-        for &m in &self.rx[..n] {
-            // SAFETY: received mbufs owned by this queue.
-            if unsafe { (*m).nb_segs == 1 && (*m).pkt_len as usize > s } {
-                need += 1;
-            }
-        }
+        let need = (0..n)
+            .map(|i| self.received(i))
+            .filter(|m| m.nb_segs() == 1 && m.pkt_len() as usize > s)
+            .count();
         self.hdrs.clear();
         self.nics.clear();
         if need > 0 {
@@ -429,28 +399,26 @@ impl DpdkQueue {
         }
         let mut acc = RxAcc::default();
         for i in 0..n {
-            let m = self.rx[i];
-            // SAFETY: received mbuf owned by this queue.
-            let (segs, len) = unsafe { ((*m).nb_segs, (*m).pkt_len as usize) };
+            let m = self.received(i);
+            let (segs, len) = (m.nb_segs(), m.pkt_len() as usize);
             if segs == 1 {
                 if len <= s {
-                    self.push(&mut acc, burst, m, RxRing::None);
+                    self.push(&mut acc, burst, m, PayloadRing::None);
                     continue;
                 }
-                let Some(h) = self.hdrs.pop() else {
+                // SAFETY: the bulk allocation above filled `hdrs` with fresh mbufs this queue
+                // owns.
+                let Some(h) = self.hdrs.pop().and_then(|h| unsafe { Mbuf::from_ptr(h) }) else {
                     self.stats.rx_nombuf += 1;
-                    self.to_free.push(m);
+                    self.to_free.push(m.as_ptr());
                     continue;
                 };
                 let ring = self.split_into(h, m, len);
                 self.push(&mut acc, burst, h, ring);
             } else {
-                // SAFETY: a valid chain.
-                let first = unsafe { (*m).data_len as usize };
-                if segs == 2 && first == s {
+                if segs == 2 && usize::from(m.data_len()) == s {
                     // Already split (e.g. our own split packet looped back by net_ring).
-                    let ring = self.classify_payload(m);
-                    self.push(&mut acc, burst, m, ring);
+                    self.push(&mut acc, burst, m, payload_ring(m));
                 } else {
                     self.split_slow(&mut acc, burst, m);
                 }
@@ -466,10 +434,11 @@ impl DpdkQueue {
     /// the header; then either copies the payload into a nicmem mbuf (primary ring; `m` is freed)
     /// or chains `m` itself, advanced past the header, as the host payload (secondary ring).
     #[inline]
-    fn split_into(&mut self, h: *mut sys::rte_mbuf, m: *mut sys::rte_mbuf, len: usize) -> RxRing {
+    fn split_into(&mut self, h: Mbuf, m: Mbuf, len: usize) -> PayloadRing {
         let s = self.split;
         let nic = if self.mode.uses_nicmem() {
-            let x = self.nics.pop();
+            // SAFETY: `nics` holds fresh mbufs of the nicmem pool this queue owns.
+            let x = self.nics.pop().and_then(|p| unsafe { Mbuf::from_ptr(p) });
             if x.is_none() {
                 self.drv.nic_spill += 1;
             }
@@ -478,65 +447,53 @@ impl DpdkQueue {
             None
         };
         self.drv.sw_split += 1;
-        // SAFETY: `h`, `m` (and `p`) are valid mbufs owned by this queue. `h` has room for `s`
-        // header bytes (header pool data room >= split offset), `p` for the payload (payload
-        // pool elements hold max_frame - split bytes, and `len <= max_frame`); emulated nicmem
-        // is host memory. All three are distinct buffers, so the copies do not overlap.
-        unsafe {
-            std::ptr::copy_nonoverlapping(data_ptr(m), data_ptr(h), s);
-            (*h).data_len = s as u16;
-            (*h).pkt_len = len as u32;
-            (*h).nb_segs = 2;
-            (*h).port = (*m).port;
-            (*h).ol_flags = (*m).ol_flags & sys::NMDP_MBUF_F_RX_RSS_HASH;
-            (*h).__bindgen_anon_2 = (*m).__bindgen_anon_2;
-            match nic {
-                Some(p) => {
-                    let plen = len - s;
-                    (*p).data_off = 0;
-                    std::ptr::copy_nonoverlapping(data_ptr(m).add(s), data_ptr(p), plen);
-                    (*p).data_len = plen as u16;
-                    (*p).pkt_len = plen as u32;
-                    (*h).next = p;
-                    self.to_free.push(m);
-                    RxRing::Primary
-                }
-                None => {
-                    (*m).data_off += s as u16;
-                    (*m).data_len -= s as u16;
-                    (*m).pkt_len = (*m).data_len as u32;
-                    (*h).next = m;
-                    RxRing::Secondary
-                }
+        // SAFETY: `h` and `m` are distinct mbufs this queue owns; `h` has room for `s` header
+        // bytes (header pool data room >= split offset) and `m` holds `len > s` bytes.
+        unsafe { std::ptr::copy_nonoverlapping(m.data_ptr(), h.data_ptr(), s) };
+        h.set_lengths(h.data_off(), s as u16, len as u32);
+        h.copy_rx_meta(m);
+        match nic {
+            Some(p) => {
+                let plen = len - s;
+                p.set_lengths(0, plen as u16, plen as u32);
+                // SAFETY: `p` is a distinct nicmem payload buffer (emulated nicmem is host
+                // memory) whose elements hold max_frame - split bytes, and `len <= max_frame`.
+                unsafe { std::ptr::copy_nonoverlapping(m.data_ptr().add(s), p.data_ptr(), plen) };
+                h.set_next(2, Some(p));
+                self.to_free.push(m.as_ptr());
+                PayloadRing::Primary
+            }
+            None => {
+                let rest = m.data_len() - s as u16;
+                m.set_lengths(m.data_off() + s as u16, rest, u32::from(rest));
+                h.set_next(2, Some(m));
+                PayloadRing::Secondary
             }
         }
     }
 
     /// Slow path: any other chain shape is linearized, then split with single allocations.
     #[cold]
-    fn split_slow(&mut self, acc: &mut RxAcc, burst: &mut Burst, m: *mut sys::rte_mbuf) {
+    fn split_slow(&mut self, acc: &mut RxAcc, burst: &mut Burst, m: Mbuf) {
         let Some(m) = self.linearize(m) else {
             return;
         };
-        // SAFETY: a valid single-segment mbuf we own.
-        let len = unsafe { (*m).pkt_len as usize };
+        let len = m.pkt_len() as usize;
         if len <= self.split {
-            self.push(acc, burst, m, RxRing::None);
+            self.push(acc, burst, m, PayloadRing::None);
             return;
         }
-        // SAFETY: live pools.
-        let h = unsafe { sys::rte_pktmbuf_alloc(self.hdr_mp) };
-        if h.is_null() {
+        let Some(h) = self.alloc(self.hdr_mp) else {
             self.stats.rx_nombuf += 1;
-            self.to_free.push(m);
+            self.to_free.push(m.as_ptr());
             return;
-        }
-        if self.mode.uses_nicmem() && self.nics.is_empty() && !self.nic_mp.is_null() {
-            // SAFETY: live pool.
-            let p = unsafe { sys::rte_pktmbuf_alloc(self.nic_mp) };
-            if !p.is_null() {
-                self.nics.push(p);
-            }
+        };
+        if self.mode.uses_nicmem()
+            && self.nics.is_empty()
+            && !self.nic_mp.is_null()
+            && let Some(p) = self.alloc(self.nic_mp)
+        {
+            self.nics.push(p.as_ptr());
         }
         let ring = self.split_into(h, m, len);
         self.push(acc, burst, h, ring);
@@ -550,6 +507,16 @@ const MBUF_LAYOUT: HandleLayout = HandleLayout {
     data_len: std::mem::offset_of!(sys::rte_mbuf, data_len),
     pkt_len: std::mem::offset_of!(sys::rte_mbuf, pkt_len),
 };
+
+/// Which ring served the second segment of a received two-segment chain: the primary (nicmem)
+/// ring when its buffer is nicmem, else the secondary (host) ring.
+#[inline]
+fn payload_ring(m: Mbuf) -> PayloadRing {
+    match payload_mem(m.next()) {
+        PayloadMem::Host => PayloadRing::Secondary,
+        PayloadMem::EmulatedNic | PayloadMem::DeviceNic => PayloadRing::Primary,
+    }
+}
 
 /// Describes mbuf chains for a burst (see [`Burst::push_handles`]): the first segment is the
 /// header segment, a second segment is the payload (nicmem or host, from its pool).
@@ -566,28 +533,18 @@ fn describe_mbufs<const RSS: bool>(handles: &[usize], out: DescribeOut<'_>) {
         &mut out.rss[..n],
     );
     for (i, &h) in handles.iter().enumerate() {
-        let m = h as *mut sys::rte_mbuf;
-        // SAFETY: every handle is a live mbuf chain held by the burst; plain field reads (the
-        // RSS hash union member only when the flag says it is set).
-        unsafe {
-            hdr[i] = data_ptr(m);
-            hdr_len[i] = (*m).data_len;
-            headroom[i] = (*m).data_off;
-            frame_len[i] = (*m).pkt_len;
-            ring[i] = if (*m).nb_segs == 1 {
-                RxRing::None
-            } else {
-                match super::mbuf::payload_mem((*m).next) {
-                    PayloadMem::Host => RxRing::Secondary,
-                    _ => RxRing::Primary,
-                }
-            };
-            rss[i] = if RSS && (*m).ol_flags & sys::NMDP_MBUF_F_RX_RSS_HASH != 0 {
-                (*m).__bindgen_anon_2.hash.rss
-            } else {
-                0
-            };
-        }
+        // SAFETY: every handle is a live mbuf chain held by the burst.
+        let m = unsafe { Mbuf::from_handle(h) };
+        hdr[i] = m.data_ptr();
+        hdr_len[i] = m.data_len();
+        headroom[i] = m.data_off();
+        frame_len[i] = m.pkt_len();
+        ring[i] = if m.nb_segs() == 1 {
+            PayloadRing::None
+        } else {
+            payload_ring(m)
+        };
+        rss[i] = if RSS { m.rss_hash().unwrap_or(0) } else { 0 };
     }
 }
 
@@ -597,16 +554,13 @@ fn describe_mbufs<const RSS: bool>(handles: &[usize], out: DescribeOut<'_>) {
 fn write_back_headers(pkts: &Burst) {
     let v = pkts.tx_view();
     for i in 0..v.handle.len() {
-        let m = v.handle[i] as *mut sys::rte_mbuf;
-        // SAFETY: `m` is a chain the burst owns; the header still lies in its first segment's
-        // buffer (the burst moved it by at most the headroom the driver reported at Rx), so
-        // `hdr - buf_addr` is the new `data_off`.
-        unsafe {
-            let off = v.hdr[i].offset_from((*m).buf_addr as *const u8);
-            (*m).data_off = off as u16;
-            (*m).data_len = v.hdr_len[i];
-            (*m).pkt_len = v.frame_len[i];
-        }
+        // SAFETY: a chain the burst owns.
+        let m = unsafe { Mbuf::from_handle(v.handle[i]) };
+        // The header still lies in the first segment's buffer (the burst moved it by at most
+        // the headroom the driver reported at Rx), so its distance from the buffer's start is
+        // the new `data_off`.
+        let off = (v.hdr[i] as usize).wrapping_sub(m.buf_addr() as usize);
+        m.set_lengths(off as u16, v.hdr_len[i], v.frame_len[i]);
     }
 }
 
@@ -682,8 +636,8 @@ impl Queue for DpdkQueue {
         }
         // The unsent chains' bytes are read back; the burst knows its total.
         let len_of = |m: usize| -> u64 {
-            // SAFETY: a chain the burst still owns; a plain field read.
-            u64::from(unsafe { (*(m as *mut sys::rte_mbuf)).pkt_len })
+            // SAFETY: a chain the burst still owns.
+            u64::from(unsafe { Mbuf::from_handle(m) }.pkt_len())
         };
         let mut bytes = pkts.bytes();
         // SAFETY: the burst's handles are `k` mbuf chains it owns (`owned_by` above), laid out
@@ -742,20 +696,15 @@ impl Queue for DpdkQueue {
         if len == 0 || len > self.rx_room || burst.room() == 0 || !burst.adopt(&self.owner) {
             return false;
         }
-        // SAFETY: `rx_mp` is a live pktmbuf pool.
-        let m = unsafe { sys::rte_pktmbuf_alloc(self.rx_mp) };
-        if m.is_null() {
+        let Some(m) = self.alloc(self.rx_mp) else {
             return false;
-        }
-        // SAFETY: a fresh single-segment mbuf with room for `len <= rx_room` bytes, owned here.
-        unsafe {
-            std::ptr::copy_nonoverlapping(frame.as_ptr(), data_ptr(m), len);
-            (*m).data_len = len as u16;
-            (*m).pkt_len = len as u32;
-            (*m).port = self.port_id;
-        }
+        };
+        // SAFETY: a fresh single-segment host mbuf with room for `len <= rx_room` bytes.
+        unsafe { std::ptr::copy_nonoverlapping(frame.as_ptr(), m.data_ptr(), len) };
+        m.set_lengths(m.data_off(), len as u16, len as u32);
+        m.set_port(self.port_id);
         let from = burst.len();
-        self.push(&mut RxAcc::default(), burst, m, RxRing::None);
+        self.push(&mut RxAcc::default(), burst, m, PayloadRing::None);
         burst.set_rx_defaults(from, self.index, Verdict::tx(self.index));
         true
     }

@@ -23,8 +23,8 @@ use std::ptr::NonNull;
 
 use dpdk_sys as sys;
 
-use super::port::{Mempool, pool_name};
-use super::{DpdkError, rte_errno, strerror};
+use super::error::{DpdkError, rte_errno, strerror};
+use super::mempool::{Mempool, pool_name};
 
 /// Counters of a spill pool.
 #[derive(Clone, Copy, Debug, Default, PartialEq, Eq)]
@@ -173,7 +173,7 @@ pub(crate) fn create_spill_pool(
         },
         n,
     )
-    .with_host_mem(host))
+    .keeping(Box::new(host)))
 }
 
 /// The counters of `mp` if it is a spill pool.

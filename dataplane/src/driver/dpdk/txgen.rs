@@ -33,11 +33,12 @@ use std::time::Instant;
 use dpdk_sys as sys;
 
 use super::eal::register_worker_thread;
-use super::mbuf::data_ptr;
-use super::port::{DpdkPort, PortShared, nic_pool_kind};
-use super::{DpdkError, strerror};
+use super::error::{DpdkError, strerror};
+use super::mbuf::Mbuf;
+use super::port::DpdkPort;
+use super::shared::PortShared;
+use crate::link::MAX_WIRE_FRAME;
 use crate::port::Port;
-use crate::wire::MAX_WIRE_FRAME;
 
 /// Largest burst a [`TxGen`] or [`RxTap`] moves per call.
 pub const MAX_GEN_BURST: usize = 1024;
@@ -338,7 +339,7 @@ impl TxGen {
         self.mbufs[from..from + n]
             .iter()
             // SAFETY: every pointer here is a written mbuf this generator still owns.
-            .map(|&m| u64::from(unsafe { (*m).data_len }))
+            .map(|&m| u64::from(unsafe { Mbuf::from_handle(m as usize) }.data_len()))
             .sum()
     }
 
@@ -421,7 +422,7 @@ impl TxGen {
             let buf = unsafe {
                 reset_for_tx(m, self.rearm);
                 let data = m.cast::<u8>().add(self.data_at);
-                debug_assert_eq!(data, data_ptr(m));
+                debug_assert_eq!(data, Mbuf::from_handle(m as usize).data_ptr());
                 std::slice::from_raw_parts_mut(data, self.room)
             };
             let room = self.room;
@@ -681,29 +682,26 @@ impl RxTap {
                 cap as u16,
             )
         } as usize;
-        for &m in &self.mbufs[..n] {
-            if self.device_segment(m) {
+        // SAFETY: `rte_eth_rx_burst` wrote `n` received chains, owned here until freed below.
+        let got = unsafe { Mbuf::slice(&self.mbufs[..n]) };
+        for &m in got {
+            if m.has_device_segment() {
                 // Device memory has no host view; such frames are not handed to `f`.
                 continue;
             }
-            // SAFETY: `m` is a received mbuf chain owned here whose segments are all host memory
-            // (checked above); each segment's data is `data_len` bytes from
-            // `buf_addr + data_off`.
-            unsafe {
-                if (*m).next.is_null() {
-                    f(std::slice::from_raw_parts(
-                        data_ptr(m),
-                        usize::from((*m).data_len),
-                    ));
-                } else {
+            // SAFETY: every segment is host memory (checked above) holding `data_len` bytes at
+            // its data pointer, not written while the chain is held here.
+            let bytes = |s: Mbuf| unsafe {
+                std::slice::from_raw_parts(s.data_ptr(), usize::from(s.data_len()))
+            };
+            match m.next() {
+                None => f(bytes(m)),
+                Some(_) => {
                     self.scratch.clear();
-                    let mut s = m;
-                    while !s.is_null() {
-                        self.scratch.extend_from_slice(std::slice::from_raw_parts(
-                            data_ptr(s),
-                            usize::from((*s).data_len),
-                        ));
-                        s = (*s).next;
+                    let mut seg = Some(m);
+                    while let Some(s) = seg {
+                        self.scratch.extend_from_slice(bytes(s));
+                        seg = s.next();
                     }
                     f(&self.scratch);
                 }
@@ -714,20 +712,6 @@ impl RxTap {
             unsafe { sys::rte_pktmbuf_free_bulk(self.mbufs.as_mut_ptr(), n as u32) };
         }
         n
-    }
-
-    /// True if a segment of chain `m` lives in device memory (a host pointer to it is invalid).
-    fn device_segment(&self, m: *mut sys::rte_mbuf) -> bool {
-        let mut s = m;
-        while !s.is_null() {
-            // SAFETY: `s` is a segment of a received chain owned here.
-            let (pool, next) = unsafe { ((*s).pool, (*s).next) };
-            if nic_pool_kind(pool) == Some(true) {
-                return true;
-            }
-            s = next;
-        }
-        false
     }
 
     /// The port's name.

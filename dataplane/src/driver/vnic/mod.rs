@@ -14,7 +14,7 @@
 //! link. A single-queue port needs no thread: its queue reads and writes the link directly.
 //!
 //! Accounting and timing (layer 2) live in [`model`]: every queue charges each DMA it performs
-//! through the hardware profile's [`crate::model::OpCosts`] and, when [`VnicConfig::timing`] is
+//! through the hardware profile's [`crate::pcie_model::OpCosts`] and, when [`VnicConfig::timing`] is
 //! set, runs a clock over the profile's resource timelines. Queues deposit their final reports in
 //! the port's [`ModelSink`] when they are dropped; [`VnicPort::model_report`] sums them.
 
@@ -34,6 +34,8 @@ pub use model::{
 };
 pub use queue::{RxRingId, VnicQueue};
 
+pub use tx::MAX_TX_INLINE;
+
 use std::sync::Arc;
 use std::sync::atomic::{AtomicBool, Ordering};
 use std::thread::JoinHandle;
@@ -41,12 +43,12 @@ use std::thread::JoinHandle;
 use nicmem::{BufPool, Host, Nic, NicMem, ProtectionDomain, Region, RegionTable};
 
 use crate::arena::{PacketArena, header_buffer_size};
+use crate::link::{FrameRing, Link, MAX_WIRE_FRAME};
 use crate::mode::DatapathMode;
-use crate::model::HardwareProfile;
+use crate::pcie_model::HardwareProfile;
 use crate::port::{Capabilities, Port, Queue};
 use crate::rss::{DEFAULT_RSS_KEY, Rss};
 use crate::steer::{SteerRule, steer};
-use crate::wire::{FrameRing, Link, MAX_WIRE_FRAME};
 use model::{ModelParams, NicModel};
 use queue::{Egress, Ingress, QueueModel, QueueParams, QueueParts};
 use tx::TxRing;
@@ -278,7 +280,7 @@ impl VnicPort {
                 cfg.burst
             ));
         }
-        let max_inline = tx::max_inline(2);
+        let max_inline = MAX_TX_INLINE;
         if cfg.tx_inline > max_inline {
             return bad(format!(
                 "tx_inline {} out of range; allowed 0..={max_inline} (a Tx WQE holds at most {} \

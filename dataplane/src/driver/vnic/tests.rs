@@ -3,10 +3,10 @@
 
 use super::*;
 use crate::burst::Burst;
+use crate::link::{CollectSink, VecSource};
 use crate::packet::PayloadRing;
 use crate::port::Queue;
 use crate::verdict::DropCounts;
-use crate::wire::{CollectSink, VecSource};
 use proptest::prelude::*;
 
 fn frame(len: usize, seed: u8) -> Vec<u8> {
@@ -370,8 +370,8 @@ fn multi_queue_port_spreads_flows_and_keeps_every_frame() {
 /// default parameters: H = I = 64, Rx fetch batch 16, doorbell and Tx completion per 32).
 #[test]
 fn accounting_equals_the_breakdown_item_by_item() {
-    use crate::model::{Breakdown, BreakdownInput, HardwareProfile, Ratio};
-    use crate::wire::{CountingSink, RepeatSource};
+    use crate::link::{CountingSink, RepeatSource};
+    use crate::pcie_model::{Breakdown, BreakdownInput, HardwareProfile, Ratio};
     let profile = HardwareProfile::default();
     for f in [64usize, 1500] {
         for mode in DatapathMode::ALL {
@@ -444,7 +444,7 @@ fn accounting_equals_the_breakdown_item_by_item() {
 /// behind, and gives the same numbers twice.
 #[test]
 fn paced_virtual_queue_drops_what_the_cpu_cannot_take_and_is_deterministic() {
-    use crate::wire::{CountingSink, RepeatSource};
+    use crate::link::{CountingSink, RepeatSource};
     let run = |gbps: f64, f: usize| {
         let cfg = VnicConfig {
             mode: DatapathMode::NicInline,
@@ -577,10 +577,10 @@ struct GatedSource {
     start: std::time::Instant,
     every: std::time::Duration,
     given: u32,
-    inner: crate::wire::RepeatSource,
+    inner: crate::link::RepeatSource,
 }
 
-impl crate::wire::FrameSource for GatedSource {
+impl crate::link::FrameSource for GatedSource {
     fn next_frame(&mut self, buf: &mut [u8]) -> Option<usize> {
         if std::time::Instant::now() < self.start + self.every * self.given {
             return None;
@@ -601,7 +601,7 @@ impl crate::wire::FrameSource for GatedSource {
 /// booked at the current time: most of them were dropped as `pcie_overrun` at 10 Gb/s.
 #[test]
 fn paced_wall_clock_queue_resumes_after_its_source_stalls() {
-    use crate::wire::{CountingSink, RepeatSource};
+    use crate::link::{CountingSink, RepeatSource};
     let cfg = VnicConfig {
         mode: DatapathMode::NicInline,
         timing: Some(VnicTiming {

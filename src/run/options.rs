@@ -1,0 +1,97 @@
+//! What a run is asked to do ([`RunOptions`], the command line of `dataplane run`) and how it
+//! fails ([`RunError`]), shared by every driver's run.
+
+use std::path::PathBuf;
+
+use dataplane::DatapathMode;
+
+use crate::config::{ConfigError, RunConfig};
+
+/// Command-line options of `dataplane run`.
+#[derive(Debug, Clone, Default)]
+pub struct RunOptions {
+    /// The config file.
+    pub config: PathBuf,
+    /// `--set key=value` overrides, in order.
+    pub sets: Vec<String>,
+    /// `--packets N`.
+    pub packets: Option<u64>,
+    /// `--duration S`.
+    pub duration_s: Option<f64>,
+    /// `--mode M`.
+    pub mode: Option<DatapathMode>,
+    /// `--workers N`.
+    pub workers: Option<u16>,
+    /// `--rx-pcap FILE`: the wire delivers this capture instead of the generator.
+    pub rx_pcap: Option<PathBuf>,
+    /// `--tx-pcap FILE`: transmitted frames are written here.
+    pub tx_pcap: Option<PathBuf>,
+    /// Print the live stats line (to stderr).
+    pub live_stats: bool,
+}
+
+impl RunOptions {
+    /// The `--set` overrides with `--mode`, `--packets`, `--duration` and `--workers` folded in as
+    /// the keys they stand for (applied last, so they win), for every driver's config loader.
+    pub fn override_sets(&self) -> Vec<String> {
+        let mut sets = self.sets.clone();
+        if let Some(m) = self.mode {
+            sets.push(format!("datapath.mode={}", m.as_str()));
+        }
+        if let Some(n) = self.packets {
+            sets.push(format!("run.packets={n}"));
+        }
+        if let Some(d) = self.duration_s {
+            sets.push(format!("run.duration_s={d}"));
+        }
+        if let Some(w) = self.workers {
+            sets.push(format!("run.workers={w}"));
+        }
+        sets
+    }
+}
+
+/// Loads the config with the command-line overrides folded in as `--set`s.
+pub fn load_config(opts: &RunOptions) -> Result<RunConfig, ConfigError> {
+    RunConfig::load(&opts.config, &opts.override_sets())
+}
+
+/// Errors of a run: a bad config, or a failure setting up ports or files.
+#[derive(Debug)]
+pub enum RunError {
+    /// The config (or an override) is invalid; nothing ran.
+    Config(ConfigError),
+    /// Setting up the run failed; nothing ran.
+    Setup(String),
+    /// The run started but an output it must write failed (a `--tx-pcap` capture, an NF's dump
+    /// file): the results are incomplete, so the run failed.
+    Output(String),
+}
+
+impl RunError {
+    /// The process exit code for this error: 2 when nothing ran (bad config or setup), 1 when
+    /// the run started and failed.
+    pub fn exit_code(&self) -> u8 {
+        match self {
+            RunError::Config(_) | RunError::Setup(_) => 2,
+            RunError::Output(_) => 1,
+        }
+    }
+}
+
+impl std::fmt::Display for RunError {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        match self {
+            RunError::Config(e) => e.fmt(f),
+            RunError::Setup(s) | RunError::Output(s) => f.write_str(s),
+        }
+    }
+}
+
+impl std::error::Error for RunError {}
+
+impl From<ConfigError> for RunError {
+    fn from(e: ConfigError) -> Self {
+        RunError::Config(e)
+    }
+}

@@ -1,0 +1,441 @@
+//! `dataplane run` on the virtual NIC: builds the port, pools, mode and NF chains from a config,
+//! attaches the wire (embedded generator and checking sink, or pcap files), runs one worker per
+//! core, and adds the virtual NIC's keys to the run summary (pools, nicmem, the PCIe and timing
+//! model's counters, the traffic report).
+
+use std::sync::atomic::{AtomicU64, Ordering};
+
+use dataplane::driver::vnic::{Item, LiveModel, ModelSink, PortModel, VnicPort};
+use dataplane::link::{FrameSink, FrameSource, Link};
+use dataplane::pcie_model::HardwareProfile;
+use dataplane::runloop::{WorkerReport, WorkerSetup};
+use dataplane::{DropCounts, Port, QueueStats};
+use pktgen::nat_traffic::{NatBidirReport, NatReturnConfig};
+use serde_json::{Value, json};
+
+use super::options::{RunError, RunOptions, load_config};
+use super::summary::{counter_keys, nf_counters, nf_output_errors, print_warnings};
+use super::workers::{Finished, Supervision, Workers, live_interval};
+use crate::config::{ConfigError, RunConfig, same_file};
+use crate::traffic::{Traffic, TrafficReport};
+
+/// Sends every frame to two sinks (pcap capture plus payload checking).
+struct Tee(Box<dyn FrameSink>, Box<dyn FrameSink>);
+
+impl FrameSink for Tee {
+    fn deliver(&mut self, frame: &[u8]) {
+        self.0.deliver(frame);
+        self.1.deliver(frame);
+    }
+    fn finish(&mut self) {
+        self.0.finish();
+        self.1.finish();
+    }
+}
+
+/// Runs the config; returns the JSON summary.
+pub fn run(opts: &RunOptions) -> Result<Value, RunError> {
+    if let (Some(rx), Some(tx)) = (&opts.rx_pcap, &opts.tx_pcap)
+        && same_file(rx, tx)
+    {
+        return Err(RunError::Setup(format!(
+            "--rx-pcap {} and --tx-pcap {} are the same file: writing the capture would destroy \
+             the input; give --tx-pcap another path",
+            rx.display(),
+            tx.display()
+        )));
+    }
+    let cfg = load_config(opts)?;
+    let path = opts.config.as_path();
+    let warnings = print_warnings(&cfg, path);
+    let workers = cfg.run.workers;
+    let profile = cfg.profile(path)?;
+    let offered = cfg.offered_gbps(path, &profile)?;
+    // Refuse sizes the machine cannot hold before the NF tables and pools are allocated.
+    if let Some(machine) = crate::footprint::machine_memory() {
+        let mut needs = crate::footprint::vnic_needs(&cfg, &profile);
+        needs.extend(crate::footprint::nf_needs(&cfg));
+        crate::footprint::check(path, &needs, workers, machine)?;
+    }
+    cfg.check_outputs(path)?;
+    // Build every NF chain first: a bad pipeline fails before any packet moves.
+    let chains = (0..workers)
+        .map(|w| cfg.build_chain(path, w, workers))
+        .collect::<Result<Vec<_>, _>>()?;
+    let mut traffic = if opts.rx_pcap.is_none() {
+        let nat = cfg.nat_return(path)?;
+        Some(
+            Traffic::with_nat_return(
+                &cfg.generator_table(),
+                cfg.run.packets,
+                cfg.run.duration_s,
+                cfg.vnic.max_frame,
+                nat.as_ref(),
+            )
+            .map_err(|(key, msg)| ConfigError {
+                file: path.to_path_buf(),
+                key,
+                msg,
+            })?,
+        )
+    } else {
+        // The generator does not run, but a bad [traffic] section is still a bad config.
+        crate::traffic::generator_config(&cfg.generator_table(), cfg.vnic.max_frame).map_err(
+            |(key, msg)| ConfigError {
+                file: path.to_path_buf(),
+                key,
+                msg: format!("{msg} ([traffic] is checked with --rx-pcap too)"),
+            },
+        )?;
+        None
+    };
+    let mut rx_pcap = None;
+    let (rx, checker): (Box<dyn FrameSource>, Option<Box<dyn FrameSink>>) = match &opts.rx_pcap {
+        Some(p) => {
+            let src =
+                dataplane::pcap::PcapSource::open(p).map_err(|e| RunError::Setup(e.to_string()))?;
+            rx_pcap = Some(src.counters());
+            (Box::new(src), None)
+        }
+        None => {
+            let t = traffic.as_mut().expect("traffic built when no rx pcap");
+            let (Some(src), Some(sink)) = (t.take_source(), t.take_sink()) else {
+                return Err(RunError::Setup("traffic already taken".into()));
+            };
+            (src, Some(sink))
+        }
+    };
+    let mut tx_pcap = None;
+    let tx: Box<dyn FrameSink> = match (&opts.tx_pcap, checker) {
+        (Some(p), chk) => {
+            let sink =
+                dataplane::pcap::PcapSink::create(p).map_err(|e| RunError::Setup(e.to_string()))?;
+            tx_pcap = Some(sink.counters());
+            let pcap: Box<dyn FrameSink> = Box::new(sink);
+            match chk {
+                Some(c) => Box::new(Tee(pcap, c)),
+                None => pcap,
+            }
+        }
+        (None, Some(c)) => c,
+        (None, None) => Box::new(dataplane::link::CountingSink::default()),
+    };
+    // Flow steering the NFs ask for (e.g. NAT return traffic to the worker owning its port
+    // slice); with one queue there is nothing to steer.
+    let mut vnic = cfg.vnic_config(path, &profile, offered)?;
+    if workers > 1 {
+        vnic.steering = chains
+            .iter()
+            .enumerate()
+            .flat_map(|(w, c)| c.steering_rules(w as u16))
+            .collect();
+    }
+    let mut port = VnicPort::new("vnic0", 0, vnic, Link { rx, tx })
+        .map_err(|e| RunError::Setup(format!("config {}: vnic: {e}", path.display())))?;
+    let model_sink = port.model_sink();
+    let queues = port.take_queues();
+    let setups = queues
+        .into_iter()
+        .zip(chains)
+        .map(|(q, chain)| WorkerSetup {
+            queues: vec![q],
+            chain,
+            egress: None,
+            burst: cfg.datapath.burst,
+        })
+        .collect();
+    let running = Workers::spawn(setups, cfg.run.drain_timeout_s)?;
+    let mut sup = VnicSupervision {
+        traffic: traffic.as_ref(),
+        tx_pcap: tx_pcap.as_deref(),
+        model: &model_sink,
+        last_pcie: (0, 0, 0),
+    };
+    running.supervise(cfg.run.duration_s, live_interval(&cfg, opts), &mut sup);
+    let Finished {
+        reports,
+        elapsed_s: elapsed,
+    } = running.join()?;
+    port.join();
+    nf_output_errors(&reports)?;
+    // The capture is flushed once the port is joined: a failed write (now or while running,
+    // which stopped the run) fails the run with the file and the OS error.
+    if let Some(c) = &tx_pcap
+        && c.write_errors.load(Ordering::Relaxed) > 0
+    {
+        return Err(RunError::Output(format!(
+            "--tx-pcap: {}; the capture is incomplete, so the run failed",
+            c.first_error().unwrap_or("write failed")
+        )));
+    }
+    let traffic_report = traffic.as_ref().map(|t| t.report());
+    let nat_report = traffic
+        .as_ref()
+        .and_then(|t| Some((t.nat_config()?, t.nat_report()?)));
+    let mut out = summary(
+        &cfg,
+        &profile,
+        offered,
+        &port,
+        &reports,
+        traffic_report.as_ref(),
+        nat_report.as_ref(),
+        elapsed,
+    );
+    if let Some(c) = &rx_pcap {
+        out["pcap"] = pcap_json(c);
+    }
+    out["warnings"] = json!(warnings);
+    Ok(out)
+}
+
+/// The `pcap` object of a run replaying `--rx-pcap`: the records read (`records`, per pass
+/// summed), the frames delivered to the wire, the records not delivered by reason (`runt`,
+/// `oversize`, `truncated`, `damaged`: `wire.rx_frames` plus these equal `records`), and the
+/// first such record with its byte offset (`first_error`, null when none).
+fn pcap_json(c: &dataplane::pcap::PcapCounters) -> Value {
+    let s = c.snapshot();
+    let mut v = json!({
+        "records": s.frames + s.bad_records,
+        "frames": s.frames,
+        "snapped": s.snapped_records,
+        "first_error": c.first_error(),
+    });
+    for r in dataplane::pcap::PcapDrop::ALL {
+        v[r.as_str()] = json!(s.dropped(r));
+    }
+    v
+}
+
+/// The virtual NIC's part of the supervision: the generator stops at the end of the run, a
+/// `--tx-pcap` capture that failed to write stops the run, and the live line shows the PCIe
+/// utilisation per direction since the previous line (busy time booked on each link over the
+/// queues' clock: model time, the virtual clock in virtual runs).
+struct VnicSupervision<'a> {
+    traffic: Option<&'a Traffic>,
+    tx_pcap: Option<&'a dataplane::pcap::PcapCounters>,
+    model: &'a ModelSink,
+    last_pcie: (u64, u64, u64),
+}
+
+impl Supervision for VnicSupervision<'_> {
+    fn must_stop(&mut self) -> bool {
+        self.tx_pcap
+            .is_some_and(|c| c.write_errors.load(Ordering::Relaxed) > 0)
+    }
+
+    fn stop(&mut self) {
+        if let Some(t) = self.traffic {
+            t.stop();
+        }
+    }
+
+    fn live_extra(&mut self) -> String {
+        let live = &self.model.live;
+        let load = |f: fn(&LiveModel) -> &AtomicU64| {
+            live.iter()
+                .map(|l| f(l).load(Ordering::Relaxed))
+                .sum::<u64>()
+        };
+        let (up, down) = (load(|l| &l.up_busy_ps), load(|l| &l.down_busy_ps));
+        let clock = live
+            .iter()
+            .map(|l| l.now_ps.load(Ordering::Relaxed))
+            .max()
+            .unwrap_or(0);
+        let last = self.last_pcie;
+        let span = clock.saturating_sub(last.2) as f64 * live.len().max(1) as f64;
+        let (uu, ud) = if span > 0.0 {
+            (
+                100.0 * up.saturating_sub(last.0) as f64 / span,
+                100.0 * down.saturating_sub(last.1) as f64 / span,
+            )
+        } else {
+            (0.0, 0.0)
+        };
+        self.last_pcie = (up, down, clock);
+        format!(" | PCIe up {uu:5.1}% down {ud:5.1}%")
+    }
+}
+
+/// Builds the JSON summary. Keys of the foundation are stable: later work adds keys, never
+/// renames these.
+#[allow(clippy::too_many_arguments)]
+fn summary(
+    cfg: &RunConfig,
+    profile: &HardwareProfile,
+    offered: Option<f64>,
+    port: &VnicPort,
+    reports: &[WorkerReport],
+    traffic: Option<&TrafficReport>,
+    nat: Option<&(NatReturnConfig, NatBidirReport)>,
+    wall_elapsed: f64,
+) -> Value {
+    let m = port.model_report();
+    // Virtual runs report model time only, so the same config gives the same JSON.
+    let elapsed = if m.virtual_clock {
+        m.interval_ps as f64 * 1e-12
+    } else {
+        wall_elapsed
+    };
+    let mut q = QueueStats::default();
+    let mut drops = DropCounts::default();
+    for r in reports {
+        for s in &r.queue_stats {
+            q.add(s);
+        }
+        drops.merge(&r.drops);
+    }
+    let mut pools = Vec::new();
+    for qp in port.pools() {
+        let mut push = |s: nicmem::PoolStats| {
+            pools.push(json!({
+                "name": s.name, "kind": s.kind.as_str(), "buf_size": s.buf_size, "count": s.count,
+                "in_use": s.in_use, "high_water": s.high_water, "alloc_failures": s.alloc_failures,
+            }))
+        };
+        push(qp.header.stats());
+        if let Some(p) = &qp.host_payload {
+            push(p.stats());
+        }
+        if let Some(p) = &qp.nic_payload {
+            push(p.stats());
+        }
+    }
+    let nm = port.nicmem().stats();
+    let mut out = Value::Object(counter_keys(cfg, &q, &drops, elapsed, elapsed));
+    let extra = json!({
+        "pools": pools,
+        "nicmem": {
+            "capacity": nm.capacity, "allocated": nm.allocated, "peak_allocated": nm.peak_allocated,
+            "cpu_bytes_read": nm.cpu_bytes_read, "cpu_bytes_written": nm.cpu_bytes_written,
+            "bytes_read": m.counters.nicmem_bytes_read,
+            "bytes_written": m.counters.nicmem_bytes_written,
+            "peak_bytes": m.counters.nicmem_peak_bytes,
+        },
+        "nfs": nf_counters(reports),
+        "rx_pcie_overrun": q.rx_pcie_overrun,
+    });
+    if let (Value::Object(o), Value::Object(e)) = (&mut out, extra) {
+        o.extend(e);
+    }
+    model_keys(&mut out, &m, profile, offered, &q, cfg);
+    if let Some(t) = traffic {
+        out["frame_size"] = json!(t.frame_size);
+        out["payload_mismatches"] = json!(t.payload_mismatches);
+        out["seq_lost"] = json!(t.seq_lost);
+        out["traffic"] = crate::traffic::report_json(t);
+        if let Some((c, r)) = nat {
+            crate::traffic::add_nat_json(&mut out["traffic"], c, r);
+        }
+    } else {
+        out["payload_mismatches"] = json!(0);
+        out["seq_lost"] = json!(0);
+    }
+    out
+}
+
+/// Adds the accounting and timing keys of the virtual NIC model to the summary (issue 3): `pcie`,
+/// `hostmem`, `wire`, `virtual_time_ns`, `throughput_mpps`, `throughput_gbps`, `latency_ns`,
+/// `bottleneck`, `offered_gbps`, plus `clock`, `profile` and `utilization`.
+fn model_keys(
+    out: &mut Value,
+    m: &PortModel,
+    profile: &HardwareProfile,
+    offered: Option<f64>,
+    q: &QueueStats,
+    cfg: &RunConfig,
+) {
+    let c = &m.counters;
+    let pcie = c.pcie();
+    let secs = m.interval_ps as f64 * 1e-12;
+    let rate = |bytes: u64| {
+        if secs > 0.0 {
+            bytes as f64 * 8.0 / secs / 1e9
+        } else {
+            0.0
+        }
+    };
+    let fwd = q.wire_tx_frames;
+    let per_pkt = |b: u64| {
+        if fwd > 0 { b as f64 / fwd as f64 } else { 0.0 }
+    };
+    let items: serde_json::Map<String, Value> = Item::ALL
+        .iter()
+        .map(|&i| {
+            let t = c.item(i);
+            (
+                i.key().to_string(),
+                json!({
+                    "up_bytes": t.up_bytes, "down_bytes": t.down_bytes,
+                    "up_tlps": t.up_tlps, "down_tlps": t.down_tlps,
+                }),
+            )
+        })
+        .collect();
+    let capacity = dataplane::pcie_model::PcieLink::from_profile(&profile.nic.pcie)
+        .map(|l| l.capacity_gbps())
+        .unwrap_or(0.0);
+    out["pcie"] = json!({
+        "upstream_bytes": pcie.up_bytes,
+        "downstream_bytes": pcie.down_bytes,
+        "upstream_tlps": pcie.up_tlps,
+        "downstream_tlps": pcie.down_tlps,
+        "upstream_util": m.util("pcie_up"),
+        "downstream_util": m.util("pcie_down"),
+        "upstream_bytes_per_packet": per_pkt(pcie.up_bytes),
+        "downstream_bytes_per_packet": per_pkt(pcie.down_bytes),
+        "capacity_gbps": capacity,
+        "read_stalls": m.read_stalls,
+        "items": items,
+    });
+    out["hostmem"] = json!({
+        "bytes_read": c.host_bytes_read,
+        "bytes_written": c.host_bytes_written,
+        "data_bytes_read": c.host_data_read,
+        "data_bytes_written": c.host_data_written,
+        "dram_bytes": c.dram_bytes,
+        "ddio_hit_rate": m.ddio_hit,
+        "util": m.util("hostmem"),
+    });
+    out["wire"] = json!({
+        "rx_gbps": rate(c.wire_rx_bytes),
+        "tx_gbps": rate(c.wire_tx_bytes),
+        "rx_frames": c.wire_rx_frames,
+        "tx_frames": c.wire_tx_frames,
+        "rx_bytes": c.wire_rx_bytes,
+        "tx_bytes": c.wire_tx_bytes,
+    });
+    out["virtual_time_ns"] = json!(m.interval_ps / 1000);
+    out["throughput_mpps"] = json!(if secs > 0.0 {
+        fwd as f64 / secs / 1e6
+    } else {
+        0.0
+    });
+    // Frame bits including the FCS (the RFC 2544 rate); `wire.tx_gbps` adds preamble and IFG.
+    out["throughput_gbps"] = json!(rate(q.tx_bytes + u64::from(profile.nic.fcs_bytes) * fwd));
+    // Exact min, max and mean (tracked per packet); percentiles from the histogram, clamped to
+    // the exact extremes.
+    out["latency_ns"] = json!({
+        "min": m.latency_quantile(0.0),
+        "p50": m.latency_quantile(0.5),
+        "p90": m.latency_quantile(0.9),
+        "p99": m.latency_quantile(0.99),
+        "p999": m.latency_quantile(0.999),
+        "max": m.latency_quantile(1.0),
+        "mean": m.latency_mean(),
+        "count": m.latency_count(),
+    });
+    out["bottleneck"] = json!(m.bottleneck);
+    // Pulled runs report the rate frames actually arrived at.
+    out["offered_gbps"] = json!(offered.unwrap_or_else(|| rate(c.wire_rx_bytes)));
+    out["offered_pulled"] = json!(offered.is_none());
+    out["clock"] = json!(cfg.run.clock.as_str());
+    out["profile"] = json!(profile.nic.name);
+    out["utilization"] = Value::Object(
+        m.utilization
+            .iter()
+            .map(|(k, u)| (k.to_string(), json!(u)))
+            .collect(),
+    );
+}
