@@ -6,14 +6,14 @@
 //!
 //! - **Outside addresses**: `nat_ip` (one, default 10.0.0.1, the paper's
 //!   `FlowIPNAT(SIP 10.0.0.1)`) or a pool `nat_ips` (addresses and prefixes). Each inside
-//!   address is paired with one outside address by a hash ([`pool`]), so all its sessions share
-//!   it (RFC 4787 REQ-2).
+//!   address is paired with one outside address by a hash (`nfs/src/nat/pool.rs`), so all its
+//!   sessions share it (RFC 4787 REQ-2).
 //! - **Ports**: each worker owns a slice of `port_min..=port_max` (1024-65535 split evenly; worker
 //!   `w` takes the `w`-th slice, the last one also the remainder) on every outside address, and
 //!   return traffic is steered to the owner by destination port ([`Nat::steering_rules`]).
 //!   A new mapping keeps its inside port when that is free, else takes a random port of the
 //!   slice, with the inside port's parity on request; released ports are kept from other
-//!   subscribers for `port_reuse_hold_s` ([`alloc`]).
+//!   subscribers for `port_reuse_hold_s` (`nfs/src/nat/alloc.rs`).
 //! - **Mapping** (`mapping`): `endpoint-independent` (default, RFC 4787 REQ-1 / RFC 5382 REQ-1):
 //!   one outside endpoint per inside address and port, exclusive to it, shared by all its
 //!   sessions; `endpoint-dependent` (VPP NAT44-ED): one outside port per session, reused
@@ -26,8 +26,8 @@
 //! - **Sessions**: one per flow, keyed in the flow table twice (outbound key = inside 5-tuple,
 //!   inbound key = the reply's 5-tuple): the paper's "two cache entries per flow". The per-packet
 //!   path is one bulk lookup of the packet's 5-tuple for the whole burst and a rewrite from the
-//!   32 B session ([`state`]); mappings, filters and subscriber counts are only touched when a
-//!   session is created or ends.
+//!   32 B session (`nfs/src/nat/state.rs`); mappings, filters and subscriber counts are only
+//!   touched when a session is created or ends.
 //! - **Direction**: a packet that matches a session takes that session's direction. Otherwise
 //!   `direction = "by-address"` (default) treats packets to an outside address as inbound and
 //!   everything else as outbound; `direction = "by-port"` treats packets received on one of
@@ -40,15 +40,16 @@
 //!   in `inside_prefixes` (default: RFC 1918 and RFC 6598 space). When the destination port
 //!   belongs to another worker's slice, only the source is translated and the packet leaves
 //!   towards the outside, whose router returns it to that worker (`hairpin_via_outside`).
-//! - **TCP** ([`tcp`]): sessions open on a SYN only; opening, established and closing timeouts;
-//!   a RST holds the session for the closing timeout.
-//! - **ICMP** ([`icmp`]): query identifiers are mapped like ports; errors are matched by the
-//!   packet they quote and translated (outer and quoted headers, every checksum), in every
-//!   datapath mode: quoted headers past the header segment are read and written back through
-//!   the counted slow path ([`crate::slow_path`]). Errors whose ICMP or quoted IPv4 checksum
-//!   fails are dropped (`icmp_bad_checksum`); errors never refresh or end a session.
-//! - **Fragments** ([`frag`]): virtual reassembly. The translation of a datagram's first
-//!   fragment is remembered per (source, destination, protocol, IP ID) for
+//! - **TCP** (`nfs/src/nat/tcp.rs`): sessions open on a SYN only; opening, established and
+//!   closing timeouts; a RST holds the session for the closing timeout.
+//! - **ICMP** (`nfs/src/nat/icmp.rs`): query identifiers are mapped like ports; errors are
+//!   matched by the packet they quote and translated (outer and quoted headers, every
+//!   checksum), in every datapath mode: quoted headers past the header segment are read and
+//!   written back through the counted slow path ([`crate::slow_path`]). Errors whose ICMP or
+//!   quoted IPv4 checksum fails are dropped (`icmp_bad_checksum`); errors never refresh or end a
+//!   session.
+//! - **Fragments** (`nfs/src/nat/frag.rs`): virtual reassembly. The translation of a datagram's
+//!   first fragment is remembered per (source, destination, protocol, IP ID) for
 //!   `fragment_timeout_ms`, and later fragments get the same address rewrite. A later fragment
 //!   that comes first is translated at once when outbound (its new source is the paired
 //!   address), or held (at most `fragments_held` per worker) until its first fragment passes,
