@@ -630,3 +630,49 @@ fn trials_reuse_the_nf_chains_and_give_the_same_json() {
     );
     let _ = std::fs::remove_dir_all(&dir);
 }
+
+#[test]
+fn cli_rfc2544_says_when_trials_were_generator_limited() {
+    // The generator tops out at 5 Mpps, the line at 14.88 Mpps: the trials above 5 Mpps
+    // cannot offer their load, and the text says so next to the trial count.
+    let (ok, out, err) = pktgen(&[
+        "rfc2544",
+        "--dut",
+        "sim:line_bps=1e10,capacity_pps=1e7,gen_max_pps=5e6",
+        "--sizes",
+        "64",
+        "--preset",
+        "quick",
+        "--quiet",
+    ]);
+    assert!(ok, "{err}");
+    // The text report (stdout without --json).
+    let line = out
+        .lines()
+        .find(|l| l.contains("generator-limited"))
+        .unwrap_or_else(|| panic!("no generator-limited line in: {out}"));
+    assert!(line.starts_with("64 B: "), "{line}");
+    let n: u32 = line["64 B: ".len()..]
+        .split_whitespace()
+        .next()
+        .and_then(|w| w.parse().ok())
+        .unwrap_or_else(|| panic!("{line}"));
+    assert!(n >= 1, "{line}");
+    assert!(
+        !line.contains("in wall time"),
+        "the sim DUT runs in virtual time: {line}"
+    );
+    // Without a generator limit there is no such line.
+    let (ok, out, err) = pktgen(&[
+        "rfc2544",
+        "--dut",
+        "sim:line_bps=1e10,capacity_pps=1e7",
+        "--sizes",
+        "64",
+        "--preset",
+        "quick",
+        "--quiet",
+    ]);
+    assert!(ok, "{err}");
+    assert!(!out.contains("generator-limited"), "{out}");
+}
