@@ -32,13 +32,14 @@ impl Drop for TempDir {
     }
 }
 
-/// io_fwd, macswap, NAT and a flow counter at 1 M flows, over 1 M flows that all fit the NAT
-/// (16 destinations x 4 ports x 64512 outside ports).
+/// io_fwd, macswap, NAT and a flow counter at 1 M flows, over 1 M flows that all fit the NAT:
+/// endpoint-independent mapping gives each inside source its own outside port, so the pool is
+/// 64 addresses (each paired with about 15 600 sources, 64 512 ports each).
 const CHAIN_1M: &str = "[vnic]\nnicmem = \"256KiB\"\n\
     [traffic]\nframe_size = 64\nflows = 1000000\ndst_ip_count = 16\ndst_port_count = 4\n\
     [[pipeline]]\nname = \"io-fwd\"\n\
     [[pipeline]]\nname = \"macswap\"\n\
-    [[pipeline]]\nname = \"nat\"\nflows = 1000000\n\
+    [[pipeline]]\nname = \"nat\"\nnat_ips = \"10.0.0.0/26\"\nflows = 1000000\n\
     [[pipeline]]\nname = \"flow-counter\"\nflows = 1000000\n";
 
 #[test]
