@@ -9,6 +9,14 @@
 //! `tx_full`. Nothing on this path allocates or locks: bursts are preallocated, and buffers return
 //! to the queues' per-core pool caches.
 //!
+//! **The slow path.** A worker of a run with a network layer ([`crate::net`]) also owns a
+//! [`SlowPath`]. In the sorting pass (never on the one-port fast path: a burst with a slow-path
+//! packet has more than one verdict), packets the chain dropped for a slow-path reason
+//! ([`DropReason::for_slow_path`]: ARP, a next hop without a MAC, an expired TTL, a packet for a
+//! port's own address) are handed to it instead of being freed, and it answers, parks or drops
+//! them, adding what it sends to the same Tx bursts. Its timers (ARP retries, parked packets
+//! whose next hop resolved) run between bursts, only while it has something pending.
+//!
 //! A worker finishes when every one of its queues is idle (the wire has nothing more to deliver
 //! and nothing is in flight) or when the run is stopped and its queues have drained.
 //! Counters are published to [`LiveStats`] every few milliseconds for the live stats line.
@@ -18,6 +26,8 @@ use std::sync::atomic::{AtomicBool, AtomicU64, Ordering};
 use std::time::{Duration, Instant};
 
 use crate::burst::Burst;
+use crate::net::SlowPath;
+use crate::net::slow_path::PortIo;
 use crate::nf::{Counters, NfChain, NfContext};
 use crate::port::{Queue, QueueStats};
 use crate::verdict::{Action, DropCounts, DropReason, Verdict};
@@ -77,6 +87,8 @@ pub struct WorkerSetup {
     pub egress: Option<u16>,
     /// Burst size.
     pub burst: usize,
+    /// The worker's slow path, when the run has a network layer (see the module docs).
+    pub slow: Option<SlowPath>,
 }
 
 /// Counters a worker publishes while it runs (read by the live stats printer).
@@ -182,7 +194,9 @@ pub fn run_worker(
         .map(|_| Burst::with_capacity(setup.burst))
         .collect();
     let mut dropped = Burst::with_capacity(setup.burst);
+    let mut punted = Burst::with_capacity(setup.burst);
     let mut drops = DropCounts::default();
+    let to_slow_path = setup.slow.is_some();
     let start = Instant::now();
     let mut last_active = start;
     let mut ctx = NfContext {
@@ -227,6 +241,9 @@ pub fn run_worker(
                         drops.add(DropReason::NO_SUCH_PORT, 1);
                         burst.move_to(i, &mut dropped);
                     }
+                    Action::Drop(r) if to_slow_path && r.for_slow_path() => {
+                        burst.move_to(i, &mut punted);
+                    }
                     Action::Drop(r) => {
                         drops.add(r, 1);
                         burst.move_to(i, &mut dropped);
@@ -234,6 +251,16 @@ pub fn run_worker(
                 }
             }
             burst.disown();
+            if let Some(slow) = setup.slow.as_mut()
+                && !punted.is_empty()
+            {
+                let mut io = PortIo {
+                    queues: &mut setup.queues,
+                    tx: &mut tx,
+                    drops: &mut drops,
+                };
+                slow.take(&mut punted, &mut io);
+            }
             for (p, list) in tx.iter_mut().enumerate() {
                 if !list.is_empty() {
                     setup.queues[p].tx_burst(list, &mut drops);
@@ -241,6 +268,21 @@ pub fn run_worker(
             }
             if !dropped.is_empty() {
                 setup.queues[qi].free_burst(&mut dropped);
+            }
+        }
+        if let Some(slow) = setup.slow.as_mut()
+            && slow.wants_poll()
+        {
+            let mut io = PortIo {
+                queues: &mut setup.queues,
+                tx: &mut tx,
+                drops: &mut drops,
+            };
+            slow.poll(&mut io);
+            for (p, list) in tx.iter_mut().enumerate() {
+                if !list.is_empty() {
+                    setup.queues[p].tx_burst(list, &mut drops);
+                }
             }
         }
         if got_any {
@@ -264,6 +306,9 @@ pub fn run_worker(
         if iter % 1024 == 0 {
             publish(live, &setup.queues, &drops);
         }
+    }
+    if let Some(slow) = setup.slow.as_mut() {
+        slow.finish(&mut setup.queues, &mut drops);
     }
     for q in &mut setup.queues {
         q.flush();

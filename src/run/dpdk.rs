@@ -193,6 +193,7 @@ pub fn run(cfg: &RunConfig, d: &DpdkSection, opts: &RunOptions) -> Result<Value,
             chain,
             egress: None,
             burst: cfg.datapath.burst,
+            slow: None,
         })
         .collect();
     let running = Workers::spawn(setups, cfg.run.drain_timeout_s)?;

@@ -142,6 +142,7 @@ pub fn run(opts: &RunOptions) -> Result<Value, RunError> {
             chain,
             egress: None,
             burst: cfg.datapath.burst,
+            slow: None,
         })
         .collect();
     let running = Workers::spawn(setups, cfg.run.drain_timeout_s)?;
