@@ -13,7 +13,11 @@
 //!   NAT address as inbound and everything else as outbound. `direction = "by-port"` treats
 //!   packets received on one of `inside_ports` (rx port index, [`Burst::rx_port`]) as outbound and
 //!   the rest as inbound. Outbound packets addressed to the NAT address itself (hairpinning) are
-//!   not supported and dropped as `policy` (`hairpin_dropped`).
+//!   not supported and dropped as `policy` (`hairpin_dropped`). With `outside_ports` as well, only
+//!   those ports are outside: a packet received on a port that is neither inside nor outside is
+//!   left untouched for the next stage (`route` forwards it or drops it with a reason) and
+//!   counted as `passed`. The NAT owns its address on the outside ports (or, without
+//!   `outside_ports`, on every port whose subnet holds it): the ports answer ARP for it.
 //! - **Drop reasons** of its own, registered when a NAT is built: `no_mapping` (an inbound packet
 //!   without a session) and `port_exhausted` (no free outside port for a new session).
 //! - **Mappings are endpoint-dependent** (like VPP NAT44-ED): one session per inside 5-tuple,
@@ -138,6 +142,11 @@ pub const SPEC: NfSpec = NfSpec {
             doc: "Rx port indices facing the inside (`direction = \"by-port\"`), each < 64",
         },
         Param {
+            name: "outside_ports",
+            doc: "Rx port indices facing the outside (`direction = \"by-port\"`), each < 64; \
+                  unset: every port that is not inside",
+        },
+        Param {
             name: "full_policy",
             doc: "a new session with no room in the table: `drop` or `evict`",
         },
@@ -243,6 +252,9 @@ pub struct NatConfig {
     pub direction: DirectionPolicy,
     /// Rx port indices that face the inside network (`direction = "by-port"`), each < 64.
     pub inside_ports: Vec<u16>,
+    /// Rx port indices that face the outside network (`direction = "by-port"`), each < 64;
+    /// empty: every port that is not inside.
+    pub outside_ports: Vec<u16>,
     /// When no session fits: `drop` (count `table_full`) or `evict` the least recently used
     /// session among the candidate buckets.
     pub full_policy: FullPolicy,
@@ -277,6 +289,7 @@ impl Default for NatConfig {
             flows: 10_000_000,
             direction: DirectionPolicy::ByAddress,
             inside_ports: vec![0],
+            outside_ports: vec![],
             full_policy: FullPolicy::Drop,
             udp_timeout_s: 300,
             tcp_established_timeout_s: 7440,
@@ -455,6 +468,7 @@ struct Counters {
     header_segment_short: u64,
     hairpin_dropped: u64,
     ttl_expired: u64,
+    passed: u64,
     drops: DropCounts,
 }
 
@@ -478,6 +492,8 @@ pub struct Nat {
     port_attempts: u32,
     direction: DirectionPolicy,
     inside_mask: u64,
+    /// Ports that face the outside; 0: every port that is not inside.
+    outside_mask: u64,
     ip_options: OptionsPolicy,
     decrement_ttl: bool,
     timeouts: Timeouts,
@@ -555,6 +571,24 @@ impl Nat {
             }
             inside_mask |= 1 << p;
         }
+        let mut outside_mask = 0u64;
+        for &p in &cfg.outside_ports {
+            if p >= 64 {
+                return Err(bad_param(
+                    NAME,
+                    "outside_ports",
+                    "port indices must be < 64",
+                ));
+            }
+            outside_mask |= 1 << p;
+        }
+        if inside_mask & outside_mask != 0 {
+            return Err(bad_param(
+                NAME,
+                "outside_ports",
+                "a port cannot be both inside and outside",
+            ));
+        }
         if cfg.port_attempts == 0 {
             return Err(bad_param(NAME, "port_attempts", "must be at least 1"));
         }
@@ -594,6 +628,7 @@ impl Nat {
             port_attempts: cfg.port_attempts,
             direction: cfg.direction,
             inside_mask,
+            outside_mask,
             ip_options: cfg.ip_options,
             decrement_ttl: cfg.decrement_ttl,
             timeouts,
@@ -838,6 +873,15 @@ impl Nat {
             DirectionPolicy::ByAddress => p.dst == self.nat_ip,
             DirectionPolicy::ByPort => rx_port >= 64 || self.inside_mask & (1 << rx_port) == 0,
         }
+    }
+
+    /// True for a packet received on a port that is neither inside nor outside (see the module
+    /// docs): the NAT leaves it alone.
+    #[inline(always)]
+    fn passes(&self, rx_port: u16) -> bool {
+        self.direction == DirectionPolicy::ByPort
+            && self.outside_mask != 0
+            && (rx_port >= 64 || (self.inside_mask | self.outside_mask) & (1 << rx_port) == 0)
     }
 
     /// The flow key of a TCP/UDP/ICMP-query packet as seen in its direction.
@@ -1137,6 +1181,11 @@ impl Nat {
             self.c.packets += 1;
             let frame_len = burst.frame_len(i);
             let rx_port = burst.rx_port(i);
+            if self.passes(rx_port) {
+                self.c.passed += 1;
+                self.pending.push(Pending::Done);
+                continue;
+            }
             let r = self.screen(burst.header_mut(i), frame_len);
             match r {
                 Err(reason) => {
@@ -1273,6 +1322,18 @@ impl NetworkFunction for Nat {
         }]
     }
 
+    fn owned_addresses(&self) -> Vec<(std::net::Ipv4Addr, Option<u16>)> {
+        let ip = std::net::Ipv4Addr::from(self.nat_ip);
+        if self.direction == DirectionPolicy::ByPort && self.outside_mask != 0 {
+            (0..64u16)
+                .filter(|p| self.outside_mask & (1 << p) != 0)
+                .map(|p| (ip, Some(p)))
+                .collect()
+        } else {
+            vec![(ip, None)]
+        }
+    }
+
     fn counters(&self) -> dataplane::Counters {
         let c = &self.c;
         let ts = self.table.stats();
@@ -1302,6 +1363,7 @@ impl NetworkFunction for Nat {
             .count("header_segment_short", c.header_segment_short)
             .count("hairpin_dropped", c.hairpin_dropped)
             .count("ttl_expired", c.ttl_expired)
+            .count("passed", c.passed)
             .count("dropped", c.drops.total())
             .group(
                 "drops",
