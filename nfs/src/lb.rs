@@ -46,7 +46,10 @@
 //!   packet longer than `tunnel_mtu` (default 1500) is dropped as `tunnel_too_big` (clamp the
 //!   clients' MSS, or give the backend side a larger MTU); a buffer without 20 B of headroom
 //!   is dropped as `no_headroom`.
-//! - **The VIP is owned** on every port whose subnet holds it: the ports answer ARP for it.
+//! - **The VIP is owned** on every port whose subnet holds it: the ports answer ARP for it. In a
+//!   routed run (a network layer, [`dataplane::net`]) a packet to the VIP whose TTL is about to
+//!   expire is left as it is, so the `route` stage's ICMP time exceeded quotes what the client
+//!   sent.
 //!
 //! - **Drop reasons** of its own, registered when an LB is built: `not_for_vip` and `no_backend`
 //!   (every backend disabled).
@@ -184,11 +187,9 @@ pub const SPEC: NfSpec = NfSpec {
 };
 
 fn build(params: &toml::Table, ctx: &BuildContext) -> Result<Box<dyn NetworkFunction>, String> {
-    Ok(Box::new(LoadBalancer::from_params(
-        params,
-        ctx.worker,
-        ctx.workers,
-    )?))
+    let mut lb = LoadBalancer::from_params(params, ctx.worker, ctx.workers)?;
+    lb.routed = ctx.net.is_some();
+    Ok(Box::new(lb))
 }
 
 fn memory(params: &toml::Table, ctx: &BuildContext) -> Option<Memory> {
@@ -486,6 +487,8 @@ pub struct LoadBalancer {
     tunnel_mtu: usize,
     tunnel_too_big: DropReason,
     no_headroom: DropReason,
+    /// The run has a network layer (see the module docs).
+    routed: bool,
 }
 
 /// The flow-table value bit that marks a reply's key (`return = "nat"`): the rest is the
@@ -648,6 +651,7 @@ impl LoadBalancer {
             tunnel_mtu: usize::from(cfg.tunnel_mtu),
             tunnel_too_big: register_reason(NAME, TUNNEL_TOO_BIG)?,
             no_headroom: register_reason(NAME, NO_HEADROOM)?,
+            routed: false,
         })
     }
 
@@ -851,6 +855,9 @@ impl LoadBalancer {
                     if !(self.return_mode == ReturnMode::Nat && self.reply(burst, i, &p, now)) {
                         self.not_for_vip(burst, i);
                     }
+                    self.pending.push(Pending::Done);
+                }
+                Ok(p) if self.routed && p.ttl <= 1 => {
                     self.pending.push(Pending::Done);
                 }
                 Ok(p) if p.frag == Frag::Later => {

@@ -18,6 +18,11 @@
 //!   left untouched for the next stage (`route` forwards it or drops it with a reason) and
 //!   counted as `passed`. The NAT owns its address on the outside ports (or, without
 //!   `outside_ports`, on every port whose subnet holds it): the ports answer ARP for it.
+//! - **In a routed run** (the run has a network layer, [`dataplane::net`]) the NAT leaves two
+//!   kinds of packets to the `route` stage untranslated, as Linux routes before it source-NATs:
+//!   packets from the inside to one of the ports' own addresses (a ping to the router), and
+//!   packets whose TTL is about to expire (the ICMP time exceeded then quotes the packet the
+//!   sender sent). Both count as `passed`.
 //! - **Drop reasons** of its own, registered when a NAT is built: `no_mapping` (an inbound packet
 //!   without a session) and `port_exhausted` (no free outside port for a new session).
 //! - **Mappings are endpoint-dependent** (like VPP NAT44-ED): one session per inside 5-tuple,
@@ -198,7 +203,16 @@ pub const SPEC: NfSpec = NfSpec {
 };
 
 fn build(params: &toml::Table, ctx: &BuildContext) -> Result<Box<dyn NetworkFunction>, String> {
-    Ok(Box::new(Nat::from_params(params, ctx.worker, ctx.workers)?))
+    let mut nat = Nat::from_params(params, ctx.worker, ctx.workers)?;
+    if let Some(net) = &ctx.net {
+        nat.local = Some(
+            net.ports()
+                .iter()
+                .filter_map(|p| Some(p.ip?.addr))
+                .collect(),
+        );
+    }
+    Ok(Box::new(nat))
 }
 
 /// Bytes of one session record plus its free-list entry (32 B sessions, `u32` indices).
@@ -494,6 +508,8 @@ pub struct Nat {
     inside_mask: u64,
     /// Ports that face the outside; 0: every port that is not inside.
     outside_mask: u64,
+    /// In a routed run, the ports' own addresses (see the module docs).
+    local: Option<Vec<u32>>,
     ip_options: OptionsPolicy,
     decrement_ttl: bool,
     timeouts: Timeouts,
@@ -629,6 +645,7 @@ impl Nat {
             direction: cfg.direction,
             inside_mask,
             outside_mask,
+            local: None,
             ip_options: cfg.ip_options,
             decrement_ttl: cfg.decrement_ttl,
             timeouts,
@@ -1195,6 +1212,13 @@ impl Nat {
                 }
                 Ok(p) => {
                     let inbound = self.is_inbound(&p, rx_port);
+                    if let Some(local) = &self.local
+                        && (p.ttl <= 1 || (!inbound && local.contains(&p.dst)))
+                    {
+                        self.c.passed += 1;
+                        self.pending.push(Pending::Done);
+                        continue;
+                    }
                     if let L4::Icmp { ty, .. } = p.l4info
                         && icmp_is_error(ty)
                     {
