@@ -40,8 +40,9 @@
 //!   through the LB (the backends' route to the clients points at it) and to the worker that
 //!   holds the flow, so `"nat"` needs one worker (RSS hashes the reply, whose addresses differ,
 //!   elsewhere). `"ipip"` (Katran's direct server return) leaves the client's packet as it is
-//!   and puts it in an outer IPv4 header (protocol 4) from `tunnel_src` (default: the VIP) to
-//!   the backend, in the buffer's headroom; the backend decapsulates it (a Linux `ipip`
+//!   and puts it in an outer IPv4 header (protocol 4) from `tunnel_src` to the backend (default
+//!   in a routed run: the address of the port on the backend's subnet; never the VIP, which the
+//!   backends hold themselves and would drop as a martian source), in the buffer's headroom; the backend decapsulates it (a Linux `ipip`
 //!   tunnel with the VIP on a local interface) and answers the client directly. An outer
 //!   packet longer than `tunnel_mtu` (default 1500) is dropped as `tunnel_too_big` (clamp the
 //!   clients' MSS, or give the backend side a larger MTU); a buffer without 20 B of headroom
@@ -165,7 +166,8 @@ pub const SPEC: NfSpec = NfSpec {
         },
         Param {
             name: "tunnel_src",
-            doc: "outer source address with `return = \"ipip\"` (default: the VIP)",
+            doc: "outer source address with `return = \"ipip\"` (default: the address of the \
+                  port on the first backend's subnet)",
         },
         Param {
             name: "tunnel_mtu",
@@ -187,7 +189,27 @@ pub const SPEC: NfSpec = NfSpec {
 };
 
 fn build(params: &toml::Table, ctx: &BuildContext) -> Result<Box<dyn NetworkFunction>, String> {
-    let mut lb = LoadBalancer::from_params(params, ctx.worker, ctx.workers)?;
+    let cfg: LbConfig = parse_params(NAME, params)?;
+    let mut params = params.clone();
+    if cfg.return_mode == ReturnMode::Ipip
+        && cfg.tunnel_src.is_none()
+        && let Some(net) = &ctx.net
+    {
+        // The address of the port on the first backend's subnet (or any port's).
+        let first = match &cfg.backends {
+            Some(b) => b.first().map(|s| parse_ipv4(NAME, "backends", s)).transpose()?,
+            None => Some(parse_ipv4(NAME, "backend_base", &cfg.backend_base)?),
+        };
+        let ips: Vec<_> = net.ports().iter().filter_map(|p| p.ip).collect();
+        let port_ip = ips
+            .iter()
+            .find(|ip| first.is_some_and(|f| ip.contains(f)))
+            .or(ips.first());
+        if let Some(ip) = port_ip {
+            params.insert("tunnel_src".into(), ip.ip().to_string().into());
+        }
+    }
+    let mut lb = LoadBalancer::from_params(&params, ctx.worker, ctx.workers)?;
     lb.routed = ctx.net.is_some();
     Ok(Box::new(lb))
 }
@@ -266,7 +288,8 @@ pub struct LbConfig {
     /// The return path.
     #[serde(rename = "return")]
     pub return_mode: ReturnMode,
-    /// Outer source address with `return = "ipip"` (unset: the VIP).
+    /// Outer source address with `return = "ipip"` (unset: the address of the port on the first
+    /// backend's subnet, in a routed run).
     pub tunnel_src: Option<String>,
     /// Largest outer IPv4 packet with `return = "ipip"`.
     pub tunnel_mtu: u16,
@@ -548,9 +571,17 @@ impl LoadBalancer {
                 ),
             ));
         }
-        let tunnel_src = match &cfg.tunnel_src {
-            Some(s) => parse_ipv4(NAME, "tunnel_src", s)?,
-            None => vip,
+        let tunnel_src = match (&cfg.tunnel_src, cfg.return_mode) {
+            (Some(s), _) => parse_ipv4(NAME, "tunnel_src", s)?,
+            (None, ReturnMode::Ipip) => {
+                return Err(bad_param(
+                    NAME,
+                    "tunnel_src",
+                    "give the outer source address for `return = \"ipip\"` (in a run whose \
+                     ports have addresses it defaults to the port on the backends' subnet)",
+                ));
+            }
+            (None, _) => 0,
         };
         if !(68..=9000).contains(&cfg.tunnel_mtu) {
             return Err(bad_param(
