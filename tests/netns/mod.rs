@@ -44,6 +44,13 @@ pub fn skip_reason() -> Option<String> {
             return Some(format!("no `{tool}` (apt-get install {pkg})"));
         }
     }
+    let stdlib = Command::new("python3")
+        .args(["-c", "import http.server"])
+        .output()
+        .is_ok_and(|o| o.status.success());
+    if !stdlib {
+        return Some("python3 without its standard library (apt-get install python3)".into());
+    }
     None
 }
 
