@@ -41,25 +41,47 @@ fn nat_on_dpdk(tag: &str, mode: &str) {
     let got = t.dir.join("got");
     t.run(
         "c",
-        &format!("curl -s -m 30 -o {} http://10.0.2.2:8080/blob", got.display()),
+        &format!(
+            "curl -s -m 30 -o {} http://10.0.2.2:8080/blob",
+            got.display()
+        ),
     );
     let (a, b) = (
         std::fs::read(t.dir.join("blob")).unwrap(),
         std::fs::read(&got).unwrap(),
     );
-    assert!(a == b, "{mode}: {} of {} bytes, or different", b.len(), a.len());
+    assert!(
+        a == b,
+        "{mode}: {} of {} bytes, or different",
+        b.len(),
+        a.len()
+    );
     let log = t.log("http.log");
-    assert!(log.contains("10.0.2.1 - - ") && !log.contains("10.0.1.2"), "{log}");
+    assert!(
+        log.contains("10.0.2.1 - - ") && !log.contains("10.0.1.2"),
+        "{log}"
+    );
     let udp = t.run("c", &udp_ask("10.0.2.2", 5353, "dpdk-udp"));
     assert_eq!(String::from_utf8_lossy(&udp.stdout).trim(), "echo:dpdk-udp");
     t.run("c", "ping -c 2 -i 0.2 -W 2 10.0.2.2");
     let s = t.summary(dp);
     assert_eq!(s["driver"], "dpdk");
     let n = |k: &str| s["arp"][k].as_u64().unwrap();
-    assert!(n("requests_sent") >= 1 && n("resolved") + n("learned") >= 2, "{}", s["arp"]);
-    assert!(s["route"]["forwarded"].as_u64().unwrap() > 7000, "{}", s["route"]);
+    assert!(
+        n("requests_sent") >= 1 && n("resolved") + n("learned") >= 2,
+        "{}",
+        s["arp"]
+    );
+    assert!(
+        s["route"]["forwarded"].as_u64().unwrap() > 7000,
+        "{}",
+        s["route"]
+    );
     let neighbors = s["neighbors"].as_array().unwrap();
-    assert!(neighbors.iter().all(|n| n["state"] == "reachable"), "{neighbors:?}");
+    assert!(
+        neighbors.iter().all(|n| n["state"] == "reachable"),
+        "{neighbors:?}"
+    );
 }
 
 #[test]

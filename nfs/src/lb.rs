@@ -197,7 +197,10 @@ fn build(params: &toml::Table, ctx: &BuildContext) -> Result<Box<dyn NetworkFunc
     {
         // The address of the port on the first backend's subnet (or any port's).
         let first = match &cfg.backends {
-            Some(b) => b.first().map(|s| parse_ipv4(NAME, "backends", s)).transpose()?,
+            Some(b) => b
+                .first()
+                .map(|s| parse_ipv4(NAME, "backends", s))
+                .transpose()?,
             None => Some(parse_ipv4(NAME, "backend_base", &cfg.backend_base)?),
         };
         let ips: Vec<_> = net.ports().iter().filter_map(|p| p.ip).collect();

@@ -5,7 +5,7 @@
 //! [`SlowPath::poll`] when [`SlowPath::wants_poll`] says a timer or a resolution may be due. Each
 //! packet ends one of four ways: *sent* (a parked packet whose next hop resolved, with its
 //! destination MAC written), *parked* (waiting for its next hop, at most
-//! [`super::ArpConfig::queue`] per next hop), *consumed* (an ARP packet that was answered or
+//! [`super::network::ArpConfig::queue`] per next hop), *consumed* (an ARP packet that was answered or
 //! taught us something, an ICMP echo request that was answered: no drop), or *dropped* with a
 //! reason the run counts (`not_ipv4`, `ttl_expired` after the time exceeded was sent,
 //! `arp_unresolved`, `arp_queue_full`, `arp_ignored`, `local_delivery`, `no_route`).
@@ -19,7 +19,9 @@ use std::sync::Arc;
 use etherparse::{ArpOperation, ArpPacketSlice, Ipv4HeaderSlice};
 
 use super::addr::MacAddr;
-use super::{Hop, NetCounters, Network, frames};
+use super::fib::Hop;
+use super::frames;
+use super::network::{NetCounters, Network};
 use crate::burst::{Burst, MAX_BURST};
 use crate::port::Queue;
 use crate::verdict::{DropCounts, DropReason, Verdict};
