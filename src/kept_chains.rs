@@ -11,11 +11,15 @@
 //! byte for byte, as before (tests/pktgen_vnic.rs checks the JSON).
 //!
 //! A chain with a function that cannot reset itself is built again, so a new NF that does not
-//! implement the hook is slow, never wrong.
+//! implement the hook is slow, never wrong. So is every chain of a run with a network layer
+//! (ports with addresses, a `route` stage): its functions hold that run's network (routes,
+//! neighbours, owned addresses), which the next run builds anew.
 
 use std::path::Path;
+use std::sync::Arc;
 
 use dataplane::NfChain;
+use dataplane::net::Network;
 
 use crate::config::{ConfigError, RunConfig};
 
@@ -25,6 +29,8 @@ pub struct KeptChains {
     pipeline: Vec<toml::Table>,
     workers: u16,
     chains: Vec<NfChain>,
+    /// The kept chains were built with a network (never reused).
+    networked: bool,
     built: u64,
     reused: u64,
 }
@@ -35,15 +41,23 @@ impl KeptChains {
         Self::default()
     }
 
-    /// One chain per worker for a run of `cfg`: the kept ones, reset, when they were built from
-    /// the same pipeline for the same number of workers, else new ones. Errors name the
-    /// pipeline entry that cannot be built.
-    pub fn take(&mut self, cfg: &RunConfig, path: &Path) -> Result<Vec<NfChain>, ConfigError> {
+    /// One chain per worker for a run of `cfg` over network `net` (if the run has one): the
+    /// kept ones, reset, when they were built from the same pipeline for the same number of
+    /// workers without a network, else new ones. Errors name the pipeline entry that cannot be
+    /// built.
+    pub fn take(
+        &mut self,
+        cfg: &RunConfig,
+        path: &Path,
+        net: Option<&Arc<Network>>,
+    ) -> Result<Vec<NfChain>, ConfigError> {
         let workers = cfg.run.workers;
         let mut kept = std::mem::take(&mut self.chains);
         if self.pipeline != cfg.pipeline
             || self.workers != workers
             || kept.len() != usize::from(workers)
+            || self.networked
+            || net.is_some()
         {
             kept.clear();
         }
@@ -57,13 +71,14 @@ impl KeptChains {
                     self.reused += 1;
                 }
                 None => {
-                    chains.push(cfg.build_chain(path, w, workers)?);
+                    chains.push(cfg.build_chain_on(path, w, workers, net.cloned())?);
                     self.built += 1;
                 }
             }
         }
         self.pipeline = cfg.pipeline.clone();
         self.workers = workers;
+        self.networked = net.is_some();
         Ok(chains)
     }
 
@@ -100,27 +115,27 @@ mod tests {
         let nat = "[[pipeline]]\nname = \"nat\"\nflows = 64\n";
         let a = cfg(nat);
         let mut k = KeptChains::new();
-        let chains = k.take(&a, p).unwrap();
+        let chains = k.take(&a, p, None).unwrap();
         assert_eq!((chains.len(), k.built(), k.reused()), (1, 1, 0));
         // Nothing kept: built again.
-        let chains = k.take(&a, p).unwrap();
+        let chains = k.take(&a, p, None).unwrap();
         assert_eq!((k.built(), k.reused()), (2, 0));
         k.keep(&a, chains);
-        let chains = k.take(&a, p).unwrap();
+        let chains = k.take(&a, p, None).unwrap();
         assert_eq!((k.built(), k.reused()), (2, 1));
         k.keep(&a, chains);
         // Another parameter, or another number of workers: built anew.
         let b = cfg(&nat.replace("64", "128"));
-        let chains = k.take(&b, p).unwrap();
+        let chains = k.take(&b, p, None).unwrap();
         assert_eq!((k.built(), k.reused()), (3, 1));
         k.keep(&b, chains);
         let two = cfg(&format!("[run]\nworkers = 2\n{}", nat.replace("64", "128")));
-        let chains = k.take(&two, p).unwrap();
+        let chains = k.take(&two, p, None).unwrap();
         assert_eq!((chains.len(), k.built(), k.reused()), (2, 5, 1));
         k.keep(&two, chains);
         // A pipeline that cannot be built fails naming its entry.
         let bad = cfg("[[pipeline]]\nname = \"nat\"\nflows = 0\n");
-        let e = k.take(&bad, p).unwrap_err();
+        let e = k.take(&bad, p, None).unwrap_err();
         assert_eq!(e.key, "pipeline[0]", "{e}");
     }
 }

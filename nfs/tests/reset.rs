@@ -113,9 +113,16 @@ fn reset_gives_the_function_as_built() {
     let ctx = BuildContext {
         worker: 0,
         workers: 1,
+        net: None,
     };
     let (dirty, probe) = (traffic(7, 3000), traffic(99, 2000));
     for spec in REGISTRY {
+        if spec.name == nfs::route::NAME {
+            // The route stage is built over a run's network (ports, routes, neighbours) and
+            // keeps the default `reset` (false): chains of a run with a network are always
+            // built anew (src/kept_chains.rs).
+            continue;
+        }
         let p = params(spec.name);
         let build = || nfs::build(spec.name, &p, &ctx).expect(spec.name);
         let mut used = build();
