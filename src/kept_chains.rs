@@ -133,6 +133,32 @@ mod tests {
         let chains = k.take(&two, p, None).unwrap();
         assert_eq!((chains.len(), k.built(), k.reused()), (2, 5, 1));
         k.keep(&two, chains);
+        // A run with a network: its chains hold that network, so they are built for it and
+        // never reused, also by the next run without one.
+        let port = dataplane::net::PortAddr {
+            name: "p0".into(),
+            mac: dataplane::net::MacAddr([2, 0, 0, 0, 0, 1]),
+            ip: Some("192.0.2.1/24".parse().unwrap()),
+        };
+        let net = two
+            .network(p, vec![port])
+            .unwrap()
+            .expect("an addressed port");
+        let chains = k.take(&two, p, Some(&net)).unwrap();
+        assert_eq!((chains.len(), k.built(), k.reused()), (2, 7, 1));
+        k.keep(&two, chains);
+        let chains = k.take(&two, p, Some(&net)).unwrap();
+        assert_eq!((k.built(), k.reused()), (9, 1));
+        k.keep(&two, chains);
+        let chains = k.take(&two, p, None).unwrap();
+        assert_eq!((k.built(), k.reused()), (11, 1));
+        k.keep(&two, chains);
+        let _ = k.take(&two, p, None).unwrap();
+        assert_eq!(
+            (k.built(), k.reused()),
+            (11, 3),
+            "without a network: reused again"
+        );
         // A pipeline that cannot be built fails naming its entry.
         let bad = cfg("[[pipeline]]\nname = \"nat\"\nflows = 0\n");
         let e = k.take(&bad, p, None).unwrap_err();
