@@ -27,7 +27,7 @@ median() { sort -g | awk '{a[NR]=$1} END {if (NR==0) print 0; else if (NR%2) pri
 ours() { # $1 = nf
   { "$BIN" run configs/dpdk-null.toml --duration "$SECS" --set "dpdk.eal_args=[\"-l\",\"0\",$NOHUGE\"-m\",\"512\",\"--no-pci\",\"--no-shconf\",\"--no-telemetry\",\"--file-prefix=nmdp-bench-$$\",\"--log-level=*:warning\"]" \
       --set "pipeline=[{name=\"$1\"}]" 2>&1 || true; } \
-    | sed -n 's/^\[ *\([0-9.]*\)s\] *\([0-9.]*\) Mpps.*/\1 \2/p' | awk '$1 > 1.5 {print $2}' | median
+    | sed -n 's/^\[ *\([0-9.]*\)s\] *\(rx *\)\{0,1\}\([0-9.]*\) Mpps.*/\1 \3/p' | awk '$1 > 1.5 {print $2}' | median
 }
 
 testpmd() { # $1 = forward mode
