@@ -241,12 +241,14 @@ impl DpdkQueue {
                 n,
             ))
         };
-        let (mut bytes, mut chained) = (0u64, false);
+        // One pass for the byte total and the segment counts: OR-ing `nb_segs` (never 0) gives 1
+        // only when every packet is a single segment, one instruction per packet.
+        let (mut bytes, mut segs) = (0u64, 0u16);
         for &m in got {
             bytes += u64::from(m.pkt_len());
-            chained |= m.nb_segs() != 1;
+            segs |= m.nb_segs();
         }
-        if chained {
+        if segs != 1 {
             for (r, m) in self.rx[..n].iter_mut().zip(got) {
                 *r = m.as_ptr();
             }
