@@ -31,6 +31,8 @@ const CLOCK_EVERY: u32 = 8;
 struct LoopClock {
     start: Instant,
     now: Instant,
+    /// `now - start` in nanoseconds, computed when the clock is read (not on every iteration).
+    ns: u64,
     age: u32,
 }
 
@@ -39,6 +41,7 @@ impl LoopClock {
         Self {
             start,
             now: start,
+            ns: 0,
             age: CLOCK_EVERY,
         }
     }
@@ -48,6 +51,7 @@ impl LoopClock {
     fn busy(&mut self) {
         if self.age >= CLOCK_EVERY {
             self.now = Instant::now();
+            self.ns = (self.now - self.start).as_nanos() as u64;
             self.age = 0;
         }
         self.age += 1;
@@ -62,7 +66,7 @@ impl LoopClock {
     /// Nanoseconds since the worker started, as of the last read.
     #[inline]
     fn ns(&self) -> u64 {
-        (self.now - self.start).as_nanos() as u64
+        self.ns
     }
 }
 
