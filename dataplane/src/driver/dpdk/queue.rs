@@ -1,7 +1,7 @@
 //! [`DpdkQueue`]: one Rx/Tx queue pair of a DPDK port, owned by one worker.
 //!
-//! Rx reads a burst with one (wrapped) `rte_eth_rx_burst`, then writes each mbuf chain into the
-//! burst's arrays (the mbuf pointer is the packet's handle; header place and lengths are read
+//! Rx reads a burst with one `rte_eth_rx_burst` (inlined: `dpdk_sys::fastpath`), then writes each
+//! mbuf chain into the burst's arrays (the mbuf pointer is the packet's handle; header place and lengths are read
 //! from its fields). In the split modes on PMDs without hardware buffer split it splits in
 //! software: header mbufs (and, with emulated nicmem, payload mbufs) for the whole burst come from
 //! one `rte_pktmbuf_alloc_bulk` per pool. Tx hands the burst's handle array to one
@@ -231,6 +231,7 @@ impl DpdkQueue {
     /// array stay there as bare handles, described only when a network function first reads a
     /// packet ([`describe_mbufs`]); a chain that never looks at a packet costs one length read
     /// per packet here.
+    #[inline(always)]
     fn rx_host_in_place(&mut self, n: usize, burst: &mut Burst) {
         let at = burst.len();
         // SAFETY: `rte_eth_rx_burst` just wrote `n` received mbufs after the burst's last packet
@@ -598,8 +599,8 @@ impl Queue for DpdkQueue {
         };
         // SAFETY: `dst` has room for `room` pointers; the port and queue are started and this
         // queue is polled by one thread only.
-        let n =
-            unsafe { sys::rte_eth_rx_burst(self.port_id, self.queue, dst, room as u16) } as usize;
+        let n = unsafe { sys::fastpath::eth_rx_burst(self.port_id, self.queue, dst, room as u16) }
+            as usize;
         if n == 0 {
             self.empty_polls += 1;
             return 0;
@@ -645,7 +646,7 @@ impl Queue for DpdkQueue {
         // this thread only. The PMD takes ownership of the first `sent` chains and does not
         // write the array.
         let sent = unsafe {
-            sys::rte_eth_tx_burst(
+            sys::fastpath::eth_tx_burst(
                 self.port_id,
                 self.queue,
                 pkts.handles_mut_ptr().cast::<*mut sys::rte_mbuf>(),
