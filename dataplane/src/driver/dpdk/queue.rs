@@ -243,12 +243,16 @@ impl DpdkQueue {
             ))
         };
         // One pass for the byte total and the segment counts: OR-ing `nb_segs` (never 0) gives 1
-        // only when every packet is a single segment, one instruction per packet.
-        let (mut bytes, mut segs) = (0u64, 0u16);
+        // only when every packet is a single segment, one instruction per packet. The total is
+        // kept in 32 bits (one add from memory per packet): it is used only when every packet is
+        // one segment, whose `pkt_len` is its `data_len` (16 bits), and `MAX_BURST` of those sum
+        // below 2^24; a burst with a chain is counted again by `rx_host_chains`.
+        let (mut bytes, mut segs) = (0u32, 0u16);
         for &m in got {
-            bytes += u64::from(m.pkt_len());
+            bytes = bytes.wrapping_add(m.pkt_len());
             segs |= m.nb_segs();
         }
+        let bytes = u64::from(bytes);
         if segs != 1 {
             for (r, m) in self.rx[..n].iter_mut().zip(got) {
                 *r = m.as_ptr();
