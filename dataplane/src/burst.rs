@@ -278,6 +278,55 @@ pub struct PacketsMut<'a> {
     _burst: std::marker::PhantomData<&'a mut Burst>,
 }
 
+impl<'a> PacketsMut<'a> {
+    /// Prefetches the header of packet `j` (which must be below `len`).
+    #[inline(always)]
+    fn prefetch(&self, j: usize) {
+        // SAFETY: `j < len <= MAX_BURST` indexes every array; with `locate`, every handle points
+        // to metadata laid out as it says (`push_handles_in_place`'s contract). A prefetch of
+        // any address is harmless.
+        unsafe {
+            match self.locate {
+                Some(l) => prefetch_read(l.read(*self.handle.add(j)).0),
+                None => prefetch_read(*self.hdr.add(j)),
+            }
+        }
+    }
+
+    /// Packet `i` (below `len`, and visited once), or `None` when it is dropped.
+    #[inline(always)]
+    fn item(&mut self, i: usize) -> Option<PacketMut<'a>> {
+        // SAFETY: `i < len <= MAX_BURST` indexes every array; the iterator holds the burst
+        // mutably for `'a` and described every packet when it was made. Each packet's verdict
+        // slot and header buffer are distinct, and every index is visited once, so the `&mut`
+        // items never overlap; the header pointers satisfy `Burst::push`'s contract (host
+        // memory, hence not null). With `locate`, every handle points to metadata laid out as it
+        // says (`push_handles_in_place`'s contract), whose header fields satisfy `push`'s.
+        unsafe {
+            let verdict = &mut *self.verdict.add(i);
+            if verdict.is_drop() {
+                return None;
+            }
+            let (hdr, hdr_len, frame_len) = match self.locate {
+                Some(l) => l.read(*self.handle.add(i)),
+                None => (
+                    *self.hdr.add(i),
+                    *self.hdr_len.add(i) as usize,
+                    *self.frame_len.add(i) as usize,
+                ),
+            };
+            std::hint::assert_unchecked(!hdr.is_null());
+            Some(PacketMut {
+                index: i,
+                header: std::slice::from_raw_parts_mut(hdr, hdr_len),
+                frame_len,
+                rx_port: *self.port.add(i),
+                verdict,
+            })
+        }
+    }
+}
+
 impl<'a> Iterator for PacketsMut<'a> {
     type Item = PacketMut<'a>;
 
@@ -286,48 +335,38 @@ impl<'a> Iterator for PacketsMut<'a> {
         while self.i < self.len {
             let i = self.i;
             self.i += 1;
-            // SAFETY: `i < len <= MAX_BURST` indexes every array; the iterator holds the burst
-            // mutably for `'a` and described every packet when it was made. Each packet's
-            // verdict slot and header buffer are distinct, so the `&mut` items never overlap,
-            // and the header pointers satisfy `Burst::push`'s contract.
-            // With `locate`, every handle points to metadata laid out as it says
-            // (`push_handles_in_place`'s contract), whose header fields satisfy `push`'s.
-            unsafe {
-                let verdict = &mut *self.verdict.add(i);
-                let (hdr, hdr_len, frame_len) = match self.locate {
-                    Some(l) => {
-                        if i + PREFETCH_AHEAD < self.len {
-                            prefetch_read(l.read(*self.handle.add(i + PREFETCH_AHEAD)).0);
-                        }
-                        if verdict.is_drop() {
-                            continue;
-                        }
-                        l.read(*self.handle.add(i))
-                    }
-                    None => {
-                        if i + PREFETCH_AHEAD < self.len {
-                            prefetch_read(*self.hdr.add(i + PREFETCH_AHEAD));
-                        }
-                        if verdict.is_drop() {
-                            continue;
-                        }
-                        (
-                            *self.hdr.add(i),
-                            *self.hdr_len.add(i) as usize,
-                            *self.frame_len.add(i) as usize,
-                        )
-                    }
-                };
-                return Some(PacketMut {
-                    index: i,
-                    header: std::slice::from_raw_parts_mut(hdr, hdr_len),
-                    frame_len,
-                    rx_port: *self.port.add(i),
-                    verdict,
-                });
+            if i + PREFETCH_AHEAD < self.len {
+                self.prefetch(i + PREFETCH_AHEAD);
+            }
+            if let Some(p) = self.item(i) {
+                return Some(p);
             }
         }
         None
+    }
+
+    /// The whole walk in two loops, the first prefetching without a bounds check per packet
+    /// (`for_each` on a burst's packets runs this instead of `next` per packet).
+    #[inline(always)]
+    fn fold<B, F>(mut self, init: B, mut f: F) -> B
+    where
+        F: FnMut(B, PacketMut<'a>) -> B,
+    {
+        let mut acc = init;
+        let split = self.len.saturating_sub(PREFETCH_AHEAD).max(self.i);
+        for i in self.i..split {
+            self.prefetch(i + PREFETCH_AHEAD);
+            if let Some(p) = self.item(i) {
+                acc = f(acc, p);
+            }
+        }
+        for i in split..self.len {
+            if let Some(p) = self.item(i) {
+                acc = f(acc, p);
+            }
+        }
+        self.i = self.len;
+        acc
     }
 }
 
