@@ -388,6 +388,11 @@ pub struct Burst {
     /// Frame bytes of every packet in the burst (kept up to date by every change of a frame's
     /// length, so a driver counts transmitted bytes without reading each packet).
     bytes: u64,
+    /// Every verdict of packets `0..uniform_len` is this one (set by whole-burst verdict writes,
+    /// cleared by any per-packet one): [`Burst::single_tx_port`] then needs no pass over the
+    /// verdicts. Valid only while `uniform_len == len`.
+    uniform: Option<Verdict>,
+    uniform_len: usize,
     handle: [usize; MAX_BURST],
     port: [u16; MAX_BURST],
     verdict: [Verdict; MAX_BURST],
@@ -423,6 +428,8 @@ impl Burst {
             describe: None,
             locate: None,
             bytes: 0,
+            uniform: None,
+            uniform_len: 0,
             handle: [0; MAX_BURST],
             port: [0; MAX_BURST],
             verdict: [Verdict::tx(0); MAX_BURST],
@@ -642,6 +649,7 @@ impl Burst {
     #[inline]
     pub fn set_verdict(&mut self, i: usize, v: Verdict) {
         self.verdict[..self.len][i] = v;
+        self.uniform = None;
     }
 
     /// Marks packet `i` dropped for `reason`.
@@ -666,12 +674,20 @@ impl Burst {
     #[inline]
     pub fn set_all_verdicts(&mut self, v: Verdict) {
         self.verdict[..self.len].fill(v);
+        self.uniform = Some(v);
+        self.uniform_len = self.len;
     }
 
     /// The port every packet goes to, if all verdicts are `Tx` of one port (the common case the
     /// run loop sends without sorting).
     #[inline]
     pub fn single_tx_port(&self) -> Option<u16> {
+        if let Some(u) = self.uniform
+            && self.uniform_len == self.len
+            && self.len > 0
+        {
+            return u.tx_port();
+        }
         let v = self.verdicts();
         let first = *v.first()?;
         let p = first.tx_port()?;
@@ -688,6 +704,8 @@ impl Burst {
     #[inline]
     pub fn packets_mut(&mut self) -> PacketsMut<'_> {
         let len = self.len;
+        // The walk hands out each packet's verdict to write.
+        self.uniform = None;
         // Bare handles with a known metadata layout are read in the same pass; anything else is
         // described first.
         let locate = if self.is_described() {
@@ -920,6 +938,13 @@ impl Burst {
             self.port[from..to].fill(port);
             self.verdict[from..to].fill(verdict);
         }
+        // Still one verdict for the whole burst when it started empty or already had this one.
+        if from == 0 || (self.uniform == Some(verdict) && self.uniform_len == from) {
+            self.uniform = Some(verdict);
+            self.uniform_len = to;
+        } else {
+            self.uniform = None;
+        }
     }
 
     /// The packets' handles, in order (drivers transmit and free by handle).
@@ -982,6 +1007,7 @@ impl Burst {
         self.bytes = 0;
         self.described.set(0);
         self.reshaped = false;
+        self.uniform = None;
     }
 
     /// Moves packet `i` to the end of `dst` (same owner; the run loop sorts packets by verdict
@@ -1012,6 +1038,7 @@ impl Burst {
         unsafe { dst.push(&p) };
         dst.port[j] = self.port[i];
         dst.verdict[j] = self.verdict[i];
+        dst.uniform = None;
         dst.reshaped |= self.reshaped;
         true
     }
@@ -1096,6 +1123,38 @@ mod tests {
         let rest: Vec<usize> = b.handles()[1..].to_vec();
         b.disown();
         f.free_handles(&rest);
+        assert_eq!(f.in_use(), 0);
+    }
+
+    #[test]
+    fn single_tx_port_sees_every_way_a_verdict_changes() {
+        let f = PacketFactory::new(DatapathMode::Host, 64, 1514, 16);
+        let mut b = Burst::with_capacity(8);
+        for _ in 0..3 {
+            assert!(f.push(&mut b, &[1u8; 60]));
+        }
+        b.set_rx_defaults(0, 0, Verdict::tx(1));
+        assert_eq!(b.single_tx_port(), Some(1));
+        // A verdict written through the packet walk.
+        if let Some(mut p) = b.packets_mut().nth(2) {
+            p.set_verdict(Verdict::tx(0));
+        }
+        assert_eq!(b.single_tx_port(), None);
+        b.set_all_verdicts(Verdict::tx(1));
+        assert_eq!(b.single_tx_port(), Some(1));
+        // Packets appended later count only once their defaults are set, and then only when
+        // those agree.
+        assert!(f.push(&mut b, &[1u8; 60]));
+        b.set_rx_defaults(3, 1, Verdict::tx(0));
+        assert_eq!(b.single_tx_port(), None);
+        b.set_verdict(3, Verdict::tx(1));
+        assert_eq!(b.single_tx_port(), Some(1));
+        assert!(f.push(&mut b, &[1u8; 60]));
+        b.set_rx_defaults(4, 1, Verdict::tx(1));
+        assert_eq!(b.single_tx_port(), Some(1));
+        b.drop_packet(0, DropReason::POLICY);
+        assert_eq!(b.single_tx_port(), None);
+        drop(b);
         assert_eq!(f.in_use(), 0);
     }
 
