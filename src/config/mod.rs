@@ -87,8 +87,9 @@ pub struct DatapathSection {
     pub mode: DatapathMode,
     /// Header segment size in the split modes (bytes).
     pub split_offset: usize,
-    /// Header bytes inlined into Tx descriptors in `nic-inline`.
-    pub tx_inline: usize,
+    /// Header bytes inlined into Tx descriptors in `nic-inline`; unset = the whole header
+    /// segment (`split_offset`), as nmNFV inlines it (see [`DatapathSection::tx_inline`]).
+    pub tx_inline: Option<usize>,
     /// Packets per burst.
     pub burst: usize,
 }
@@ -98,9 +99,17 @@ impl Default for DatapathSection {
         Self {
             mode: DatapathMode::NicInline,
             split_offset: 64,
-            tx_inline: 64,
+            tx_inline: None,
             burst: 32,
         }
+    }
+}
+
+impl DatapathSection {
+    /// The Tx inline size: `tx_inline` when set, else the header segment (`split_offset`), so
+    /// that moving the split point moves the inlined header with it.
+    pub fn tx_inline(&self) -> usize {
+        self.tx_inline.unwrap_or(self.split_offset)
     }
 }
 
@@ -274,14 +283,14 @@ impl RunConfig {
                 ),
             );
         }
-        if d.tx_inline > dataplane::driver::vnic::MAX_TX_INLINE {
+        if d.tx_inline() > dataplane::driver::vnic::MAX_TX_INLINE {
             return bad(
                 "datapath.tx_inline",
                 format!(
                     "{} out of range; allowed 0..={} (a Tx descriptor holds at most 60 16-byte \
                      segments: control, Ethernet, the inline continuation and up to two data \
                      pointers)",
-                    d.tx_inline,
+                    d.tx_inline(),
                     dataplane::driver::vnic::MAX_TX_INLINE
                 ),
             );
@@ -485,11 +494,13 @@ impl RunConfig {
     pub fn warnings(&self, path: &Path) -> Vec<String> {
         let mut w = Vec::new();
         let d = &self.datapath;
-        if d.mode == DatapathMode::NicInline && d.tx_inline > d.split_offset {
+        if d.mode == DatapathMode::NicInline && d.tx_inline() > d.split_offset {
             w.push(format!(
                 "datapath.tx_inline = {} exceeds the header segment (datapath.split_offset = {}): \
                  nic-inline inlines {} B per packet",
-                d.tx_inline, d.split_offset, d.split_offset
+                d.tx_inline(),
+                d.split_offset,
+                d.split_offset
             ));
         }
         if self.file_sets_nothing {
@@ -682,7 +693,7 @@ impl RunConfig {
         Ok(dataplane::driver::vnic::VnicConfig {
             mode: d.mode,
             split_offset: d.split_offset,
-            tx_inline: d.tx_inline,
+            tx_inline: d.tx_inline(),
             queues: self.run.workers,
             rx_ring: v.rx_ring,
             tx_ring: v.tx_ring,

@@ -46,6 +46,7 @@ use crate::arena::{PacketArena, header_buffer_size};
 use crate::link::{FrameRing, Link, MAX_WIRE_FRAME};
 use crate::mode::DatapathMode;
 use crate::pcie_model::HardwareProfile;
+use crate::pcie_model::costs::effective_inline;
 use crate::port::{Capabilities, Port, Queue};
 use crate::rss::{DEFAULT_RSS_KEY, Rss};
 use crate::steer::{SteerRule, steer};
@@ -385,7 +386,10 @@ impl VnicPort {
         let arena = PacketArena::new(header, host_payload, nic_payload).map_err(|e| mem(&e))?;
         let caches = arena.cache(cache).map_err(|e| mem(&e))?;
         let inline = if cfg.mode.inlines_tx_header() {
-            cfg.tx_inline
+            effective_inline(
+                cfg.tx_inline as u32,
+                cfg.profile.nic.descriptors.inline_rounding,
+            ) as usize
         } else {
             0
         };
@@ -426,6 +430,8 @@ impl VnicPort {
 
     /// The port's on-NIC memory device.
     pub fn nicmem(&self) -> &NicMem {
+        // The driver rounds the inline size as the profile says (stock mlx5: 18 + 16k), as
+        // `dataplane model` does, so a run and the model inline the same bytes.
         &self.nicmem
     }
 

@@ -14,10 +14,13 @@
 //! breakdown assumes (pool buffer sizes are multiples of 64 B, not of MPS; charging real addresses
 //! would add a TLP to some payload writes and make the two disagree by ~1 %).
 //!
-//! The vNIC inlines exactly `datapath.tx_inline` bytes (the nicmem fork's behaviour); the
-//! analysis rounds `txq_inline_min` per the profile (stock mlx5: 64 -> 66, the CPU copying 2 B
-//! out of nicmem). With H = I = 64 both give the same WQE size, so PCIe bytes agree; only the
-//! nicmem read differs by those 2 B.
+//! The vNIC rounds `datapath.tx_inline` as the profile's `inline_rounding` says (stock mlx5:
+//! 18 + 16k, 64 -> 66; `exact` for the nicmem fork) and inlines at most the header segment; the
+//! analysis rounds the same way, so a run and `dataplane model` read the same header bytes from
+//! host memory and fetch the same WQEs: their PCIe bytes agree for every split offset and inline
+//! size. They differ only where the rounded size exceeds the header segment (64 -> 66 at H = 64):
+//! the analysis then charges the CPU's 2 B copy out of nicmem (no PCIe), the vNIC inlines the
+//! 64 B header and reads those 2 B with the payload from nicmem.
 //!
 //! Cost per packet is O(1) and allocation-free: fixed operations are precomputed, and
 //! length-dependent charges come from small direct-mapped caches keyed by length (a run of one
