@@ -138,6 +138,9 @@ pub struct VnicSection {
     pub flow_control: bool,
     /// Alias nicmem payload buffers (performance-only; payload bytes are not preserved).
     pub nicmem_alias: bool,
+    /// In the nicmem modes, only the first K queues get nicmem payload pools; the others run
+    /// `split` (0..=`run.workers`; unset = all).
+    pub nicmem_queues: Option<u16>,
 }
 
 impl Default for VnicSection {
@@ -154,6 +157,7 @@ impl Default for VnicSection {
             cache_size: d.cache_size,
             flow_control: d.flow_control,
             nicmem_alias: d.nicmem_alias,
+            nicmem_queues: d.nicmem_queues,
         }
     }
 }
@@ -398,6 +402,17 @@ impl RunConfig {
                      multi-queue port the NIC's front-end thread interleaves the generator and \
                      the sink by thread timing, so the return traffic would not be \
                      deterministic; use one worker, or run.clock = \"wall\"",
+                    r.workers
+                ),
+            );
+        }
+        if let Some(k) = v.nicmem_queues
+            && k > r.workers
+        {
+            return bad(
+                "vnic.nicmem_queues",
+                format!(
+                    "{k} out of range; allowed 0..={} (run.workers: one queue per worker)",
                     r.workers
                 ),
             );
@@ -675,6 +690,26 @@ impl RunConfig {
         Ok(total)
     }
 
+    /// DRAM reads per packet of the pipeline's own state under the profile's
+    /// `[host.cycles.nf_dram_reads]` (canonical names; a function not listed reads none), which
+    /// a virtual-time run charges at the loaded DRAM latency.
+    pub fn nf_dram_reads(&self, profile: &HardwareProfile) -> u32 {
+        self.pipeline
+            .iter()
+            .filter_map(|e| nfs::lookup(e.get("name")?.as_str()?))
+            .filter_map(|spec| profile.host.cycles.nf_dram_reads.get(spec.name))
+            .fold(0u32, |a, n| a.saturating_add(*n))
+    }
+
+    /// The traffic's frame size in bytes with FCS when `[traffic]` gives one
+    /// (`traffic.frame_size`).
+    pub fn frame_hint(&self) -> Option<u32> {
+        match self.traffic.get("frame_size") {
+            Some(toml::Value::Integer(i)) => u32::try_from(*i).ok(),
+            _ => None,
+        }
+    }
+
     /// The virtual NIC parameters this config describes on `profile`, paced at `offered_gbps`.
     /// The CPU cost per packet of the NFs is charged only in virtual time, so only there does
     /// a missing cost fail ([`RunConfig::nf_cycles`]).
@@ -686,9 +721,9 @@ impl RunConfig {
     ) -> Result<dataplane::driver::vnic::VnicConfig, ConfigError> {
         let v = &self.vnic;
         let d = &self.datapath;
-        let nf_cycles = match self.run.clock {
-            ClockMode::Virtual => self.nf_cycles(path, profile)?,
-            ClockMode::Wall => 0,
+        let (nf_cycles, nf_dram_reads) = match self.run.clock {
+            ClockMode::Virtual => (self.nf_cycles(path, profile)?, self.nf_dram_reads(profile)),
+            ClockMode::Wall => (0, 0),
         };
         Ok(dataplane::driver::vnic::VnicConfig {
             mode: d.mode,
@@ -709,11 +744,14 @@ impl RunConfig {
             burst: d.burst,
             flow_control: v.flow_control,
             nicmem_alias: v.nicmem_alias,
+            nicmem_queues: v.nicmem_queues,
             profile: profile.clone(),
             timing: Some(VnicTiming {
                 clock: self.run.clock,
                 offered_gbps,
                 nf_cycles,
+                nf_dram_reads,
+                frame_hint: self.frame_hint(),
             }),
             steering: Vec::new(),
         })

@@ -87,6 +87,10 @@ pub struct VnicConfig {
     pub flow_control: bool,
     /// Alias nicmem payload buffers (performance-only; payload bytes are not preserved).
     pub nicmem_alias: bool,
+    /// In the nicmem modes, how many queues get nicmem payload pools: the first K share the
+    /// port's nicmem and run the port's mode, the others run `split` (the paper's Fig. 13).
+    /// `None`: every queue.
+    pub nicmem_queues: Option<u16>,
     /// The hardware profile whose constants the accounting (and timing) use.
     pub profile: HardwareProfile,
     /// Timing: `None` = accounting only (no clock, no latency).
@@ -113,6 +117,7 @@ impl Default for VnicConfig {
             burst: 32,
             flow_control: true,
             nicmem_alias: false,
+            nicmem_queues: None,
             profile: HardwareProfile::default(),
             timing: None,
             steering: Vec::new(),
@@ -138,6 +143,24 @@ impl std::fmt::Display for VnicError {
 }
 
 impl std::error::Error for VnicError {}
+
+impl VnicConfig {
+    /// Queues that run the port's mode with nicmem payload pools (`nicmem_queues`, at most
+    /// `queues`; all of them when unset).
+    pub fn nicmem_queue_count(&self) -> u16 {
+        self.nicmem_queues.unwrap_or(self.queues).min(self.queues)
+    }
+
+    /// The mode queue `qid` runs: the port's, except `split` for a nicmem mode's queues past
+    /// [`VnicConfig::nicmem_queue_count`].
+    pub fn queue_mode(&self, qid: u16) -> DatapathMode {
+        if self.mode.uses_nicmem() && qid >= self.nicmem_queue_count() {
+            DatapathMode::Split
+        } else {
+            self.mode
+        }
+    }
+}
 
 fn round64(n: usize) -> usize {
     n.div_ceil(64) * 64
@@ -211,10 +234,21 @@ impl VnicPort {
             )
         };
         for (i, (ing, eg)) in ingress.into_iter().zip(egress).enumerate() {
+            let qmode = cfg.queue_mode(i as u16);
+            let qcfg = (qmode != cfg.mode).then(|| VnicConfig {
+                mode: qmode,
+                ..cfg.clone()
+            });
+            let qc = qcfg.as_ref().unwrap_or(&cfg);
             let model = NicModel::new(&ModelParams {
                 profile: &cfg.profile,
-                mode: cfg.mode,
+                mode: qmode,
+                port_mode: cfg.mode,
                 queues: cfg.queues,
+                nicmem_queues: cfg.nicmem_queue_count(),
+                split_offset: cfg.split_offset,
+                tx_inline: cfg.tx_inline,
+                max_frame: cfg.max_frame,
                 rx_ring: cfg.rx_ring,
                 tx_ring: cfg.tx_ring,
                 timing: cfg.timing.as_ref(),
@@ -226,7 +260,7 @@ impl VnicPort {
             };
             let queue_rss = (q > 1).then(|| rss.clone());
             let (qp, pool) = Self::build_queue(
-                &cfg, &nicmem, port_id, i as u16, ing, eg, queue_rss, &alive, qm,
+                qc, &nicmem, port_id, i as u16, ing, eg, queue_rss, &alive, qm,
             )?;
             queues.push(qp);
             pools.push(pool);
@@ -260,6 +294,14 @@ impl VnicPort {
         if cfg.queues == 0 || cfg.queues > 64 {
             return bad(format!(
                 "queues {} out of range; allowed 1..=64",
+                cfg.queues
+            ));
+        }
+        if let Some(k) = cfg.nicmem_queues
+            && k > cfg.queues
+        {
+            return bad(format!(
+                "nicmem_queues {k} out of range; allowed 0..={} (the port's queues)",
                 cfg.queues
             ));
         }
@@ -342,7 +384,7 @@ impl VnicPort {
             None
         };
         let nic_payload = if cfg.mode.uses_nicmem() {
-            let share = cfg.nicmem_bytes / cfg.queues as usize;
+            let share = cfg.nicmem_bytes / usize::from(cfg.nicmem_queue_count().max(1));
             let fit = share / pay_size;
             let want = cfg.nicmem_buffers.unwrap_or(default_count);
             if cfg.nicmem_alias {
@@ -385,6 +427,8 @@ impl VnicPort {
         };
         let arena = PacketArena::new(header, host_payload, nic_payload).map_err(|e| mem(&e))?;
         let caches = arena.cache(cache).map_err(|e| mem(&e))?;
+        // The driver rounds the inline size as the profile says (stock mlx5: 18 + 16k), as
+        // `dataplane model` does, so a run and the model inline the same bytes.
         let inline = if cfg.mode.inlines_tx_header() {
             effective_inline(
                 cfg.tx_inline as u32,
