@@ -68,9 +68,10 @@
 //! outstanding reads, the DMA engine, nicmem and DRAM bandwidth, and of the offered load. With
 //! RSS spreading flows evenly this equals sharing; it keeps every queue's timeline on its own
 //! core (no locks) and a virtual run deterministic. When only the first `vnic.nicmem_queues`
-//! queues run the nicmem mode and the rest `split`, the link, engine, tags and DRAM are shared in
-//! proportion to each queue's PCIe bytes per packet instead (at the traffic's frame size), which
-//! is what a shared link gives queues that receive packets at the same rate.
+//! queues run the nicmem mode and the rest `split`, the byte rates (the PCIe link and DRAM) are
+//! shared in proportion to each queue's PCIe bytes per packet instead (at the traffic's frame
+//! size), which is what a shared link gives queues that receive packets at the same rate; the
+//! per-packet resources (wire, receive buffer, read tags, DMA operation rates) stay `1/queues`.
 
 use std::sync::atomic::{AtomicU64, Ordering};
 use std::sync::{Arc, Mutex};
@@ -997,24 +998,26 @@ impl Timing {
     }
 }
 
-/// A profile with one queue's share of every shared rate (see the module docs): `1/q` of the
-/// wire (RSS spreads packets evenly), `frac` of the PCIe link, the outstanding reads, the DMA
-/// engine, DRAM and the receive buffer, and `1/nic_queues` of the nicmem port.
+/// A profile with one queue's share of every shared rate (see the module docs). Per-packet
+/// resources go by packets, `1/q` each (RSS spreads packets evenly): the wire, the receive
+/// buffer, the outstanding reads and the DMA engine's operation rates, which every mode uses
+/// about equally per packet. Byte rates go by bytes, `frac` each: the PCIe link and DRAM. The
+/// nicmem port is shared by the `nic_queues` queues that use it.
 fn share(p: &HardwareProfile, q: u32, frac: f64, nic_queues: u32) -> Result<HardwareProfile, String> {
     if q <= 1 {
         return Ok(p.clone());
     }
+    let f = f64::from(q);
     let mut s = p.clone();
     let eta = PcieLink::from_profile(&p.nic.pcie)?.efficiency();
     s.nic.pcie.efficiency = Efficiency::Fixed(eta * frac);
-    s.nic.line_rate_gbps /= f64::from(q);
-    s.nic.pcie.max_outstanding_reads =
-        ((f64::from(p.nic.pcie.max_outstanding_reads) * frac) as u32).max(1);
-    s.nic.pcie.max_read_mops *= frac;
-    s.nic.pcie.max_write_mops *= frac;
+    s.nic.line_rate_gbps /= f;
+    s.nic.pcie.max_outstanding_reads = (p.nic.pcie.max_outstanding_reads / q).max(1);
+    s.nic.pcie.max_read_mops /= f;
+    s.nic.pcie.max_write_mops /= f;
     s.nic.nicmem.bandwidth_gbps /= f64::from(nic_queues.max(1));
     s.host.dram_bandwidth_gbyte_s *= frac;
-    s.nic.rx_buffer.0 = (s.nic.rx_buffer.0 as f64 * frac) as u64;
+    s.nic.rx_buffer.0 /= u64::from(q);
     Ok(s)
 }
 
