@@ -83,11 +83,11 @@ use serde::Deserialize;
 use crate::mode::DatapathMode;
 use crate::pcie_model::costs::OpCosts;
 use crate::pcie_model::ddio::{DdioModel, host_bytes_per_packet};
-use crate::pcie_model::pcie::{PcieLink, Traffic};
 use crate::pcie_model::dram::LoadedLatency;
+use crate::pcie_model::pcie::{PcieLink, Traffic};
 use crate::pcie_model::profile::{Efficiency, HardwareProfile};
-use crate::pcie_model::{Breakdown, BreakdownInput};
 use crate::pcie_model::timeline::{Cost, PS_PER_NS, Ps, ResourceKind, Timelines, pick_bottleneck};
+use crate::pcie_model::{Breakdown, BreakdownInput};
 
 /// How a queue's clock runs.
 #[derive(Clone, Copy, Debug, Default, PartialEq, Eq, Deserialize)]
@@ -695,7 +695,8 @@ impl DdioPeers {
     /// Host bytes per entry summed over the port's queues, this queue's packets holding `host`
     /// bytes each and all packets being `len` bytes long.
     fn port_bytes(&self, host: u64, len: u64) -> u64 {
-        host * self.same + self.other * host_bytes_per_packet(self.other_mode, len, self.split_offset)
+        host * self.same
+            + self.other * host_bytes_per_packet(self.other_mode, len, self.split_offset)
     }
 }
 
@@ -1003,7 +1004,12 @@ impl Timing {
 /// buffer, the outstanding reads and the DMA engine's operation rates, which every mode uses
 /// about equally per packet. Byte rates go by bytes, `frac` each: the PCIe link and DRAM. The
 /// nicmem port is shared by the `nic_queues` queues that use it.
-fn share(p: &HardwareProfile, q: u32, frac: f64, nic_queues: u32) -> Result<HardwareProfile, String> {
+fn share(
+    p: &HardwareProfile,
+    q: u32,
+    frac: f64,
+    nic_queues: u32,
+) -> Result<HardwareProfile, String> {
     if q <= 1 {
         return Ok(p.clone());
     }
@@ -1726,3 +1732,51 @@ impl NicModel {
 
 /// Shared handle type of a port's model sink.
 pub type ModelSinkRef = Arc<ModelSink>;
+
+#[cfg(test)]
+mod memory_tests {
+    use super::*;
+
+    fn contention(nf_reads: u32) -> MemoryContention {
+        MemoryContention::new(&HardwareProfile::default(), nf_reads).unwrap()
+    }
+
+    #[test]
+    fn ddio_misses_cost_the_core_a_dram_access_per_header_line() {
+        let p = HardwareProfile::default();
+        let mut m = contention(0);
+        m.price(0);
+        assert_eq!(m.var_milli, 0, "all hits: no cycles beyond the fixed ones");
+        m.price(1_000_000);
+        let dram = m.curve.idle_ns() * p.host.cpu_ghz;
+        let want =
+            f64::from(p.host.cycles.header_lines) * (dram - f64::from(p.host.cycles.llc_access));
+        assert!(
+            (m.var_milli as f64 / 1000.0 - want).abs() < 0.01,
+            "{} vs {want}",
+            m.var_milli
+        );
+        // Half the headers missed: half the stall.
+        m.price(500_000);
+        assert!((m.var_milli as f64 / 1000.0 - want / 2.0).abs() < 0.01);
+    }
+
+    #[test]
+    fn a_busy_memory_system_makes_every_dram_access_dearer() {
+        let p = HardwareProfile::default();
+        let mut m = contention(2);
+        m.update(0, 0.0, 0);
+        let idle = m.var_milli;
+        let idle_adder = m.miss_adder_ps;
+        assert_eq!(idle_adder, p.host.dram_latency_adder_ns * PS_PER_NS);
+        // DRAM busy 60 % of a window: the latency climbs the loaded-latency curve.
+        m.update(DRAM_WINDOW_PS, 0.6 * DRAM_WINDOW_PS as f64, 0);
+        assert!(m.latency_ns > m.curve.idle_ns() + 5.0, "{}", m.latency_ns);
+        assert!(m.var_milli > idle, "{} <= {idle}", m.var_milli);
+        assert!(m.miss_adder_ps > idle_adder);
+        // An idle window brings it back down (smoothed over windows).
+        let loaded = m.latency_ns;
+        m.update(2 * DRAM_WINDOW_PS, 0.6 * DRAM_WINDOW_PS as f64, 0);
+        assert!(m.latency_ns < loaded);
+    }
+}
