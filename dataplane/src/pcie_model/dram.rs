@@ -146,13 +146,19 @@ mod tests {
 
     #[test]
     fn bad_curves_are_refused_with_the_reason() {
-        assert!(LoadedLatency::new(&[]).unwrap_err().contains("at least one"));
+        assert!(
+            LoadedLatency::new(&[])
+                .unwrap_err()
+                .contains("at least one")
+        );
         let e = LoadedLatency::new(&[[2.0, 80.0], [1.0, 90.0]]).unwrap_err();
         assert!(e.contains("increase"), "{e}");
         let e = LoadedLatency::new(&[[1.0, -1.0]]).unwrap_err();
         assert!(e.contains("> 0"), "{e}");
-        let e = HardwareProfile::from_toml_str("[host]\ndram_loaded_latency = [[5.0, 80.0], [4.0, 90.0]]")
-            .unwrap_err();
+        let e = HardwareProfile::from_toml_str(
+            "[host]\ndram_loaded_latency = [[5.0, 80.0], [4.0, 90.0]]",
+        )
+        .unwrap_err();
         assert!(e.contains("host.dram_loaded_latency"), "{e}");
     }
 
