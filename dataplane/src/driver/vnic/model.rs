@@ -60,7 +60,7 @@
 //! core makes (those header misses and the NFs' own flow-table reads, `host.cycles.nf_dram_reads`)
 //! costs the *loaded* DRAM latency: the queue measures its DRAM utilisation on the host-memory
 //! timeline and reads the latency off the profile's published loaded-latency curve
-//! ([`MemoryContention`], [`crate::pcie_model::dram`]). So host and split modes, whose payloads
+//! (`MemoryContention` below, [`crate::pcie_model::dram`]). So host and split modes, whose payloads
 //! leak to DRAM, slow their cores down twice: by the misses and by the latency every other DRAM
 //! access then pays.
 //!
@@ -407,7 +407,7 @@ pub struct TimedReport {
     pub read_stalls: u64,
     /// The last DDIO hit fraction.
     pub ddio_hit: f64,
-    /// The last loaded DRAM latency, ns ([`MemoryContention`]).
+    /// The last loaded DRAM latency, ns (the memory-contention model of the module docs).
     pub dram_latency_ns: f64,
     /// This queue's share of the offered load, Gb/s (`None`: pulled).
     pub offered_gbps: Option<f64>,
