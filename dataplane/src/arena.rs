@@ -354,4 +354,42 @@ unsafe impl PacketOwner for ArenaShared {
             }),
         }
     }
+
+    fn write_payload(&self, handle: usize, offset: usize, src: &[u8]) -> Result<(), AccessError> {
+        // SAFETY: `handle` is a live packet of this arena (the burst's contract).
+        let m = unsafe { self.meta(handle) };
+        match (m.ring, &self.pay, self.pay_l, &self.nic) {
+            (PayloadRing::Secondary, Some(p), Some(l), _) => {
+                if offset
+                    .checked_add(src.len())
+                    .is_none_or(|e| e > p.buf_size())
+                {
+                    return Err(AccessError::Oversized {
+                        len: src.len().min(u32::MAX as usize) as u32,
+                        max: p.buf_size().saturating_sub(offset) as u32,
+                    });
+                }
+                // SAFETY: the packet owns host payload buffer `m.payload` (the burst holding it
+                // is borrowed mutably by the caller, so no view of it lives), and the range was
+                // checked against the buffer size above.
+                unsafe {
+                    std::ptr::copy_nonoverlapping(
+                        src.as_ptr(),
+                        l.ptr(m.payload).add(offset),
+                        src.len(),
+                    )
+                };
+                Ok(())
+            }
+            // SAFETY: the packet owns its nicmem payload buffer, so no device access runs
+            // concurrently.
+            (PayloadRing::Primary, _, _, Some(p)) => unsafe {
+                p.write_slow_index(m.payload, offset, src)
+            },
+            _ => Err(AccessError::Oversized {
+                len: src.len().min(u32::MAX as usize) as u32,
+                max: 0,
+            }),
+        }
+    }
 }

@@ -9,6 +9,7 @@ pub mod burst;
 pub mod driver;
 pub mod link;
 pub mod mode;
+pub mod net;
 pub mod nf;
 pub mod packet;
 pub mod pcap;

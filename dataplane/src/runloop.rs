@@ -9,6 +9,20 @@
 //! `tx_full`. Nothing on this path allocates or locks: bursts are preallocated, and buffers return
 //! to the queues' per-core pool caches.
 //!
+//! A network function may hold packets back across bursts ([`crate::NetworkFunction::held`]:
+//! IP fragments that arrived before their first fragment). While any are held, each iteration
+//! asks the chain to release the ready ones ([`NfChain::release`]) and sends them like a
+//! received burst; when the worker finishes, every packet still held is released with a drop
+//! verdict, so what was received is always sent or counted as a drop.
+//!
+//! **The slow path.** A worker of a run with a network layer ([`crate::net`]) also owns a
+//! [`SlowPath`]. In the sorting pass (never on the one-port fast path: a burst with a slow-path
+//! packet has more than one verdict), packets the chain dropped for a slow-path reason
+//! ([`DropReason::for_slow_path`]: ARP, a next hop without a MAC, an expired TTL, a packet for a
+//! port's own address) are handed to it instead of being freed, and it answers, parks or drops
+//! them, adding what it sends to the same Tx bursts. Its timers (ARP retries, parked packets
+//! whose next hop resolved) run between bursts, only while it has something pending.
+//!
 //! A worker finishes when every one of its queues is idle (the wire has nothing more to deliver
 //! and nothing is in flight) or when the run is stopped and its queues have drained.
 //! Counters are published to [`LiveStats`] every few milliseconds for the live stats line.
@@ -18,6 +32,8 @@ use std::sync::atomic::{AtomicBool, AtomicU64, Ordering};
 use std::time::{Duration, Instant};
 
 use crate::burst::Burst;
+use crate::net::SlowPath;
+use crate::net::slow_path::PortIo;
 use crate::nf::{Counters, NfChain, NfContext};
 use crate::port::{Queue, QueueStats};
 use crate::verdict::{Action, DropCounts, DropReason, Verdict};
@@ -77,6 +93,8 @@ pub struct WorkerSetup {
     pub egress: Option<u16>,
     /// Burst size.
     pub burst: usize,
+    /// The worker's slow path, when the run has a network layer (see the module docs).
+    pub slow: Option<SlowPath>,
 }
 
 /// Counters a worker publishes while it runs (read by the live stats printer).
@@ -182,6 +200,8 @@ pub fn run_worker(
         .map(|_| Burst::with_capacity(setup.burst))
         .collect();
     let mut dropped = Burst::with_capacity(setup.burst);
+    let mut released = Burst::with_capacity(setup.burst);
+    let mut punted = Burst::with_capacity(setup.burst);
     let mut drops = DropCounts::default();
     let start = Instant::now();
     let mut last_active = start;
@@ -211,37 +231,49 @@ pub fn run_worker(
                 burst.set_all_verdicts(Verdict::tx(e));
             }
             setup.chain.process(&mut burst, &ctx);
-            // Fast path: the whole burst goes to one port, handed over as it is.
-            if let Some(p) = burst.single_tx_port()
-                && (p as usize) < nports
-            {
-                setup.queues[p as usize].tx_burst(&mut burst, &mut drops);
-                continue;
+            dispatch(
+                &mut burst,
+                &mut setup.queues,
+                &mut tx,
+                &mut dropped,
+                &mut punted,
+                setup.slow.as_mut(),
+                &mut drops,
+                qi,
+            );
+        }
+        // Packets an NF held back (fragments waiting for their first) go out once ready, and
+        // time out even while no traffic arrives.
+        if setup.chain.held() > 0 {
+            if !got_any {
+                clock.busy();
+                ctx.now_ns = clock.ns();
             }
-            for i in 0..burst.len() {
-                match burst.verdict(i).action() {
-                    Action::Tx(p) if (p as usize) < nports => {
-                        burst.move_to(i, &mut tx[p as usize]);
-                    }
-                    Action::Tx(_) => {
-                        drops.add(DropReason::NO_SUCH_PORT, 1);
-                        burst.move_to(i, &mut dropped);
-                    }
-                    Action::Drop(r) => {
-                        drops.add(r, 1);
-                        burst.move_to(i, &mut dropped);
-                    }
-                }
+            setup.chain.release(&mut released, &ctx, false);
+            if !released.is_empty() {
+                got_any = true;
+                dispatch(
+                    &mut released,
+                    &mut setup.queues,
+                    &mut tx,
+                    &mut dropped,
+                    &mut punted,
+                    setup.slow.as_mut(),
+                    &mut drops,
+                    0,
+                );
             }
-            burst.disown();
-            for (p, list) in tx.iter_mut().enumerate() {
-                if !list.is_empty() {
-                    setup.queues[p].tx_burst(list, &mut drops);
-                }
-            }
-            if !dropped.is_empty() {
-                setup.queues[qi].free_burst(&mut dropped);
-            }
+        }
+        if let Some(slow) = setup.slow.as_mut()
+            && slow.wants_poll()
+        {
+            let mut io = PortIo {
+                queues: &mut setup.queues,
+                tx: &mut tx,
+                drops: &mut drops,
+            };
+            slow.poll(&mut io);
+            send_all(&mut tx, &mut setup.queues, &mut drops);
         }
         if got_any {
             last_active = clock.now;
@@ -264,6 +296,28 @@ pub fn run_worker(
         if iter % 1024 == 0 {
             publish(live, &setup.queues, &drops);
         }
+    }
+    // Nothing may stay held when the run ends: every held packet leaves, sent or dropped with
+    // its reason (each call releases at least one packet while any is held).
+    ctx.now_ns = start.elapsed().as_nanos() as u64;
+    while setup.chain.held() > 0 {
+        setup.chain.release(&mut released, &ctx, true);
+        if released.is_empty() {
+            break;
+        }
+        dispatch(
+            &mut released,
+            &mut setup.queues,
+            &mut tx,
+            &mut dropped,
+            &mut punted,
+            setup.slow.as_mut(),
+            &mut drops,
+            0,
+        );
+    }
+    if let Some(slow) = setup.slow.as_mut() {
+        slow.finish(&mut setup.queues, &mut drops);
     }
     for q in &mut setup.queues {
         q.flush();
@@ -296,6 +350,69 @@ pub fn run_worker(
         idle_polls,
         bursts,
         active_s: (last_active - start).as_secs_f64(),
+    }
+}
+
+/// Hands a processed burst to the Tx queues by verdict: as it is when every verdict names one
+/// port (the fast path), otherwise sorted into per-port Tx bursts and a drop burst (counted by
+/// reason, freed through queue `free_on`; slow-path drops go to `slow` when the run has one).
+#[inline]
+#[allow(clippy::too_many_arguments)]
+fn dispatch(
+    burst: &mut Burst,
+    queues: &mut [Box<dyn Queue>],
+    tx: &mut [Burst],
+    dropped: &mut Burst,
+    punted: &mut Burst,
+    slow: Option<&mut SlowPath>,
+    drops: &mut DropCounts,
+    free_on: usize,
+) {
+    let nports = queues.len();
+    if let Some(p) = burst.single_tx_port()
+        && (p as usize) < nports
+    {
+        queues[p as usize].tx_burst(burst, drops);
+        return;
+    }
+    let to_slow_path = slow.is_some();
+    for i in 0..burst.len() {
+        match burst.verdict(i).action() {
+            Action::Tx(p) if (p as usize) < nports => {
+                burst.move_to(i, &mut tx[p as usize]);
+            }
+            Action::Tx(_) => {
+                drops.add(DropReason::NO_SUCH_PORT, 1);
+                burst.move_to(i, dropped);
+            }
+            Action::Drop(r) if to_slow_path && r.for_slow_path() => {
+                burst.move_to(i, punted);
+            }
+            Action::Drop(r) => {
+                drops.add(r, 1);
+                burst.move_to(i, dropped);
+            }
+        }
+    }
+    burst.disown();
+    if let Some(slow) = slow
+        && !punted.is_empty()
+    {
+        let mut io = PortIo { queues, tx, drops };
+        slow.take(punted, &mut io);
+    }
+    send_all(tx, queues, drops);
+    if !dropped.is_empty() {
+        queues[free_on].free_burst(dropped);
+    }
+}
+
+/// Hands every non-empty per-port list to its port's queue.
+fn send_all(tx: &mut [Burst], queues: &mut [Box<dyn Queue>], drops: &mut DropCounts) {
+    for (p, list) in tx.iter_mut().enumerate() {
+        if !list.is_empty() {
+            queues[p].tx_burst(list, drops);
+        }
     }
 }
 
