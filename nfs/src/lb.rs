@@ -198,7 +198,13 @@ pub const SPEC: NfSpec = NfSpec {
         },
     ],
     defaults: defaults_of::<LbConfig>,
-    drop_reasons: &[NOT_FOR_VIP, NO_BACKEND_REASON, ICMP_NO_FLOW, TUNNEL_TOO_BIG, NO_HEADROOM],
+    drop_reasons: &[
+        NOT_FOR_VIP,
+        NO_BACKEND_REASON,
+        ICMP_NO_FLOW,
+        TUNNEL_TOO_BIG,
+        NO_HEADROOM,
+    ],
     build,
     memory,
 };
