@@ -26,10 +26,13 @@ enum Cmd {
     Run {
         /// The run config (TOML), e.g. configs/default.toml.
         config: PathBuf,
-        /// Packets the embedded generator sends (overrides run.packets).
+        /// Packets the embedded generator sends (0: no limit). Replaces the config's stop
+        /// condition: without --duration, the config's run.duration_s is ignored too.
         #[arg(long)]
         packets: Option<u64>,
-        /// Stop after this many seconds (overrides run.duration_s).
+        /// Stop after this many seconds (0: no limit). Replaces the config's stop condition:
+        /// without --packets, the config's run.packets is ignored too (with both, the first
+        /// reached ends the run).
         #[arg(long)]
         duration: Option<f64>,
         /// Datapath mode: host, split, nic-payload, nic-inline (overrides datapath.mode).
@@ -38,7 +41,8 @@ enum Cmd {
         /// Worker threads, one per core (overrides run.workers).
         #[arg(long)]
         workers: Option<u16>,
-        /// Override any config key, e.g. --set vnic.rx_ring=256 (repeatable).
+        /// Override any config key, e.g. --set vnic.rx_ring=256; a pipeline entry by name or
+        /// index: --set pipeline.nat.nat_ip=10.0.0.2, --set pipeline[1].flows=65536 (repeatable).
         #[arg(long = "set", value_name = "KEY=VALUE")]
         sets: Vec<String>,
         /// Read the wire's frames from this pcap file instead of the generator.

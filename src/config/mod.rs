@@ -899,6 +899,49 @@ mod tests {
         );
     }
 
+    /// `--set` reaches one parameter of one pipeline entry, by name or index; a bad key or
+    /// value is the same error as in the file (the entry, the key, what is allowed).
+    #[test]
+    fn overrides_reach_pipeline_entries() {
+        let p = Path::new("t.toml");
+        let two = "[[pipeline]]\nname = \"lb\"\n[[pipeline]]\nname = \"macswap\"\n";
+        let c = load_str(
+            two,
+            &["pipeline.lb.backend_count=3", "pipeline[0].mode=maglev"],
+        )
+        .unwrap();
+        assert_eq!(c.pipeline[0]["backend_count"], toml::Value::Integer(3));
+        assert_eq!(c.pipeline[0]["mode"], toml::Value::String("maglev".into()));
+        assert!(c.build_chain(p, 0, 1).is_ok());
+        let c = load_str(two, &["pipeline.lb.vipp=10.0.0.1"]).unwrap();
+        let e = c.build_chain(p, 0, 1).err().unwrap();
+        assert_eq!(e.key, "pipeline[0]");
+        assert!(
+            e.msg.contains("vipp") && e.msg.contains("backend_count"),
+            "{e}"
+        );
+        let c = load_str(two, &["pipeline.1.mode=maglevv"]).unwrap();
+        let e = c.build_chain(p, 0, 1).err().unwrap();
+        assert_eq!(e.key, "pipeline[1]", "{e}");
+        let c = load_str(two, &["pipeline.lb.mode=maglevv"]).unwrap();
+        let e = c.build_chain(p, 0, 1).err().unwrap();
+        assert!(
+            e.msg.contains("maglevv") && e.msg.contains("round-robin"),
+            "{e}"
+        );
+        let dir = std::env::temp_dir().join(format!("nmdp-config-set-{}", std::process::id()));
+        std::fs::create_dir_all(&dir).unwrap();
+        let f = dir.join("c.toml");
+        std::fs::write(&f, two).unwrap();
+        let e = RunConfig::load(&f, &["pipeline.nat.nat_ip=10.0.0.9".into()]).unwrap_err();
+        assert_eq!(e.key, "pipeline.nat.nat_ip");
+        assert!(
+            e.to_string().contains("c.toml") && e.msg.contains("lb ([0]), macswap ([1])"),
+            "{e}"
+        );
+        std::fs::remove_dir_all(&dir).unwrap();
+    }
+
     /// Durations far beyond any run (1e20 s does not fit a `Duration`, which panicked when the
     /// run converted it) and non-numbers are config errors naming the key and the range.
     #[test]

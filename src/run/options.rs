@@ -33,16 +33,30 @@ pub struct RunOptions {
 impl RunOptions {
     /// The `--set` overrides with `--mode`, `--packets`, `--duration` and `--workers` folded in as
     /// the keys they stand for (applied last, so they win), for every driver's config loader.
+    ///
+    /// `--packets` and `--duration` *replace* the config's stop condition rather than race it:
+    /// one given alone clears the other's key (`--duration 5` on a config with `run.packets`
+    /// runs 5 s, not until the config's packet count); given together, the run ends at
+    /// whichever comes first.
     pub fn override_sets(&self) -> Vec<String> {
         let mut sets = self.sets.clone();
         if let Some(m) = self.mode {
             sets.push(format!("datapath.mode={}", m.as_str()));
         }
-        if let Some(n) = self.packets {
-            sets.push(format!("run.packets={n}"));
-        }
-        if let Some(d) = self.duration_s {
-            sets.push(format!("run.duration_s={d}"));
+        match (self.packets, self.duration_s) {
+            (Some(n), Some(d)) => {
+                sets.push(format!("run.packets={n}"));
+                sets.push(format!("run.duration_s={d}"));
+            }
+            (Some(n), None) => {
+                sets.push(format!("run.packets={n}"));
+                sets.push("run.duration_s=0".into());
+            }
+            (None, Some(d)) => {
+                sets.push("run.packets=0".into());
+                sets.push(format!("run.duration_s={d}"));
+            }
+            (None, None) => {}
         }
         if let Some(w) = self.workers {
             sets.push(format!("run.workers={w}"));
@@ -76,6 +90,28 @@ impl RunError {
             RunError::Config(_) | RunError::Setup(_) => 2,
             RunError::Output(_) => 1,
         }
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    /// A stop condition on the command line replaces the config's instead of racing it.
+    #[test]
+    fn command_line_stop_conditions_replace_the_configs() {
+        let with = |packets, duration_s| RunOptions {
+            packets,
+            duration_s,
+            ..RunOptions::default()
+        };
+        let sets = with(None, Some(3.0)).override_sets();
+        assert_eq!(sets, ["run.packets=0", "run.duration_s=3"]);
+        let sets = with(Some(10), None).override_sets();
+        assert_eq!(sets, ["run.packets=10", "run.duration_s=0"]);
+        let sets = with(Some(10), Some(2.5)).override_sets();
+        assert_eq!(sets, ["run.packets=10", "run.duration_s=2.5"]);
+        assert!(with(None, None).override_sets().is_empty());
     }
 }
 
