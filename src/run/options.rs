@@ -93,6 +93,23 @@ impl RunError {
     }
 }
 
+impl std::fmt::Display for RunError {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        match self {
+            RunError::Config(e) => e.fmt(f),
+            RunError::Setup(s) | RunError::Output(s) => f.write_str(s),
+        }
+    }
+}
+
+impl std::error::Error for RunError {}
+
+impl From<ConfigError> for RunError {
+    fn from(e: ConfigError) -> Self {
+        RunError::Config(e)
+    }
+}
+
 #[cfg(test)]
 mod tests {
     use super::*;
@@ -112,22 +129,5 @@ mod tests {
         let sets = with(Some(10), Some(2.5)).override_sets();
         assert_eq!(sets, ["run.packets=10", "run.duration_s=2.5"]);
         assert!(with(None, None).override_sets().is_empty());
-    }
-}
-
-impl std::fmt::Display for RunError {
-    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
-        match self {
-            RunError::Config(e) => e.fmt(f),
-            RunError::Setup(s) | RunError::Output(s) => f.write_str(s),
-        }
-    }
-}
-
-impl std::error::Error for RunError {}
-
-impl From<ConfigError> for RunError {
-    fn from(e: ConfigError) -> Self {
-        RunError::Config(e)
     }
 }

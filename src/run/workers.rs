@@ -9,12 +9,13 @@
 //! what it adds to the live line (the virtual NIC's PCIe utilisation).
 
 use std::sync::Arc;
-use std::sync::atomic::{AtomicU64, Ordering};
 use std::thread::JoinHandle;
 use std::time::{Duration, Instant};
 
-use dataplane::DropReason;
-use dataplane::runloop::{LiveStats, RunControl, WorkerReport, WorkerSetup, run_worker};
+use dataplane::runloop::{
+    LiveSnapshot, RunControl, WorkerReport, WorkerSetup, WorkerShared, run_worker,
+};
+use dataplane::{DropCounts, QueueStats};
 
 use super::options::RunError;
 
@@ -37,7 +38,7 @@ pub trait Supervision {
 /// Running workers (see the module docs).
 pub struct Workers {
     handles: Vec<JoinHandle<WorkerReport>>,
-    live: Arc<Vec<LiveStats>>,
+    shared: Arc<[WorkerShared]>,
     control: RunControl,
     start: Instant,
 }
@@ -54,28 +55,27 @@ impl Workers {
     /// Starts one thread per setup (worker `i` runs `setups[i]`), each named `worker<i>`.
     pub fn spawn(setups: Vec<WorkerSetup>, drain_timeout_s: f64) -> Result<Self, RunError> {
         let workers = setups.len() as u16;
-        let live: Arc<Vec<LiveStats>> =
-            Arc::new((0..workers).map(|_| LiveStats::default()).collect());
-        let control = RunControl {
-            stop: Arc::new(Default::default()),
-            drain_timeout: Duration::from_secs_f64(drain_timeout_s),
-        };
+        let shared: Arc<[WorkerShared]> = setups
+            .iter()
+            .map(|s| WorkerShared::new(s.queues.len()))
+            .collect();
+        let control = RunControl::new(Duration::from_secs_f64(drain_timeout_s));
         let start = Instant::now();
         let handles = setups
             .into_iter()
             .enumerate()
             .map(|(w, setup)| {
                 let control = control.clone();
-                let live = live.clone();
+                let shared = shared.clone();
                 std::thread::Builder::new()
                     .name(format!("worker{w}"))
-                    .spawn(move || run_worker(w as u16, workers, setup, &control, &live[w]))
+                    .spawn(move || run_worker(w as u16, workers, setup, &control, &shared[w]))
                     .map_err(|e| RunError::Setup(format!("cannot start worker {w}: {e}")))
             })
             .collect::<Result<_, _>>()?;
         Ok(Self {
             handles,
-            live,
+            shared,
             control,
             start,
         })
@@ -96,21 +96,29 @@ impl Workers {
             let el = self.start.elapsed();
             if sup.must_stop() || (duration_s > 0.0 && el.as_secs_f64() >= duration_s) {
                 sup.stop();
-                self.control.stop.store(true, Ordering::Relaxed);
+                self.control
+                    .stop
+                    .store(true, std::sync::atomic::Ordering::Relaxed);
             }
             if let Some(iv) = interval
                 && el >= next_print
             {
                 next_print += iv;
-                let line = rates.line(&self.live);
+                let snaps = self.snapshots();
+                let line = rates.line(&snaps);
                 eprintln!(
                     "[{:6.1}s] {line}{} | {}",
                     el.as_secs_f64(),
                     sup.live_extra(),
-                    counts_line(&self.live)
+                    counts_line(&snaps)
                 );
             }
         }
+    }
+
+    /// Every worker's latest published counters.
+    pub fn snapshots(&self) -> Vec<LiveSnapshot> {
+        self.shared.iter().map(|w| w.live.snapshot()).collect()
     }
 
     /// Collects every worker's report; a worker that panicked fails the run.
@@ -130,28 +138,30 @@ impl Workers {
     }
 }
 
-fn sum(live: &[LiveStats], f: fn(&LiveStats) -> &AtomicU64) -> u64 {
-    live.iter().map(|l| f(l).load(Ordering::Relaxed)).sum()
+/// The queue counters and drops of every worker, summed.
+fn totals(snaps: &[LiveSnapshot]) -> (QueueStats, DropCounts) {
+    let mut q = QueueStats::default();
+    let mut d = DropCounts::default();
+    for s in snaps {
+        q.add(&s.total());
+        d.merge(&s.drops);
+    }
+    (q, d)
 }
 
 /// `rx N | primary P secondary S | nombuf M | drops r=n ...` over every worker.
-fn counts_line(live: &[LiveStats]) -> String {
+fn counts_line(snaps: &[LiveSnapshot]) -> String {
+    let (q, d) = totals(snaps);
     let mut drops = String::new();
-    for r in DropReason::all() {
-        let n: u64 = live
-            .iter()
-            .map(|l| l.drops[r.index()].load(Ordering::Relaxed))
-            .sum();
-        if n > 0 {
-            drops.push_str(&format!(" {}={n}", r.name()));
-        }
+    for (r, n) in d.nonzero() {
+        drops.push_str(&format!(" {}={n}", r.name()));
     }
     format!(
         "rx {} | primary {} secondary {} | nombuf {} | drops{}",
-        sum(live, |l| &l.rx_packets),
-        sum(live, |l| &l.rx_primary),
-        sum(live, |l| &l.rx_secondary),
-        sum(live, |l| &l.rx_nombuf),
+        q.rx_packets,
+        q.rx_primary,
+        q.rx_secondary,
+        q.rx_nombuf,
         if drops.is_empty() { " 0" } else { &drops },
     )
 }
@@ -173,13 +183,9 @@ impl LiveRates {
     }
 
     /// `rx X Mpps Y Gb/s | tx X Mpps Y Gb/s` since the previous call.
-    pub fn line(&mut self, live: &[LiveStats]) -> String {
-        let now_counts = [
-            sum(live, |l| &l.rx_packets),
-            sum(live, |l| &l.rx_bytes),
-            sum(live, |l| &l.tx_packets),
-            sum(live, |l| &l.tx_bytes),
-        ];
+    pub fn line(&mut self, snaps: &[LiveSnapshot]) -> String {
+        let (q, _) = totals(snaps);
+        let now_counts = [q.rx_packets, q.rx_bytes, q.tx_packets, q.tx_bytes];
         let now = Instant::now();
         let dt = (now - self.at).as_secs_f64().max(1e-9);
         let d = |i: usize| now_counts[i].saturating_sub(self.last[i]) as f64 / dt;
