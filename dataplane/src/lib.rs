@@ -18,8 +18,10 @@ pub mod port;
 pub mod rss;
 pub mod runloop;
 pub mod steer;
+pub mod telemetry;
 pub mod testkit;
 pub mod textfile;
+pub mod unix;
 pub mod verdict;
 
 pub use burst::{
