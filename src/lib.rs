@@ -4,7 +4,8 @@
 //!   before anything runs; [`footprint`]: the memory a config will need, checked against the
 //!   machine.
 //! - [`traffic`]: the embedded generator and checking sink of a virtual NIC run.
-//! - [`run`]: `dataplane run`, one run path with one file per driver.
+//! - [`run`]: `dataplane run`, one run path with one file per driver; [`ops`]: operating a
+//!   run while it runs (telemetry socket, Prometheus endpoint, `dataplane ctl`).
 //! - [`dut`]: the device under test that `pktgen`'s RFC 2544 / MLRsearch trials and sweeps drive
 //!   (a run per trial); `dpdk_gen` (feature `dpdk`): `pktgen dpdk-gen`, the generator on DPDK
 //!   ports.
@@ -14,5 +15,6 @@ pub mod config;
 pub mod dpdk_gen;
 pub mod dut;
 pub mod footprint;
+pub mod ops;
 pub mod run;
 pub mod traffic;

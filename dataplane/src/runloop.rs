@@ -324,6 +324,9 @@ pub struct RunControl {
     /// a worker first finds its queues quiet after the stop, so the one who stops the run may
     /// shorten it at the same time, as a signal does).
     pub drain_timeout_ns: Arc<AtomicU64>,
+    /// Keep polling when every queue is idle, until stopped (as on a real port, where more
+    /// traffic may come); false ends the worker when its queues have nothing more to deliver.
+    pub keep_polling: bool,
 }
 
 impl RunControl {
@@ -332,6 +335,7 @@ impl RunControl {
         Self {
             stop: Arc::new(AtomicBool::new(false)),
             drain_timeout_ns: Arc::new(AtomicU64::new(drain.as_nanos() as u64)),
+            keep_polling: false,
         }
     }
 
@@ -460,10 +464,11 @@ pub fn run_worker(
             for q in &mut setup.queues {
                 q.flush();
             }
-            if setup.queues.iter().all(|q| q.idle()) {
+            let stop = control.stop.load(Ordering::Relaxed);
+            if (stop || !control.keep_polling) && setup.queues.iter().all(|q| q.idle()) {
                 break;
             }
-            if control.stop.load(Ordering::Relaxed) {
+            if stop {
                 let t = *stopped_at.get_or_insert_with(Instant::now);
                 let limit = control.drain_timeout_ns.load(Ordering::Relaxed);
                 if t.elapsed().as_nanos() as u64 > limit {

@@ -64,6 +64,21 @@ pub struct RunSection {
     /// `wall` (CPU time measured) or `virtual` (CPU time from the profile's cycle model;
     /// deterministic: same config, same JSON).
     pub clock: ClockMode,
+    /// End the run when the traffic has ended (the wire has nothing more to deliver); false
+    /// keeps the workers polling, as on a real port, until `duration_s` or a stop signal.
+    pub stop_when_idle: bool,
+    /// Serve the telemetry socket (DPDK's telemetry v2 protocol; on DPDK ports the commands
+    /// are registered with EAL's own telemetry instead).
+    pub telemetry: bool,
+    /// The file prefix of the telemetry socket: it is made in DPDK's runtime directory of this
+    /// prefix, where `dpdk-telemetry.py -f <prefix>` and `dataplane ctl --prefix` look.
+    pub telemetry_prefix: String,
+    /// A group whose members may read the telemetry socket too (name or number; the socket
+    /// becomes 0660). Unset: the run's user only (0600).
+    pub telemetry_group: Option<String>,
+    /// Serve Prometheus metrics at this address (`127.0.0.1:9100`; a bare port binds
+    /// 127.0.0.1). Unset: no endpoint.
+    pub metrics: Option<String>,
 }
 
 impl Default for RunSection {
@@ -75,6 +90,11 @@ impl Default for RunSection {
             stats_interval_s: 1.0,
             drain_timeout_s: 2.0,
             clock: ClockMode::Wall,
+            stop_when_idle: true,
+            telemetry: true,
+            telemetry_prefix: DEFAULT_TELEMETRY_PREFIX.into(),
+            telemetry_group: None,
+            metrics: None,
         }
     }
 }
@@ -253,6 +273,19 @@ impl RunConfig {
                     format!("{secs} s out of range; allowed 0..={max} seconds"),
                 );
             }
+        }
+        if let Err(m) = dataplane::telemetry::check_prefix(&r.telemetry_prefix) {
+            return bad("run.telemetry_prefix", m);
+        }
+        if let Some(g) = &r.telemetry_group
+            && let Err(m) = group_id(g)
+        {
+            return bad("run.telemetry_group", m);
+        }
+        if let Some(m) = &r.metrics
+            && let Err(e) = crate::ops::metrics::parse_addr(m)
+        {
+            return bad("run.metrics", e);
         }
         let v = &self.vnic;
         if !(60..=9018).contains(&v.max_frame) {
@@ -784,6 +817,28 @@ pub const MAX_DURATION_S: f64 = 365.0 * 86_400.0;
 pub const MAX_STATS_INTERVAL_S: f64 = 86_400.0;
 /// Longest `run.drain_timeout_s`: one hour; a queue that has not drained by then never will.
 pub const MAX_DRAIN_TIMEOUT_S: f64 = 3_600.0;
+
+/// The telemetry socket's file prefix when `run.telemetry_prefix` is not set.
+pub const DEFAULT_TELEMETRY_PREFIX: &str = "nmdp";
+
+/// The id of group `g`: a number, or a name in `/etc/group`.
+pub fn group_id(g: &str) -> Result<u32, String> {
+    if let Ok(n) = g.parse::<u32>() {
+        return Ok(n);
+    }
+    let groups = std::fs::read_to_string("/etc/group").unwrap_or_default();
+    groups
+        .lines()
+        .filter_map(|l| {
+            let mut f = l.split(':');
+            let name = f.next()?;
+            let gid = f.nth(1)?.parse::<u32>().ok()?;
+            Some((name, gid))
+        })
+        .find(|(n, _)| *n == g)
+        .map(|(_, gid)| gid)
+        .ok_or_else(|| format!("no group `{g}` in /etc/group; give a group name or number"))
+}
 
 /// The hardware profile used when `nic.profile` is not set.
 pub const DEFAULT_PROFILE: &str = "cx5-gen3x16-100g";

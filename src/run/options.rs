@@ -28,6 +28,12 @@ pub struct RunOptions {
     pub tx_pcap: Option<PathBuf>,
     /// Print the live stats line (to stderr).
     pub live_stats: bool,
+    /// Serve the operation surfaces the config asks for (telemetry socket, metrics endpoint):
+    /// what `dataplane run` does; runs made by other code (tests, RFC 2544 trials) serve
+    /// nothing unless they say so.
+    pub serve: bool,
+    /// `--metrics ADDR`: serve Prometheus metrics there (overrides `run.metrics`).
+    pub metrics: Option<String>,
 }
 
 impl RunOptions {
@@ -60,6 +66,9 @@ impl RunOptions {
         }
         if let Some(w) = self.workers {
             sets.push(format!("run.workers={w}"));
+        }
+        if let Some(m) = &self.metrics {
+            sets.push(format!("run.metrics=\"{m}\""));
         }
         sets
     }

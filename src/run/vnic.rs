@@ -14,8 +14,8 @@ use pktgen::nat_traffic::{NatBidirReport, NatReturnConfig};
 use serde_json::{Value, json};
 
 use super::options::{RunError, RunOptions, load_config};
-use super::summary::{counter_keys, nf_counters, nf_output_errors, print_warnings};
-use super::workers::{Finished, Supervision, Workers, live_interval};
+use super::summary::{counter_keys, nf_counters, nf_output_errors, per_worker, print_warnings};
+use super::workers::{Finished, Supervision, Workers, live_interval, run_info, serve};
 use crate::config::{ConfigError, RunConfig, same_file};
 use crate::traffic::{Traffic, TrafficReport};
 
@@ -134,7 +134,7 @@ pub fn run(opts: &RunOptions) -> Result<Value, RunError> {
         .map_err(|e| RunError::Setup(format!("config {}: vnic: {e}", path.display())))?;
     let model_sink = port.model_sink();
     let queues = port.take_queues();
-    let setups = queues
+    let setups: Vec<WorkerSetup> = queues
         .into_iter()
         .zip(chains)
         .map(|(q, chain)| WorkerSetup {
@@ -144,14 +144,24 @@ pub fn run(opts: &RunOptions) -> Result<Value, RunError> {
             burst: cfg.datapath.burst,
         })
         .collect();
-    let running = Workers::spawn(setups, cfg.run.drain_timeout_s)?;
+    let prepared = Workers::prepare(
+        &setups,
+        run_info(&cfg, "vnic", vec![port.name().to_string()]),
+    );
+    let serving = serve(&cfg, opts, &prepared.0, false)?;
+    let running = Workers::spawn(
+        setups,
+        prepared,
+        cfg.run.drain_timeout_s,
+        !cfg.run.stop_when_idle,
+    )?;
     let mut sup = VnicSupervision {
         traffic: traffic.as_ref(),
         tx_pcap: tx_pcap.as_deref(),
         model: &model_sink,
         last_pcie: (0, 0, 0),
     };
-    running.supervise(cfg.run.duration_s, live_interval(&cfg, opts), &mut sup);
+    let stopped_by = running.supervise(cfg.run.duration_s, live_interval(&cfg, opts), &mut sup);
     let Finished {
         reports,
         elapsed_s: elapsed,
@@ -186,6 +196,10 @@ pub fn run(opts: &RunOptions) -> Result<Value, RunError> {
         out["pcap"] = pcap_json(c);
     }
     out["warnings"] = json!(warnings);
+    out["stopped_by"] = json!(stopped_by.as_str());
+    out["per_worker"] = per_worker(&reports);
+    // The surfaces stop (and the socket goes) once the summary is complete.
+    drop(serving);
     Ok(out)
 }
 

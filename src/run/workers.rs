@@ -1,7 +1,9 @@
 //! The workers of a run, whatever the driver: one thread per worker running
 //! [`dataplane::runloop::run_worker`] over its queues and NF chain, the supervision loop that
-//! enforces `run.duration_s` and prints the live stats line, and the join that collects their
-//! reports.
+//! ends the run (`run.duration_s`, a stop signal, the driver; see [`super::lifecycle`]), keeps
+//! the rates the operation surfaces report and prints the live stats line, and the join that
+//! collects their reports. [`Workers::view`] is what the telemetry socket, the metrics
+//! endpoint and `dataplane ctl` see of them ([`crate::ops`]).
 //!
 //! A driver's run builds the [`WorkerSetup`]s (its queues, one NF chain each), hands them to
 //! [`Workers::spawn`], and supervises them with a [`Supervision`] of its own: what stops its
@@ -17,7 +19,9 @@ use dataplane::runloop::{
 };
 use dataplane::{DropCounts, QueueStats};
 
+use super::lifecycle::{SIGNAL_DRAIN, StopReason, stop_signal};
 use super::options::RunError;
+use crate::ops::{RunInfo, RunView};
 
 /// What a driver's run adds to the supervision loop.
 pub trait Supervision {
@@ -38,7 +42,7 @@ pub trait Supervision {
 /// Running workers (see the module docs).
 pub struct Workers {
     handles: Vec<JoinHandle<WorkerReport>>,
-    shared: Arc<[WorkerShared]>,
+    view: Arc<RunView>,
     control: RunControl,
     start: Instant,
 }
@@ -52,14 +56,30 @@ pub struct Finished {
 }
 
 impl Workers {
-    /// Starts one thread per setup (worker `i` runs `setups[i]`), each named `worker<i>`.
-    pub fn spawn(setups: Vec<WorkerSetup>, drain_timeout_s: f64) -> Result<Self, RunError> {
-        let workers = setups.len() as u16;
+    /// The view the operation surfaces will have of the workers of `setups` (so they can be
+    /// started before the workers are), and the workers' shared state to spawn them with.
+    pub fn prepare(setups: &[WorkerSetup], info: RunInfo) -> (Arc<RunView>, Arc<[WorkerShared]>) {
         let shared: Arc<[WorkerShared]> = setups
             .iter()
             .map(|s| WorkerShared::new(s.queues.len()))
             .collect();
-        let control = RunControl::new(Duration::from_secs_f64(drain_timeout_s));
+        let view = Arc::new(RunView::new(info, shared.clone(), Instant::now()));
+        (view, shared)
+    }
+
+    /// Starts one thread per setup (worker `i` runs `setups[i]` with `shared[i]`, from
+    /// [`Workers::prepare`]), each named `worker<i>`; they drain for at most `drain_timeout_s`
+    /// once stopped, and keep polling when their queues are idle if `keep_polling` (until
+    /// stopped).
+    pub fn spawn(
+        setups: Vec<WorkerSetup>,
+        (view, shared): (Arc<RunView>, Arc<[WorkerShared]>),
+        drain_timeout_s: f64,
+        keep_polling: bool,
+    ) -> Result<Self, RunError> {
+        let workers = setups.len() as u16;
+        let mut control = RunControl::new(Duration::from_secs_f64(drain_timeout_s));
+        control.keep_polling = keep_polling;
         let start = Instant::now();
         let handles = setups
             .into_iter()
@@ -75,50 +95,99 @@ impl Workers {
             .collect::<Result<_, _>>()?;
         Ok(Self {
             handles,
-            shared,
+            view,
             control,
             start,
         })
     }
 
-    /// Waits for the workers to finish, stopping them once `duration_s` (0: no limit) has passed
-    /// or `sup` asks to, and printing the live line to stderr every `interval` (none: no line).
+    /// What the operation surfaces see of the workers.
+    pub fn view(&self) -> Arc<RunView> {
+        self.view.clone()
+    }
+
+    /// Waits for the workers to finish, stopping them once `duration_s` (0: no limit) has passed,
+    /// a stop signal came (draining for at most [`SIGNAL_DRAIN`]) or `sup` asks to, and printing
+    /// the live line to stderr every `interval` (none: no line). Returns why the run ended.
     pub fn supervise(
         &self,
         duration_s: f64,
         interval: Option<Duration>,
         sup: &mut dyn Supervision,
-    ) {
+    ) -> StopReason {
         let mut next_print = interval.unwrap_or(Duration::ZERO);
         let mut rates = LiveRates::new(self.start);
+        let mut reason: Option<StopReason> = None;
         while !self.handles.iter().all(|h| h.is_finished()) {
             std::thread::sleep(Duration::from_millis(20));
             let el = self.start.elapsed();
-            if sup.must_stop() || (duration_s > 0.0 && el.as_secs_f64() >= duration_s) {
+            self.view.sample_rates();
+            let now = if let Some(sig) = stop_signal() {
+                Some(StopReason::Signal(sig))
+            } else if sup.must_stop() {
+                Some(StopReason::Driver)
+            } else if duration_s > 0.0 && el.as_secs_f64() >= duration_s {
+                Some(StopReason::Duration)
+            } else {
+                None
+            };
+            if let Some(r) = now {
+                if reason.is_none() {
+                    reason = Some(r);
+                    if let StopReason::Signal(sig) = r {
+                        eprintln!(
+                            "{sig}: stopping (draining at most {} ms; send it again to exit at \
+                             once)",
+                            SIGNAL_DRAIN.as_millis()
+                        );
+                    }
+                }
                 sup.stop();
-                self.control
-                    .stop
-                    .store(true, std::sync::atomic::Ordering::Relaxed);
+                match r {
+                    StopReason::Signal(_) => self.control.stop_within(SIGNAL_DRAIN),
+                    _ => self
+                        .control
+                        .stop
+                        .store(true, std::sync::atomic::Ordering::Release),
+                }
             }
             if let Some(iv) = interval
                 && el >= next_print
             {
                 next_print += iv;
-                let snaps = self.snapshots();
+                let snaps = self.view.snapshots();
                 let line = rates.line(&snaps);
                 eprintln!(
-                    "[{:6.1}s] {line}{} | {}",
+                    "[{:6.1}s] {line}{} | {}{}",
                     el.as_secs_f64(),
                     sup.live_extra(),
-                    counts_line(&snaps)
+                    counts_line(&snaps),
+                    self.nf_line()
                 );
             }
         }
+        reason.unwrap_or(StopReason::TrafficEnd)
     }
 
-    /// Every worker's latest published counters.
-    pub fn snapshots(&self) -> Vec<LiveSnapshot> {
-        self.shared.iter().map(|w| w.live.snapshot()).collect()
+    /// The functions' essentials for the live line (` | lb flows 12 ...`), asked of the
+    /// workers between bursts; empty once they have finished.
+    fn nf_line(&self) -> String {
+        if self.view.finished() {
+            return String::new();
+        }
+        let Ok(per_worker) = self.view.nf_counters() else {
+            return String::new();
+        };
+        let mut out = String::new();
+        for (i, name) in self.view.info.pipeline.iter().enumerate() {
+            let c = crate::ops::commands::merged(&per_worker, i);
+            let s = super::summary::nf_live(name, &serde_json::json!(c));
+            if !s.is_empty() {
+                out.push_str(" | ");
+                out.push_str(&s);
+            }
+        }
+        out
     }
 
     /// Collects every worker's report; a worker that panicked fails the run.
@@ -130,12 +199,61 @@ impl Workers {
                 h.join()
                     .map_err(|_| RunError::Setup("a worker panicked".into()))
             })
-            .collect::<Result<_, _>>()?;
+            .collect::<Result<Vec<WorkerReport>, _>>()?;
+        self.view.set_final(&reports);
         Ok(Finished {
             reports,
             elapsed_s: self.start.elapsed().as_secs_f64(),
         })
     }
+}
+
+/// What the operation surfaces say the run is: `driver`, the config's mode and pipeline
+/// (canonical names), and the ports' names.
+pub fn run_info(
+    cfg: &crate::config::RunConfig,
+    driver: &'static str,
+    ports: Vec<String>,
+) -> RunInfo {
+    RunInfo {
+        driver,
+        mode: cfg.datapath.mode.as_str(),
+        ports,
+        pipeline: cfg
+            .pipeline
+            .iter()
+            .map(|e| {
+                let n = e.get("name").and_then(|v| v.as_str()).unwrap_or("");
+                nfs::lookup(n).map_or(n, |s| s.name).to_string()
+            })
+            .collect(),
+    }
+}
+
+/// Starts what the config asks the run to serve (`opts.serve`: the telemetry socket unless
+/// `eal_serves_telemetry`, the metrics endpoint), saying where on stderr.
+pub fn serve(
+    cfg: &crate::config::RunConfig,
+    opts: &super::options::RunOptions,
+    view: &Arc<RunView>,
+    eal_serves_telemetry: bool,
+) -> Result<Option<crate::ops::Serving>, RunError> {
+    if !opts.serve {
+        return Ok(None);
+    }
+    let s = crate::ops::serve(cfg, view, eal_serves_telemetry)
+        .map_err(|e| RunError::Setup(format!("config {}: {e}", opts.config.display())))?;
+    if let Some(t) = &s.telemetry {
+        eprintln!(
+            "telemetry: {} (dpdk-telemetry.py -f {p}, dataplane ctl --prefix {p})",
+            t.path().display(),
+            p = cfg.run.telemetry_prefix
+        );
+    }
+    if let Some(m) = &s.metrics {
+        eprintln!("metrics: http://{}/metrics", m.addr());
+    }
+    Ok(Some(s))
 }
 
 /// The queue counters and drops of every worker, summed.
