@@ -323,9 +323,9 @@ fn answer(sh: &Shared, cmd: &str, params: Option<&str>, peer: &Peer) -> TelData 
                 return TelData::Null;
             };
             let help = match p {
-                "/" => Some("Returns list of available commands, Takes no parameters"),
-                "/info" => Some("Returns DPDK Telemetry information. Takes no parameters"),
-                "/help" => Some("Returns help text for a command. Parameters: string command"),
+                "/" => Some("Lists every command. Takes no parameters"),
+                "/info" => Some("The greeting: version, pid, max_output_len. No parameters"),
+                "/help" => Some("A command's help. Parameters: string command"),
                 _ => sh
                     .commands
                     .iter()
