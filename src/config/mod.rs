@@ -75,9 +75,11 @@ pub struct RunSection {
     pub telemetry_prefix: String,
     /// A group whose members may read the telemetry socket too (name or number; the socket
     /// becomes 0660). Unset: the run's user only (0600).
+    #[serde(deserialize_with = "text_or_number")]
     pub telemetry_group: Option<String>,
-    /// Serve Prometheus metrics at this address (`127.0.0.1:9100`; a bare port binds
-    /// 127.0.0.1). Unset: no endpoint.
+    /// Serve Prometheus metrics at this address (`127.0.0.1:9100`; a bare port, `9100`,
+    /// binds 127.0.0.1). Unset: no endpoint.
+    #[serde(deserialize_with = "text_or_number")]
     pub metrics: Option<String>,
 }
 
@@ -818,6 +820,21 @@ pub const MAX_STATS_INTERVAL_S: f64 = 86_400.0;
 /// Longest `run.drain_timeout_s`: one hour; a queue that has not drained by then never will.
 pub const MAX_DRAIN_TIMEOUT_S: f64 = 3_600.0;
 
+/// A text, or a number taken as its text (`metrics = 9100`, `telemetry_group = 1000`).
+fn text_or_number<'de, D: serde::Deserializer<'de>>(d: D) -> Result<Option<String>, D::Error> {
+    #[derive(Deserialize)]
+    #[serde(untagged)]
+    enum Text {
+        Text(String),
+        Number(u64),
+    }
+    Ok(match Text::deserialize(d) {
+        Ok(Text::Text(s)) => Some(s),
+        Ok(Text::Number(n)) => Some(n.to_string()),
+        Err(_) => return Err(serde::de::Error::custom("give a text or a number")),
+    })
+}
+
 /// The telemetry socket's file prefix when `run.telemetry_prefix` is not set.
 pub const DEFAULT_TELEMETRY_PREFIX: &str = "nmdp";
 
@@ -995,6 +1012,34 @@ mod tests {
             "{e}"
         );
         std::fs::remove_dir_all(&dir).unwrap();
+    }
+
+    /// The operation keys: a prefix that names a directory, a known group, an address; errors
+    /// name the key and what is allowed.
+    #[test]
+    fn operation_keys_are_checked() {
+        let c = load_str("", &[]).unwrap();
+        assert!(c.run.telemetry && c.run.stop_when_idle && c.run.metrics.is_none());
+        assert_eq!(c.run.telemetry_prefix, "nmdp");
+        let c = load_str("", &["run.metrics=9100", "run.telemetry_group=0"]).unwrap();
+        assert_eq!(c.run.metrics.as_deref(), Some("9100"));
+        for (set, key, allowed) in [
+            (
+                "run.telemetry_prefix=\"a/b\"",
+                "run.telemetry_prefix",
+                "letters, digits",
+            ),
+            (
+                "run.telemetry_group=no-such-group-x",
+                "run.telemetry_group",
+                "/etc/group",
+            ),
+            ("run.metrics=localhost", "run.metrics", "127.0.0.1:9100"),
+        ] {
+            let e = load_str("", &[set]).unwrap_err();
+            assert_eq!(e.key, key, "{set}: {e}");
+            assert!(e.msg.contains(allowed), "{set}: {e}");
+        }
     }
 
     /// Durations far beyond any run (1e20 s does not fit a `Duration`, which panicked when the

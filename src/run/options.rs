@@ -45,24 +45,22 @@ impl RunOptions {
     /// runs 5 s, not until the config's packet count); given together, the run ends at
     /// whichever comes first.
     pub fn override_sets(&self) -> Vec<String> {
-        let mut sets = self.sets.clone();
+        // The config file's other stop condition is cleared first, so an explicit `--set
+        // run.packets=...` next to `--duration` still counts.
+        let mut sets = match (self.packets, self.duration_s) {
+            (Some(_), None) => vec!["run.duration_s=0".to_string()],
+            (None, Some(_)) => vec!["run.packets=0".to_string()],
+            _ => Vec::new(),
+        };
+        sets.extend(self.sets.iter().cloned());
         if let Some(m) = self.mode {
             sets.push(format!("datapath.mode={}", m.as_str()));
         }
-        match (self.packets, self.duration_s) {
-            (Some(n), Some(d)) => {
-                sets.push(format!("run.packets={n}"));
-                sets.push(format!("run.duration_s={d}"));
-            }
-            (Some(n), None) => {
-                sets.push(format!("run.packets={n}"));
-                sets.push("run.duration_s=0".into());
-            }
-            (None, Some(d)) => {
-                sets.push("run.packets=0".into());
-                sets.push(format!("run.duration_s={d}"));
-            }
-            (None, None) => {}
+        if let Some(n) = self.packets {
+            sets.push(format!("run.packets={n}"));
+        }
+        if let Some(d) = self.duration_s {
+            sets.push(format!("run.duration_s={d}"));
         }
         if let Some(w) = self.workers {
             sets.push(format!("run.workers={w}"));
@@ -134,9 +132,16 @@ mod tests {
         let sets = with(None, Some(3.0)).override_sets();
         assert_eq!(sets, ["run.packets=0", "run.duration_s=3"]);
         let sets = with(Some(10), None).override_sets();
-        assert_eq!(sets, ["run.packets=10", "run.duration_s=0"]);
+        assert_eq!(sets, ["run.duration_s=0", "run.packets=10"]);
         let sets = with(Some(10), Some(2.5)).override_sets();
         assert_eq!(sets, ["run.packets=10", "run.duration_s=2.5"]);
         assert!(with(None, None).override_sets().is_empty());
+        // An explicit --set of the other key still counts: both conditions, as asked.
+        let mut o = with(None, Some(3.0));
+        o.sets = vec!["run.packets=500".into()];
+        assert_eq!(
+            o.override_sets(),
+            ["run.packets=0", "run.packets=500", "run.duration_s=3"]
+        );
     }
 }
