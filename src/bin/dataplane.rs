@@ -33,8 +33,9 @@ enum Cmd {
     Run {
         /// The run config (TOML), e.g. configs/default.toml.
         config: PathBuf,
-        /// Packets the embedded generator sends (0: no limit). Replaces the config's stop
-        /// condition: without --duration, the config's run.duration_s is ignored too.
+        /// Packets the embedded generator sends (0: no limit; with no duration either, until
+        /// SIGINT/SIGTERM). Replaces the config's stop condition: without --duration, the
+        /// config's run.duration_s is ignored too.
         #[arg(long)]
         packets: Option<u64>,
         /// Stop after this many seconds (0: no limit). Replaces the config's stop condition:
@@ -218,6 +219,7 @@ fn main() -> ExitCode {
                 live_stats: !quiet,
                 serve: true,
                 metrics,
+                until_stopped: true,
             };
             match run(&opts) {
                 Ok(summary) => {

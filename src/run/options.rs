@@ -34,6 +34,9 @@ pub struct RunOptions {
     pub serve: bool,
     /// `--metrics ADDR`: serve Prometheus metrics there (overrides `run.metrics`).
     pub metrics: Option<String>,
+    /// The run may go on until it is stopped from outside (`dataplane run`, which stops on
+    /// SIGINT/SIGTERM): traffic with neither `run.packets` nor `run.duration_s` is allowed.
+    pub until_stopped: bool,
 }
 
 impl RunOptions {

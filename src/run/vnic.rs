@@ -71,6 +71,7 @@ pub fn run(opts: &RunOptions) -> Result<Value, RunError> {
                 cfg.run.duration_s,
                 cfg.vnic.max_frame,
                 nat.as_ref(),
+                opts.until_stopped,
             )
             .map_err(|(key, msg)| ConfigError {
                 file: path.to_path_buf(),
