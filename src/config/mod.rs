@@ -7,6 +7,7 @@
 //! section that selects DPDK ports (feature `dpdk`).
 
 use std::fmt;
+use std::net::SocketAddr;
 use std::path::{Path, PathBuf};
 
 use dataplane::DatapathMode;
@@ -285,7 +286,7 @@ impl RunConfig {
             return bad("run.telemetry_group", m);
         }
         if let Some(m) = &r.metrics
-            && let Err(e) = crate::ops::metrics::parse_addr(m)
+            && let Err(e) = metrics_addr(m)
         {
             return bad("run.metrics", e);
         }
@@ -833,6 +834,22 @@ fn text_or_number<'de, D: serde::Deserializer<'de>>(d: D) -> Result<Option<Strin
         Ok(Text::Number(n)) => Some(n.to_string()),
         Err(_) => return Err(serde::de::Error::custom("give a text or a number")),
     })
+}
+
+/// The address to bind for `run.metrics` = `spec`: `host:port` as given (`0.0.0.0:9100` to listen everywhere),
+/// or a bare port (`9100`, `:9100`) on 127.0.0.1.
+pub fn metrics_addr(spec: &str) -> Result<SocketAddr, String> {
+    let s = spec.trim();
+    if let Ok(a) = s.parse::<SocketAddr>() {
+        return Ok(a);
+    }
+    match s.trim_start_matches(':').parse::<u16>() {
+        Ok(port) => Ok(SocketAddr::from(([127, 0, 0, 1], port))),
+        Err(_) => Err(format!(
+            "`{spec}` is not an address; give e.g. \"127.0.0.1:9100\", \"9100\" (on 127.0.0.1) \
+             or \"0.0.0.0:9100\" (every interface)"
+        )),
+    }
 }
 
 /// The telemetry socket's file prefix when `run.telemetry_prefix` is not set.

@@ -27,6 +27,7 @@ use std::time::Duration;
 use dataplane::{CounterValue, Counters, DropReason, QueueStats};
 
 use super::RunView;
+use crate::config::metrics_addr;
 
 /// The exposition format's content type.
 pub const CONTENT_TYPE: &str = "text/plain; version=0.0.4; charset=utf-8";
@@ -38,26 +39,10 @@ pub struct MetricsServer {
     thread: Option<JoinHandle<()>>,
 }
 
-/// The address to bind for `spec`: `host:port` as given (`0.0.0.0:9100` to listen everywhere),
-/// or a bare port (`9100`, `:9100`) on 127.0.0.1.
-pub fn parse_addr(spec: &str) -> Result<SocketAddr, String> {
-    let s = spec.trim();
-    if let Ok(a) = s.parse::<SocketAddr>() {
-        return Ok(a);
-    }
-    match s.trim_start_matches(':').parse::<u16>() {
-        Ok(port) => Ok(SocketAddr::from(([127, 0, 0, 1], port))),
-        Err(_) => Err(format!(
-            "`{spec}` is not an address; give e.g. \"127.0.0.1:9100\", \"9100\" (on 127.0.0.1) \
-             or \"0.0.0.0:9100\" (every interface)"
-        )),
-    }
-}
-
 impl MetricsServer {
-    /// Binds `spec` (see [`parse_addr`]) and serves `view`'s metrics.
+    /// Binds `spec` (see [`metrics_addr`]) and serves `view`'s metrics.
     pub fn start(spec: &str, view: Arc<RunView>) -> Result<Self, String> {
-        let addr = parse_addr(spec)?;
+        let addr = metrics_addr(spec)?;
         let listener =
             TcpListener::bind(addr).map_err(|e| format!("cannot listen on {addr}: {e}"))?;
         let addr = listener.local_addr().map_err(|e| e.to_string())?;
@@ -405,14 +390,17 @@ mod tests {
 
     #[test]
     fn addresses_default_to_loopback() {
-        assert_eq!(parse_addr("9100").unwrap().to_string(), "127.0.0.1:9100");
-        assert_eq!(parse_addr(":9101").unwrap().to_string(), "127.0.0.1:9101");
+        assert_eq!(metrics_addr("9100").unwrap().to_string(), "127.0.0.1:9100");
+        assert_eq!(metrics_addr(":9101").unwrap().to_string(), "127.0.0.1:9101");
         assert_eq!(
-            parse_addr("0.0.0.0:9100").unwrap().to_string(),
+            metrics_addr("0.0.0.0:9100").unwrap().to_string(),
             "0.0.0.0:9100"
         );
-        assert_eq!(parse_addr("[::1]:9100").unwrap().to_string(), "[::1]:9100");
-        let e = parse_addr("localhost").unwrap_err();
+        assert_eq!(
+            metrics_addr("[::1]:9100").unwrap().to_string(),
+            "[::1]:9100"
+        );
+        let e = metrics_addr("localhost").unwrap_err();
         assert!(e.contains("127.0.0.1:9100"), "{e}");
     }
 
