@@ -219,7 +219,7 @@ pub fn run(cfg: &RunConfig, d: &DpdkSection, opts: &RunOptions) -> Result<Value,
     let mut out = summary(cfg, &handles, caps, &reports, elapsed);
     out["warnings"] = json!(warnings);
     out["stopped_by"] = json!(stopped_by.as_str());
-    out["per_worker"] = per_worker(&reports);
+    out["per_worker"] = per_worker(&reports, true);
     drop((serving, eal_telemetry));
     Ok(out)
 }

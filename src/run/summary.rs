@@ -10,8 +10,10 @@ use super::options::RunError;
 use crate::config::RunConfig;
 
 /// Each worker's own counters (the summary's `per_worker`): packets and bytes, drops by reason,
-/// busy and active seconds, bursts, idle polls, and its functions' counters.
-pub fn per_worker(reports: &[WorkerReport]) -> Value {
+/// bursts, idle polls, its functions' counters, and with `host_times` its busy and active
+/// seconds. Those are the host's wall clock, so a virtual-clock run leaves them out: its summary
+/// is the model's, the same on every run of the same config.
+pub fn per_worker(reports: &[WorkerReport], host_times: bool) -> Value {
     Value::Array(
         reports
             .iter()
@@ -30,7 +32,7 @@ pub fn per_worker(reports: &[WorkerReport]) -> Value {
                     .iter()
                     .map(|(n, c)| (n.clone(), json!(c)))
                     .collect();
-                json!({
+                let mut v = json!({
                     "worker": w,
                     "packets_rx": q.rx_packets,
                     "packets_tx": q.wire_tx_frames,
@@ -39,12 +41,15 @@ pub fn per_worker(reports: &[WorkerReport]) -> Value {
                     "drops": drops,
                     "rx_nombuf": q.rx_nombuf,
                     "rx_missed": q.rx_missed,
-                    "busy_s": r.busy_s,
-                    "active_s": r.active_s,
                     "bursts": r.bursts,
                     "idle_polls": r.idle_polls,
                     "nfs": nfs,
-                })
+                });
+                if host_times {
+                    v["busy_s"] = json!(r.busy_s);
+                    v["active_s"] = json!(r.active_s);
+                }
+                v
             })
             .collect(),
     )

@@ -5,7 +5,7 @@
 
 use std::sync::atomic::{AtomicU64, Ordering};
 
-use dataplane::driver::vnic::{Item, LiveModel, ModelSink, PortModel, VnicPort};
+use dataplane::driver::vnic::{ClockMode, Item, LiveModel, ModelSink, PortModel, VnicPort};
 use dataplane::link::{FrameSink, FrameSource, Link};
 use dataplane::pcie_model::HardwareProfile;
 use dataplane::runloop::{WorkerReport, WorkerSetup};
@@ -198,7 +198,7 @@ pub fn run(opts: &RunOptions) -> Result<Value, RunError> {
     }
     out["warnings"] = json!(warnings);
     out["stopped_by"] = json!(stopped_by.as_str());
-    out["per_worker"] = per_worker(&reports);
+    out["per_worker"] = per_worker(&reports, cfg.run.clock != ClockMode::Virtual);
     // The surfaces stop (and the socket goes) once the summary is complete.
     drop(serving);
     Ok(out)
