@@ -56,6 +56,9 @@ for pair in "1 -" "1024 --txonly-multi-flow"; do
   A=(); B=(); R=()
   for i in $(seq "$ROUNDS"); do
     a=$(ours "$flows"); b=$(testpmd $extra)
+    # A run that printed no per-second line (a failed start, a changed format) is an error, not 0.
+    [ "$a" != 0 ] || { echo "error: no throughput read from pktgen dpdk-gen ($flows flows)" >&2; exit 1; }
+    [ "$b" != 0 ] || { echo "error: no throughput read from dpdk-testpmd --forward-mode=txonly" >&2; exit 1; }
     A+=("$a"); B+=("$b"); R+=("$(awk -v a="$a" -v b="$b" 'BEGIN {print (b > 0) ? a / b : 0}')")
     echo "  round $i: pktgen dpdk-gen ($flows flows) $a Mpps | testpmd txonly ${extra:-(1 flow)} $b Mpps"
   done

@@ -8,7 +8,8 @@ counts as existing relative to the repository root, or to the citing file's fold
 above it (a crate cites `csrc/shim.c` from its own root). URLs, absolute paths and patterns
 (`<case>`, `*`, `{worker}`) are not paths of the repository, and neither are the paths in
 `docs/reference/`, whose notes cite the source files of other projects (DPDK, rdma-core, the
-paper's artifact) as their sources. Prints every miss as `file:line: path` and exits 1 if there
+paper's artifact) as their sources. A Markdown link's relative target (`[DPDK](dpdk.md)`,
+`[reference](reference/)`) must exist relative to the linking file. Prints every miss as `file:line: path` and exits 1 if there
 is one.
 """
 import os
@@ -19,6 +20,7 @@ import sys
 EXTS = "rs|toml|md|sh|py|pcap|csv|json|svg|png|c|h|yml|yaml|txt"
 PATH = re.compile(r"(?<![\w./:-])((?:\.{1,2}/)?[\w.-]+(?:/[\w.-]+)+\.(?:" + EXTS + r")|[\w-]+\.md)(?![\w/])")
 COMMENT = {".rs": "//", ".toml": "#", ".sh": "#", ".py": "#"}
+LINK = re.compile(r"\]\(([^)#\s]+)(?:#[^)]*)?\)")
 
 
 def cited(line):
@@ -63,6 +65,13 @@ def main():
             for p in cited(line):
                 if not exists(root, f, p):
                     misses.append(f"{f}:{n}: {p}")
+            if ext == ".md":
+                for m in LINK.finditer(line):
+                    t = m.group(1)
+                    if re.match(r"[a-z]+:", t):
+                        continue
+                    if not os.path.exists(os.path.join(root, os.path.dirname(f), t)):
+                        misses.append(f"{f}:{n}: link {t}")
     for m in misses:
         print(m)
     if misses:

@@ -254,6 +254,32 @@ impl ArenaCache {
     }
 }
 
+impl ArenaCache {
+    /// Returns header, host payload and nicmem payload buffer indices, already sorted by pool,
+    /// to their caches (a driver that kept which buffers each packet holds frees them this way
+    /// without reading the packets' metadata).
+    ///
+    /// # Safety
+    /// Every index must be a buffer of the named pool of the arena this cache belongs to, owned
+    /// by the caller, who gives it up.
+    pub unsafe fn free_sorted(&mut self, hdr: &[u32], pay: &[u32], nic: &[u32]) {
+        // SAFETY: the caller's contract, each index to its own pool's cache.
+        unsafe {
+            self.hdr.free_indices(hdr);
+            if let Some(c) = &mut self.pay
+                && !pay.is_empty()
+            {
+                c.free_indices(pay);
+            }
+            if let Some(c) = &mut self.nic
+                && !nic.is_empty()
+            {
+                c.free_indices(nic);
+            }
+        }
+    }
+}
+
 /// The initialised prefix of a scratch array.
 ///
 /// # Safety
@@ -324,6 +350,44 @@ unsafe impl PacketOwner for ArenaShared {
             (PayloadRing::Primary, Some(p)) => unsafe { p.read_slow_index(m.payload, offset, dst) },
             _ => Err(AccessError::Oversized {
                 len: dst.len().min(u32::MAX as usize) as u32,
+                max: 0,
+            }),
+        }
+    }
+
+    fn write_payload(&self, handle: usize, offset: usize, src: &[u8]) -> Result<(), AccessError> {
+        // SAFETY: `handle` is a live packet of this arena (the burst's contract).
+        let m = unsafe { self.meta(handle) };
+        match (m.ring, &self.pay, self.pay_l, &self.nic) {
+            (PayloadRing::Secondary, Some(p), Some(l), _) => {
+                if offset
+                    .checked_add(src.len())
+                    .is_none_or(|e| e > p.buf_size())
+                {
+                    return Err(AccessError::Oversized {
+                        len: src.len().min(u32::MAX as usize) as u32,
+                        max: p.buf_size().saturating_sub(offset) as u32,
+                    });
+                }
+                // SAFETY: the packet owns host payload buffer `m.payload` (the burst holding it
+                // is borrowed mutably by the caller, so no view of it lives), and the range was
+                // checked against the buffer size above.
+                unsafe {
+                    std::ptr::copy_nonoverlapping(
+                        src.as_ptr(),
+                        l.ptr(m.payload).add(offset),
+                        src.len(),
+                    )
+                };
+                Ok(())
+            }
+            // SAFETY: the packet owns its nicmem payload buffer, so no device access runs
+            // concurrently.
+            (PayloadRing::Primary, _, _, Some(p)) => unsafe {
+                p.write_slow_index(m.payload, offset, src)
+            },
+            _ => Err(AccessError::Oversized {
+                len: src.len().min(u32::MAX as usize) as u32,
                 max: 0,
             }),
         }

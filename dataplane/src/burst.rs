@@ -28,6 +28,8 @@
 use std::cell::{Cell, UnsafeCell};
 use std::sync::Arc;
 
+use nicmem::AccessError;
+
 use crate::packet::{NicPayload, PacketOwner, PayloadLoc, PayloadRef, PayloadRing};
 use crate::verdict::{DropReason, Verdict};
 
@@ -565,6 +567,33 @@ impl Burst {
         }
     }
 
+    /// Overwrites bytes `[offset, offset + src.len())` of the payload segment of packet `i`
+    /// (offsets relative to the payload's start, i.e. frame offset minus
+    /// [`Burst::header_len`]): a copy into a host payload, a counted CPU write into a nicmem
+    /// payload ([`PacketOwner::write_payload`]). The slow path for the rare packet whose
+    /// headers reach past the header segment (the quoted headers of an ICMP error); errors when
+    /// the range leaves the payload or the payload's memory cannot be written.
+    pub fn write_payload_slow(
+        &mut self,
+        i: usize,
+        offset: usize,
+        src: &[u8],
+    ) -> Result<(), AccessError> {
+        assert!(i < self.len, "packet {i} of a burst of {}", self.len);
+        let len = self.payload_len(i);
+        if offset.checked_add(src.len()).is_none_or(|e| e > len) {
+            return Err(AccessError::Oversized {
+                len: src.len().min(u32::MAX as usize) as u32,
+                max: len.saturating_sub(offset) as u32,
+            });
+        }
+        match self.owner.as_deref() {
+            Some(owner) if !src.is_empty() => owner.write_payload(self.handle[i], offset, src),
+            Some(_) => Ok(()),
+            None => Err(AccessError::ZeroLength),
+        }
+    }
+
     /// Copies the whole frame of packet `i` into `out` (cleared first). A nicmem payload is read
     /// through the counted slow path: for tests, captures and debugging, never the data path.
     pub fn copy_frame(&self, i: usize, out: &mut Vec<u8>) {
@@ -977,6 +1006,33 @@ impl Burst {
         true
     }
 
+    /// Takes packet `i` out of the burst: it moves to the end of `dst` (as [`Burst::move_to`])
+    /// and the packets after it move up one place, so the burst keeps its order and no stale
+    /// copy. For network functions that hold packets back (fragments waiting for their first);
+    /// the packets of `dst` then belong to `dst`. Returns `false`, changing nothing, when `dst`
+    /// is full or holds packets of another owner.
+    pub fn remove_to(&mut self, i: usize, dst: &mut Burst) -> bool {
+        if !self.move_to(i, dst) {
+            return false;
+        }
+        let n = self.len;
+        let d = self.d_mut();
+        let frame = d.frame_len[i];
+        d.hdr.copy_within(i + 1..n, i);
+        d.hdr_len.copy_within(i + 1..n, i);
+        d.headroom.copy_within(i + 1..n, i);
+        d.frame_len.copy_within(i + 1..n, i);
+        d.ring.copy_within(i + 1..n, i);
+        d.rss.copy_within(i + 1..n, i);
+        self.handle.copy_within(i + 1..n, i);
+        self.port.copy_within(i + 1..n, i);
+        self.verdict.copy_within(i + 1..n, i);
+        self.len = n - 1;
+        self.described.set(self.len);
+        self.bytes -= u64::from(frame);
+        true
+    }
+
     /// Returns every packet to its owner (the slow path; the run loop frees through its queues).
     pub fn clear(&mut self) {
         if self.len > 0
@@ -1058,6 +1114,57 @@ mod tests {
         b.disown();
         f.free_handles(&rest);
         assert_eq!(f.in_use(), 0);
+    }
+
+    #[test]
+    fn remove_to_keeps_order_and_ownership() {
+        let f = PacketFactory::new(DatapathMode::NicPayload, 64, 1514, 16);
+        let frames: Vec<Vec<u8>> = (0..5u8).map(|k| vec![k; 100 + usize::from(k)]).collect();
+        let mut b = f.burst(&frames);
+        b.set_verdict(3, Verdict::tx(2));
+        let bytes = b.bytes();
+        let mut held = Burst::with_capacity(4);
+        assert!(b.remove_to(1, &mut held));
+        assert!(b.remove_to(2, &mut held), "the old packet 3 is now at 2");
+        assert_eq!(b.len(), 3);
+        assert_eq!(b.bytes(), bytes - 101 - 103);
+        let left: Vec<Vec<u8>> = (0..3).map(|i| b.frame(i)).collect();
+        assert_eq!(
+            left,
+            vec![frames[0].clone(), frames[2].clone(), frames[4].clone()]
+        );
+        assert_eq!(held.frame(0), frames[1]);
+        assert_eq!(held.frame(1), frames[3]);
+        assert_eq!(
+            held.verdict(1),
+            Verdict::tx(2),
+            "the verdict travels with the packet"
+        );
+        // Back into the burst, at its end.
+        assert!(held.remove_to(0, &mut b));
+        assert_eq!(b.frame(3), frames[1]);
+        drop(b);
+        drop(held);
+        assert_eq!(f.in_use(), 0, "no packet lost or freed twice");
+    }
+
+    #[test]
+    fn payload_writes_reach_the_frame_in_every_mode() {
+        for mode in DatapathMode::ALL {
+            let f = PacketFactory::new(mode, 64, 1514, 4);
+            let frame: Vec<u8> = (0..200u8).collect();
+            let mut b = f.burst(std::slice::from_ref(&frame));
+            let hl = b.header_len(0);
+            let mut want = frame.clone();
+            if mode.splits() {
+                b.write_payload_slow(0, 6, b"abc").unwrap();
+                want[hl + 6..hl + 9].copy_from_slice(b"abc");
+            }
+            assert_eq!(b.frame(0), want, "{mode}");
+            let past = b.payload_len(0).saturating_sub(1);
+            assert!(b.write_payload_slow(0, past, b"xy").is_err(), "{mode}");
+            assert_eq!(b.frame(0), want, "{mode}: a refused write changes nothing");
+        }
     }
 
     #[test]

@@ -317,15 +317,21 @@ impl FrameSource for RepeatSource {
 
     fn next_batch(&mut self, buf: &mut [u8], lens: &mut [u32]) -> usize {
         let len = self.frame.len();
+        let n = (lens.len() as u64).min(self.left) as usize;
+        lens[..n].fill(len as u32);
         let step = batch_step(len);
-        let room = buf.len().checked_div(step).unwrap_or(usize::MAX);
-        let n = (lens.len() as u64).min(self.left).min(room as u64) as usize;
-        for (i, l) in lens[..n].iter_mut().enumerate() {
-            nicmem::copy_prefix(&mut buf[i * step..], &self.padded, len);
-            *l = len as u32;
+        if step == 0 {
+            self.left -= n as u64;
+            return n;
         }
-        self.left -= n as u64;
-        n
+        // Every frame is the same: one fixed-size copy per slot of the batch.
+        let mut sent = 0;
+        for slot in buf.chunks_exact_mut(step).take(n) {
+            nicmem::copy_prefix(slot, &self.padded, len);
+            sent += 1;
+        }
+        self.left -= sent as u64;
+        sent
     }
     fn exhausted(&self) -> bool {
         self.left == 0

@@ -41,6 +41,21 @@ pub trait NetworkFunction: Send {
         Ok(())
     }
 
+    /// Packets this instance has taken out of bursts ([`Burst::remove_to`]) and holds back, to
+    /// give them back through [`NetworkFunction::release`] (e.g. IP fragments that arrived
+    /// before the fragment carrying their ports). 0 for functions that never hold packets.
+    fn held(&self) -> usize {
+        0
+    }
+
+    /// Moves held packets that are ready to go (or, with `flush`, every held packet) to the end
+    /// of `out`, each with its verdict: `Tx` when it was processed, a drop with the reason when
+    /// it was given up (a timeout, or `flush` at the end of the run). Never more than `out` has
+    /// room for. The run loop calls it while [`NetworkFunction::held`] is not zero, runs the
+    /// functions after this one over `out` and sends it like a received burst, so held packets
+    /// are counted (sent or dropped by reason) like every other packet.
+    fn release(&mut self, _out: &mut Burst, _ctx: &NfContext, _flush: bool) {}
+
     /// Answers an operator's command between two bursts (the telemetry socket and `dataplane
     /// ctl` send it to every worker's instance through the worker's mailbox,
     /// [`crate::control`]): a query (`backends`, `sessions`) or a change (`drain`, `weight`),
@@ -117,6 +132,29 @@ impl NfChain {
     pub fn process(&mut self, burst: &mut Burst, ctx: &NfContext) {
         for nf in &mut self.nfs {
             nf.process(burst, ctx);
+        }
+    }
+
+    /// Packets held back by the chain's functions (see [`NetworkFunction::held`]).
+    pub fn held(&self) -> usize {
+        self.nfs.iter().map(|nf| nf.held()).sum()
+    }
+
+    /// Lets the first function that has held packets ready release them into `out` (see
+    /// [`NetworkFunction::release`]) and runs the functions after it over them; `out` is empty
+    /// afterwards when no function released anything.
+    pub fn release(&mut self, out: &mut Burst, ctx: &NfContext, flush: bool) {
+        for k in 0..self.nfs.len() {
+            if self.nfs[k].held() == 0 {
+                continue;
+            }
+            self.nfs[k].release(out, ctx, flush);
+            if !out.is_empty() {
+                for nf in &mut self.nfs[k + 1..] {
+                    nf.process(out, ctx);
+                }
+                return;
+            }
         }
     }
 
@@ -433,6 +471,85 @@ impl std::ops::Index<&str> for Counters {
 #[cfg(test)]
 mod tests {
     use super::*;
+    use crate::mode::DatapathMode;
+    use crate::testkit::PacketFactory;
+    use crate::verdict::{DropReason, Verdict};
+
+    /// Holds the first packet of every burst; releases at `now_ns >= 10`, drops on a flush.
+    struct HoldFirst(Burst);
+
+    impl NetworkFunction for HoldFirst {
+        fn name(&self) -> &str {
+            "hold_first"
+        }
+        fn process(&mut self, burst: &mut Burst, _ctx: &NfContext) {
+            if !burst.is_empty() {
+                assert!(burst.remove_to(0, &mut self.0));
+            }
+        }
+        fn held(&self) -> usize {
+            self.0.len()
+        }
+        fn release(&mut self, out: &mut Burst, ctx: &NfContext, flush: bool) {
+            while !self.0.is_empty() && out.room() > 0 && (flush || ctx.now_ns >= 10) {
+                if flush {
+                    self.0.set_verdict(0, Verdict::drop(DropReason::POLICY));
+                }
+                assert!(self.0.remove_to(0, out));
+            }
+        }
+    }
+
+    /// Counts the packets it sees.
+    struct Count(usize);
+
+    impl NetworkFunction for Count {
+        fn name(&self) -> &str {
+            "count"
+        }
+        fn process(&mut self, burst: &mut Burst, _ctx: &NfContext) {
+            self.0 += burst.len();
+        }
+        fn counters(&self) -> Counters {
+            let mut c = Counters::new();
+            c.count("seen", self.0 as u64);
+            c
+        }
+    }
+
+    #[test]
+    fn released_packets_run_through_the_rest_of_the_chain() {
+        let f = PacketFactory::new(DatapathMode::Split, 64, 1514, 8);
+        let mut chain = NfChain::new();
+        chain.push(Box::new(HoldFirst(Burst::with_capacity(4))));
+        chain.push(Box::new(Count(0)));
+        let ctx = |now_ns| NfContext {
+            now_ns,
+            ..NfContext::default()
+        };
+        let mut b = f.burst(&vec![vec![1u8; 100]; 3]);
+        chain.process(&mut b, &ctx(0));
+        assert_eq!((b.len(), chain.held()), (2, 1));
+        let mut out = Burst::with_capacity(4);
+        chain.release(&mut out, &ctx(5), false);
+        assert!(out.is_empty(), "not ready yet");
+        chain.release(&mut out, &ctx(10), false);
+        assert_eq!((out.len(), chain.held()), (1, 0));
+        assert_eq!(out.verdict(0), Verdict::tx(0));
+        assert_eq!(
+            chain.functions()[1].counters()["seen"],
+            3,
+            "the released packet too"
+        );
+        // A flush gives up what is held, with a drop verdict.
+        let mut b2 = f.burst(&[vec![2u8; 80]]);
+        chain.process(&mut b2, &ctx(20));
+        let mut gone = Burst::with_capacity(4);
+        chain.release(&mut gone, &ctx(20), true);
+        assert_eq!(gone.verdict(0), Verdict::drop(DropReason::POLICY));
+        drop((b, b2, out, gone, chain));
+        assert_eq!(f.in_use(), 0, "no packet lost");
+    }
 
     #[test]
     fn merge_adds_counts_and_lists_and_keeps_the_first_text() {

@@ -55,7 +55,9 @@ pub enum PayloadLoc {
 /// An implementation promises, for every handle it issued that is still held by a burst:
 /// - [`PacketOwner::payload`] returns `Host(ptr)` only when the payload length the packet was
 ///   pushed with ([`crate::burst::RxPacket`]: frame length minus header length) is readable at
-///   `ptr` and written by nobody while the packet is held;
+///   `ptr` and written by nobody while the packet is held, except through
+///   [`PacketOwner::write_payload`] (which the burst calls only while it is borrowed mutably, so
+///   no view of the payload lives then);
 /// - [`PacketOwner::free`] may be called once per handle, from any thread, and takes the packet
 ///   back (its buffers return to their pools).
 pub unsafe trait PacketOwner: Send + Sync {
@@ -68,6 +70,13 @@ pub unsafe trait PacketOwner: Send + Sync {
     /// Copies bytes `[offset, offset + dst.len())` of the nicmem payload of `handle` to `dst`
     /// through a counted CPU read of nicmem (~0.05 B/cycle on real hardware).
     fn read_nic(&self, handle: usize, offset: usize, dst: &mut [u8]) -> Result<(), AccessError>;
+
+    /// Overwrites bytes `[offset, offset + src.len())` of the payload of `handle`: a plain copy
+    /// into a host payload, a counted CPU write (MMIO, write-combined) into a nicmem payload.
+    /// The slow path for the rare packet whose headers reach past the header segment (the
+    /// quoted headers of an ICMP error a NAT translates); an error when the range is outside
+    /// the payload or the payload's memory cannot be written by the CPU.
+    fn write_payload(&self, handle: usize, offset: usize, src: &[u8]) -> Result<(), AccessError>;
 }
 
 /// A borrowed view of a packet's payload segment.

@@ -9,6 +9,12 @@
 //! `tx_full`. Nothing on this path allocates or locks: bursts are preallocated, and buffers return
 //! to the queues' per-core pool caches.
 //!
+//! A network function may hold packets back across bursts ([`crate::NetworkFunction::held`]:
+//! IP fragments that arrived before their first fragment). While any are held, each iteration
+//! asks the chain to release the ready ones ([`NfChain::release`]) and sends them like a
+//! received burst; when the worker finishes, every packet still held is released with a drop
+//! verdict, so what was received is always sent or counted as a drop.
+//!
 //! A worker finishes when every one of its queues is idle (the wire has nothing more to deliver
 //! and nothing is in flight) or when the run is stopped and its queues have drained (or the
 //! drain timed out). Counters are published to [`LiveStats`] every [`PUBLISH_EVERY`] iterations,
@@ -362,6 +368,7 @@ pub fn run_worker(
         .map(|_| Burst::with_capacity(setup.burst))
         .collect();
     let mut dropped = Burst::with_capacity(setup.burst);
+    let mut released = Burst::with_capacity(setup.burst);
     let mut drops = DropCounts::default();
     // Every reason is registered when the functions are built, before their workers start.
     let reasons = DropReason::all().len();
@@ -421,36 +428,34 @@ pub fn run_worker(
                 burst.set_all_verdicts(Verdict::tx(e));
             }
             setup.chain.process(&mut burst, &ctx);
-            // Fast path: the whole burst goes to one port, handed over as it is.
-            if let Some(p) = burst.single_tx_port()
-                && (p as usize) < nports
-            {
-                setup.queues[p as usize].tx_burst(&mut burst, &mut drops);
-                continue;
+            dispatch(
+                &mut burst,
+                &mut setup.queues,
+                &mut tx,
+                &mut dropped,
+                &mut drops,
+                qi,
+            );
+        }
+        // Packets an NF held back (fragments waiting for their first) go out once ready, and
+        // time out even while no traffic arrives.
+        if setup.chain.held() > 0 {
+            if !got_any {
+                clock.busy();
+                ctx.now_ns = clock.ns();
             }
-            for i in 0..burst.len() {
-                match burst.verdict(i).action() {
-                    Action::Tx(p) if (p as usize) < nports => {
-                        burst.move_to(i, &mut tx[p as usize]);
-                    }
-                    Action::Tx(_) => {
-                        drops.add(DropReason::NO_SUCH_PORT, 1);
-                        burst.move_to(i, &mut dropped);
-                    }
-                    Action::Drop(r) => {
-                        drops.add(r, 1);
-                        burst.move_to(i, &mut dropped);
-                    }
-                }
-            }
-            burst.disown();
-            for (p, list) in tx.iter_mut().enumerate() {
-                if !list.is_empty() {
-                    setup.queues[p].tx_burst(list, &mut drops);
-                }
-            }
-            if !dropped.is_empty() {
-                setup.queues[qi].free_burst(&mut dropped);
+            setup.chain.release(&mut released, &ctx, false);
+            if !released.is_empty() {
+                got_any = true;
+                busy_since.get_or_insert(clock.now);
+                dispatch(
+                    &mut released,
+                    &mut setup.queues,
+                    &mut tx,
+                    &mut dropped,
+                    &mut drops,
+                    0,
+                );
             }
         }
         if got_any {
@@ -490,6 +495,23 @@ pub fn run_worker(
             let busy = busy_ns + busy_since.map_or(0, |t| (now - t).as_nanos() as u64);
             publish(state, &setup.queues, &drops, busy, now, bursts, idle_polls);
         }
+    }
+    // Nothing may stay held when the run ends: every held packet leaves, sent or dropped with
+    // its reason (each call releases at least one packet while any is held).
+    ctx.now_ns = start.elapsed().as_nanos() as u64;
+    while setup.chain.held() > 0 {
+        setup.chain.release(&mut released, &ctx, true);
+        if released.is_empty() {
+            break;
+        }
+        dispatch(
+            &mut released,
+            &mut setup.queues,
+            &mut tx,
+            &mut dropped,
+            &mut drops,
+            0,
+        );
     }
     for q in &mut setup.queues {
         q.flush();
@@ -535,6 +557,51 @@ pub fn run_worker(
         bursts,
         busy_s: busy_ns as f64 * 1e-9,
         active_s: (last_active - start).as_secs_f64(),
+    }
+}
+
+/// Hands a processed burst to the Tx queues by verdict: as it is when every verdict names one
+/// port (the fast path), otherwise sorted into per-port Tx bursts and a drop burst (counted by
+/// reason, freed through queue `free_on`).
+#[inline]
+fn dispatch(
+    burst: &mut Burst,
+    queues: &mut [Box<dyn Queue>],
+    tx: &mut [Burst],
+    dropped: &mut Burst,
+    drops: &mut DropCounts,
+    free_on: usize,
+) {
+    let nports = queues.len();
+    if let Some(p) = burst.single_tx_port()
+        && (p as usize) < nports
+    {
+        queues[p as usize].tx_burst(burst, drops);
+        return;
+    }
+    for i in 0..burst.len() {
+        match burst.verdict(i).action() {
+            Action::Tx(p) if (p as usize) < nports => {
+                burst.move_to(i, &mut tx[p as usize]);
+            }
+            Action::Tx(_) => {
+                drops.add(DropReason::NO_SUCH_PORT, 1);
+                burst.move_to(i, dropped);
+            }
+            Action::Drop(r) => {
+                drops.add(r, 1);
+                burst.move_to(i, dropped);
+            }
+        }
+    }
+    burst.disown();
+    for (p, list) in tx.iter_mut().enumerate() {
+        if !list.is_empty() {
+            queues[p].tx_burst(list, drops);
+        }
+    }
+    if !dropped.is_empty() {
+        queues[free_on].free_burst(dropped);
     }
 }
 

@@ -37,13 +37,21 @@
 //!   of them the changed backend's). [`maglev_disruption`] measures the same without the flow
 //!   table. `backends` lists every backend: address, state, weight, packets, new flows and
 //!   active flows (kept exact by the flow table's per-value counts).
+//! - **ICMP errors to the VIP** (a router's "fragmentation needed" about a backend's reply,
+//!   which left with the VIP as its source): steered by the flow they quote, reversed, to the
+//!   backend that serves that flow (Katran and IPVS do the same), so path MTU discovery works
+//!   for every backend. The quoted headers end past a 64 B header segment; they are read
+//!   through [`crate::slow_path`] (counted as `icmp_errors_slow_path`). An error that quotes no
+//!   known flow is counted (`icmp_no_flow`) and, with Maglev, sent to the backend the quoted
+//!   flow hashes to (where it would be now); round robin has no such backend and drops it as
+//!   `icmp_no_flow`. Only the outer destination (and IPv4 checksum) is rewritten.
 //! - **Not for the VIP**: forwarded unchanged (`non_vip = "forward"`, default) or dropped as
 //!   `not_for_vip` (`"drop"`). Non-IPv4 frames count as not for the VIP. Frames that claim IPv4
 //!   but are truncated or malformed are dropped with their reason; later fragments to the VIP
 //!   carry no ports and are dropped as `fragment` (as Katran does).
 //!
-//! - **Drop reasons** of its own, registered when an LB is built: `not_for_vip` and `no_backend`
-//!   (every backend disabled).
+//! - **Drop reasons** of its own, registered when an LB is built: `not_for_vip`, `no_backend`
+//!   (every backend disabled) and `icmp_no_flow`.
 //! - **Per burst**: headers are parsed with a prefetch a few packets ahead, the VIP packets' keys
 //!   are hashed and looked up in the flow table in bulk, then every packet is rewritten in order.
 //!
@@ -59,13 +67,15 @@ use serde::{Deserialize, Serialize};
 use wire::checksum::CsumDelta;
 use wire::classify::{Frag, L4, ParseError, Parsed, parse};
 use wire::field::{read_u16, write_u16, write_u32};
-use wire::ipv4::IPV4_HLEN;
+use wire::icmpv4::{ICMP_HLEN, icmp_is_error};
+use wire::ipv4::{IPV4_HLEN, Ipv4View, PROTO_TCP, PROTO_UDP};
 
 use crate::flow_table::{BULK, FlowKey, FlowTable, FullPolicy, NO_SLOT, hash_key, ms_ticks};
 use crate::params::{bad_param, mix_seed, parse_ipv4, parse_params, timeout_ms};
 use crate::registry::{
     BuildContext, Memory, NfSpec, Param, Reason, defaults_of, drop_counters, register_reason,
 };
+use crate::slow_path::read_frame;
 use crate::verify::ChecksumVerifier;
 
 /// Name of this NF in configs.
@@ -78,6 +88,11 @@ const NOT_FOR_VIP: Reason = (
 );
 /// Drop reason: a new flow with no enabled backend.
 const NO_BACKEND_REASON: Reason = ("no_backend", "no enabled backend to send a new flow to");
+/// Drop reason: an ICMP error about no known flow, with round robin (no backend to hash to).
+const ICMP_NO_FLOW: Reason = (
+    "icmp_no_flow",
+    "an ICMP error to the VIP about no flow the load balancer knows (round robin)",
+);
 
 /// The registration of `lb`.
 pub const SPEC: NfSpec = NfSpec {
@@ -155,7 +170,7 @@ pub const SPEC: NfSpec = NfSpec {
         },
     ],
     defaults: defaults_of::<LbConfig>,
-    drop_reasons: &[NOT_FOR_VIP, NO_BACKEND_REASON],
+    drop_reasons: &[NOT_FOR_VIP, NO_BACKEND_REASON, ICMP_NO_FLOW],
     build,
     memory,
 };
@@ -441,6 +456,9 @@ struct Counters {
     flow_table_full: u64,
     header_segment_short: u64,
     fragments_dropped: u64,
+    icmp_errors_steered: u64,
+    icmp_errors_slow_path: u64,
+    icmp_no_flow: u64,
     drops: DropCounts,
 }
 
@@ -448,6 +466,7 @@ struct Counters {
 enum Pending {
     Done,
     Vip(Parsed),
+    IcmpError(Parsed),
 }
 
 /// Where a backend is in its life (see the module docs).
@@ -512,6 +531,7 @@ pub struct LoadBalancer {
     slots: Vec<u32>,
     not_for_vip_reason: DropReason,
     no_backend_reason: DropReason,
+    icmp_no_flow_reason: DropReason,
 }
 
 impl LoadBalancer {
@@ -659,6 +679,7 @@ impl LoadBalancer {
             slots: vec![0; BULK],
             not_for_vip_reason: register_reason(NAME, NOT_FOR_VIP)?,
             no_backend_reason: register_reason(NAME, NO_BACKEND_REASON)?,
+            icmp_no_flow_reason: register_reason(NAME, ICMP_NO_FLOW)?,
         };
         lb.rebuild();
         Ok(lb)
@@ -861,6 +882,10 @@ impl LoadBalancer {
                     self.drop_pkt(burst, i, DropReason::FRAGMENT);
                     self.pending.push(Pending::Done);
                 }
+                Ok(p) if matches!(p.l4info, L4::Icmp { ty, .. } if icmp_is_error(ty)) => {
+                    self.c.vip_packets += 1;
+                    self.pending.push(Pending::IcmpError(p));
+                }
                 Ok(p) => {
                     self.c.vip_packets += 1;
                     self.keys[nkeys] = Self::key_of(&p);
@@ -880,8 +905,13 @@ impl LoadBalancer {
         let bulk_epoch = self.table.epoch();
         let mut j = 0;
         for (k, i) in (start..end).enumerate() {
-            let Pending::Vip(p) = self.pending[k] else {
-                continue;
+            let p = match self.pending[k] {
+                Pending::Done => continue,
+                Pending::IcmpError(p) => {
+                    self.icmp_error(burst, i, &p);
+                    continue;
+                }
+                Pending::Vip(p) => p,
             };
             let key = self.keys[j];
             let h = self.hashes[j];
@@ -935,6 +965,73 @@ impl LoadBalancer {
     }
 }
 
+impl LoadBalancer {
+    /// The flow an ICMP error to the VIP is about: the 5-tuple of the client's packets, i.e.
+    /// the quoted packet (sent from the VIP) reversed. `None` when the error quotes no TCP/UDP
+    /// packet from the VIP.
+    fn quoted_flow(&mut self, burst: &Burst, i: usize, p: &Parsed) -> Option<FlowKey> {
+        let msg_end = p.l3 + usize::from(p.total_len);
+        let e3 = p.l4 + ICMP_HLEN;
+        let mut q = [0u8; 60 + 4];
+        if e3 + IPV4_HLEN > msg_end {
+            return None;
+        }
+        let mut slow = read_frame(burst, i, e3, &mut q[..IPV4_HLEN]).ok()? > 0;
+        let quoted = Ipv4View::new_checked(&q[..])?;
+        let eihl = quoted.header_len();
+        let eproto = quoted.protocol();
+        if quoted.version() != 4
+            || eihl < IPV4_HLEN
+            || e3 + eihl + 4 > msg_end
+            || quoted.frag_offset() != 0
+            || !matches!(eproto, PROTO_TCP | PROTO_UDP)
+            || quoted.src() != self.vip
+        {
+            return None;
+        }
+        let (esrc, edst) = (quoted.src(), quoted.dst());
+        slow |= read_frame(burst, i, e3 + IPV4_HLEN, &mut q[IPV4_HLEN..eihl + 4]).ok()? > 0;
+        if slow {
+            self.c.icmp_errors_slow_path += 1;
+        }
+        let (esport, edport) = (read_u16(&q, eihl), read_u16(&q, eihl + 2));
+        Some(FlowKey::new(edst, esrc, edport, esport, eproto))
+    }
+
+    /// Steers ICMP error `p` (packet `i`) to the backend of the flow it quotes (see the module
+    /// docs).
+    fn icmp_error(&mut self, burst: &mut Burst, i: usize, p: &Parsed) {
+        let flow = self.quoted_flow(burst, i, p);
+        let pinned = flow
+            .and_then(|k| self.table.peek(&k))
+            .filter(|&b| self.enabled[usize::from(b)]);
+        let backend = match (pinned, flow) {
+            (Some(b), _) => {
+                self.c.icmp_errors_steered += 1;
+                Some(b)
+            }
+            (None, Some(k)) if self.mode == LbMode::Maglev => {
+                self.c.icmp_no_flow += 1;
+                self.pick(&k)
+            }
+            _ => {
+                self.c.icmp_no_flow += 1;
+                None
+            }
+        };
+        match backend {
+            Some(b) => {
+                self.rewrite(burst.header_mut(i), p, b);
+                if let Some(v) = self.verifier.as_mut() {
+                    v.verify(burst, i);
+                }
+            }
+            None if self.n_pickable == 0 => self.drop_pkt(burst, i, self.no_backend_reason),
+            None => self.drop_pkt(burst, i, self.icmp_no_flow_reason),
+        }
+    }
+}
+
 impl NetworkFunction for LoadBalancer {
     fn name(&self) -> &str {
         &self.name
@@ -971,10 +1068,20 @@ impl NetworkFunction for LoadBalancer {
             .count("evicted", ts.evictions)
             .count("header_segment_short", c.header_segment_short)
             .count("fragments_dropped", c.fragments_dropped)
+            .count("icmp_errors_steered", c.icmp_errors_steered)
+            .count("icmp_errors_slow_path", c.icmp_errors_slow_path)
+            .count("icmp_no_flow", c.icmp_no_flow)
             .count("dropped", c.drops.total())
             .group(
                 "drops",
-                drop_counters(&c.drops, &[self.not_for_vip_reason, self.no_backend_reason]),
+                drop_counters(
+                    &c.drops,
+                    &[
+                        self.not_for_vip_reason,
+                        self.no_backend_reason,
+                        self.icmp_no_flow_reason,
+                    ],
+                ),
             );
         if let Some(ver) = &self.verifier {
             v.count("verify_slow_path", ver.verified)

@@ -216,7 +216,53 @@ struct Tally {
     pre_dropped: u64,
 }
 
-/// Runs `n` frames through `nf` in `mode`; returns the verdict tally.
+/// Counts the verdict of a packet that was live when it reached `nf` (and keeps some forwarded
+/// frames as echo material).
+fn tally(t: &mut Tally, b: &Burst, i: usize, g: &mut Gen, keep_output: bool) {
+    match b.verdict(i).action() {
+        // Port 1 as set, or back to the inside port for a NAT's hairpinned packet.
+        Action::Tx(_) => {
+            t.tx += 1;
+            if keep_output && g.below(4) == 0 {
+                let fr = b.frame(i);
+                if g.echo.len() < 256 {
+                    g.echo.push(fr);
+                } else {
+                    let j = g.below(256);
+                    g.echo[j] = fr;
+                }
+            }
+        }
+        Action::Drop(_) => t.dropped_by_nf += 1,
+    }
+}
+
+/// Lets `nf` release the packets it holds (every one with `flush`) and counts them.
+fn release(
+    nf: &mut dyn NetworkFunction,
+    ctx: &NfContext,
+    flush: bool,
+    t: &mut Tally,
+    g: &mut Gen,
+    keep_output: bool,
+) {
+    while nf.held() > 0 {
+        let mut out = Burst::with_capacity(32);
+        nf.release(&mut out, ctx, flush);
+        if out.is_empty() {
+            assert!(!flush, "a flush releases every held packet");
+            break;
+        }
+        for i in 0..out.len() {
+            t.frames += 1;
+            tally(t, &out, i, g, keep_output);
+        }
+    }
+}
+
+/// Runs `n` frames through `nf` in `mode`; returns the verdict tally. Packets the NF holds back
+/// (a NAT's fragments waiting for their first) are counted when it releases them; every packet
+/// still held at the end is flushed.
 fn drive(
     nf: &mut dyn NetworkFunction,
     mode: DatapathMode,
@@ -225,10 +271,15 @@ fn drive(
     g: &mut Gen,
     keep_output: bool,
 ) -> Tally {
-    let f = PacketFactory::new(mode, split, 2048, 64);
+    let f = PacketFactory::new(mode, split, 2048, 128);
     let mut t = Tally::default();
     let mut now = 0u64;
     let mut done = 0;
+    let ctx = |now_ns| NfContext {
+        now_ns,
+        worker: 0,
+        workers: 1,
+    };
     while done < n {
         let mut b = Burst::with_capacity(32);
         let mut pre = Vec::with_capacity(32);
@@ -251,43 +302,36 @@ fn drive(
         }
         done += k;
         now += g.below(3_000_000_000) as u64;
-        nf.process(
-            &mut b,
-            &NfContext {
-                now_ns: now,
-                worker: 0,
-                workers: 1,
-            },
-        );
-        for (i, &was_dropped) in pre.iter().enumerate() {
+        let handles = b.handles().to_vec();
+        nf.process(&mut b, &ctx(now));
+        // Follow each packet by its handle: a held packet has left the burst.
+        let after: std::collections::HashMap<usize, usize> = b
+            .handles()
+            .iter()
+            .enumerate()
+            .map(|(i, &h)| (h, i))
+            .collect();
+        for (h, &was_dropped) in handles.iter().zip(&pre) {
+            let Some(&i) = after.get(h) else {
+                assert!(!was_dropped, "pre-dropped packet taken");
+                continue;
+            };
             t.frames += 1;
-            let v = b.verdict(i);
-            match (was_dropped, v.action()) {
-                (true, _) => {
-                    assert_eq!(
-                        v,
-                        Verdict::drop(DropReason::POLICY),
-                        "pre-dropped packet touched"
-                    );
-                    t.pre_dropped += 1;
-                }
-                (false, Action::Tx(1)) => {
-                    t.tx += 1;
-                    if keep_output && g.below(4) == 0 {
-                        let fr = b.frame(i);
-                        if g.echo.len() < 256 {
-                            g.echo.push(fr);
-                        } else {
-                            let j = g.below(256);
-                            g.echo[j] = fr;
-                        }
-                    }
-                }
-                (false, Action::Drop(_)) => t.dropped_by_nf += 1,
-                (false, other) => panic!("unexpected verdict {other:?}"),
+            if was_dropped {
+                assert_eq!(
+                    b.verdict(i),
+                    Verdict::drop(DropReason::POLICY),
+                    "pre-dropped packet touched"
+                );
+                t.pre_dropped += 1;
+            } else {
+                tally(&mut t, &b, i, g, keep_output);
             }
         }
+        let flush = g.below(4) == 0;
+        release(nf, &ctx(now), flush, &mut t, g, keep_output);
     }
+    release(nf, &ctx(now), true, &mut t, g, keep_output);
     t
 }
 

@@ -413,3 +413,77 @@ fn backends_are_added_removed_and_weighted_at_run_time() {
     let e = ctl(&mut l, "weight", &["10.9.9.9", "3"]).unwrap_err();
     assert!(e.contains("disabled") && e.contains("`enable`"), "{e}");
 }
+
+/// A router's "fragmentation needed" about a backend's reply to `c:cport` (the reply left with
+/// the VIP as its source, direct server return), sent to the VIP.
+fn frag_needed_about(c: u32, cport: u16, quote_len: usize) -> Vec<u8> {
+    let reply = FrameSpec::tcp(ip(VIP), c, 80, cport, 0x18, 1400).ip_packet();
+    FrameSpec {
+        l4: L4Spec::IcmpError {
+            ty: 3,
+            code: 4,
+            inner: reply,
+            inner_len: quote_len,
+        },
+        ..FrameSpec::udp(ip("192.0.2.254"), ip(VIP), 0, 0, 0)
+    }
+    .build()
+}
+
+#[test]
+fn icmp_errors_about_a_vip_flow_reach_that_flows_backend_with_maglev() {
+    for mode in DatapathMode::ALL {
+        let f = factory(mode);
+        let mut l = lb("flows = 4096\nmode = \"maglev\"");
+        let flows: Vec<(u32, u16)> = (0..8).map(|i| (client(i * 37), 20000 + i as u16)).collect();
+        let syns: Vec<Vec<u8>> = flows
+            .iter()
+            .map(|&(c, p)| FrameSpec::tcp(c, ip(VIP), p, 80, TCP_SYN, 0).build())
+            .collect();
+        let backends: Vec<u32> = run(&mut l, &f, &syns, SEC, 0)
+            .iter()
+            .map(|(o, _)| backend_of(o))
+            .collect();
+        let distinct: std::collections::HashSet<_> = backends.iter().collect();
+        assert!(distinct.len() > 1, "{mode}: the flows are spread");
+        // Errors in reverse order, quoting 28 B (RFC 792) or 48 B (past the header segment).
+        for (k, &(c, p)) in flows.iter().enumerate().rev() {
+            let err = frag_needed_about(c, p, if k % 2 == 0 { 28 } else { 48 });
+            let (o, v) = run1(&mut l, &f, &err, 2 * SEC);
+            assert_eq!(v, Verdict::tx(1), "{mode}");
+            assert_eq!(
+                backend_of(&o),
+                backends[k],
+                "{mode}: error {k} to its flow's backend"
+            );
+            assert_eq!(verify_frame_checksums(&o), Ok(()));
+            assert_eq!(o[34..], err[34..], "{mode}: the ICMP message is untouched");
+        }
+        let s = l.counters();
+        assert_eq!(s["icmp_errors_steered"], 8, "{mode}");
+        assert_eq!(s["icmp_no_flow"], 0);
+        assert_eq!(s["new_flows"], 8, "errors create no flow");
+        let slow = if mode == DatapathMode::Host { 0 } else { 8 };
+        assert_eq!(s["icmp_errors_slow_path"], slow, "{mode}");
+    }
+}
+
+#[test]
+fn icmp_errors_about_no_known_flow_are_counted() {
+    for mode in DatapathMode::ALL {
+        let f = factory(mode);
+        // Round robin has no backend for an unknown flow: dropped with the reason.
+        let mut l = lb("flows = 64");
+        let (_, v) = run1(&mut l, &f, &frag_needed_about(client(1), 999, 28), SEC);
+        assert_eq!(v, Verdict::drop(reason("icmp_no_flow")), "{mode}");
+        assert_eq!(l.counters()["icmp_no_flow"], 1);
+        // Maglev sends it where the quoted flow hashes to: where the flow would be now.
+        let mut m = lb("flows = 64\nmode = \"maglev\"");
+        let (o, v) = run1(&mut m, &f, &frag_needed_about(client(1), 999, 28), SEC);
+        assert_eq!(v, Verdict::tx(1), "{mode}");
+        assert_eq!(m.counters()["icmp_no_flow"], 1);
+        let syn = FrameSpec::tcp(client(1), ip(VIP), 999, 80, TCP_SYN, 0).build();
+        let (first, _) = run1(&mut m, &f, &syn, SEC);
+        assert_eq!(backend_of(&o), backend_of(&first), "{mode}");
+    }
+}

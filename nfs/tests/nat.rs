@@ -181,13 +181,19 @@ fn established_tcp_expires_after_7440s() {
 fn udp_expires_by_scan_and_port_is_reused() {
     for mode in DatapathMode::ALL {
         let f = factory(mode);
-        let mut n = nat("flows = 64\nport_min = 3000\nport_max = 3001\nscan_per_burst = 64");
+        // Endpoint-dependent mapping, no reuse hold: ports are reused towards other remotes and
+        // as soon as their session is gone.
+        let mut n = nat(
+            "flows = 64\nport_min = 3000\nport_max = 3001\nscan_per_burst = 64\n\
+             mapping = \"endpoint-dependent\"\nport_reuse_hold_s = 0",
+        );
         let r = ip("5.5.5.5");
         let mk = |i: u32| FrameSpec::udp(ip("192.168.0.1") + i, r, 1000, 53, 8).build();
         let o0 = run1(&mut n, &f, &mk(0), SEC);
         let o1 = run1(&mut n, &f, &mk(1), SEC);
         assert!(tx(o0.1) && tx(o1.1));
-        let ports = [tuple(&o0.0).1, tuple(&o1.0).1];
+        let mut ports = [tuple(&o0.0).1, tuple(&o1.0).1];
+        ports.sort_unstable();
         assert_eq!(ports, [3000, 3001], "{mode}");
         // Third flow to the same remote endpoint: no port left.
         let (_, v) = run1(&mut n, &f, &mk(2), SEC);
@@ -219,16 +225,24 @@ fn table_full_drop_and_evict() {
         assert_eq!(v, Verdict::drop(DropReason::FLOW_TABLE_FULL), "{mode}");
         assert_eq!(n.counters()["table_full"], 1);
 
+        // `evict` never takes a live UDP session (RFC 6888 REQ-11): still full.
         let mut n = nat("flows = 2\nfull_policy = \"evict\"");
         assert!(tx(run1(&mut n, &f, &mk(0), SEC).1));
+        assert!(tx(run1(&mut n, &f, &mk(1), 2 * SEC).1));
+        let (_, v) = run1(&mut n, &f, &mk(2), 3 * SEC);
+        assert_eq!(v, Verdict::drop(DropReason::FLOW_TABLE_FULL), "{mode}");
+        assert_eq!(n.counters()["evicted"], 0, "{mode}");
+        // A transitory TCP session (a SYN not answered) is taken instead.
+        let mut n = nat("flows = 2\nfull_policy = \"evict\"");
+        let syn = FrameSpec::tcp(ip("192.168.0.9"), ip("7.7.7.7"), 1000, 80, TCP_SYN, 0).build();
+        assert!(tx(run1(&mut n, &f, &syn, SEC).1));
         assert!(tx(run1(&mut n, &f, &mk(1), 2 * SEC).1));
         assert!(tx(run1(&mut n, &f, &mk(2), 3 * SEC).1), "{mode}");
         let s = n.counters();
         assert_eq!(s["evicted"], 1, "{mode}");
         assert_eq!(s["active_mappings"], 2);
-        // The oldest session (flow 0) was evicted; flows 1 and 2 are mapped.
         assert!(
-            n.mapping(ip("192.168.0.1"), ip("7.7.7.7"), 1000, 53, PROTO_UDP)
+            n.mapping(ip("192.168.0.9"), ip("7.7.7.7"), 1000, 80, PROTO_TCP)
                 .is_none()
         );
         assert!(
@@ -362,20 +376,31 @@ fn icmp_errors_translated_when_they_fit_the_header_segment() {
 }
 
 #[test]
-fn icmp_errors_with_default_split_are_counted_segment_short() {
+fn icmp_errors_with_default_split_are_translated_through_the_slow_path() {
+    // Before the slow path, split modes dropped these as `truncated` (header_segment_short):
+    // the quoted UDP header ends at byte 70 of the frame, past the 64 B header segment.
     for mode in DatapathMode::ALL {
         let f = factory(mode);
         let mut n = small();
         let (a, r) = (ip("192.168.3.3"), ip("203.0.113.9"));
-        let (o, _) = run1(&mut n, &f, &FrameSpec::udp(a, r, 1, 2, 20).build(), SEC);
+        let out = FrameSpec::udp(a, r, 1111, 2, 20).build();
+        let (o, _) = run1(&mut n, &f, &out, SEC);
         let err = icmp_error(r, ip(NAT_IP), o[14..].to_vec(), 48);
-        let (_, v) = run1(&mut n, &f, &err, SEC);
-        if mode == DatapathMode::Host {
-            assert!(tx(v), "host mode has the whole frame in the header segment");
-        } else {
-            assert_eq!(v, Verdict::drop(DropReason::TRUNCATED), "{mode}");
-            assert_eq!(n.counters()["header_segment_short"], 1);
-        }
+        let (e, v) = run1(&mut n, &f, &err, SEC);
+        assert!(tx(v), "{mode}: {v:?}");
+        assert_eq!(verify_frame_checksums(&e), Ok(()), "{mode}");
+        assert_eq!(read_u32(&e, 30), a, "{mode}");
+        assert_eq!(read_u32(&e, 42 + 12), a, "{mode}");
+        assert_eq!(read_u16(&e, 62), 1111, "{mode}");
+        assert_eq!(
+            read_u16(&e, 68),
+            read_u16(&out, 40),
+            "{mode}: quoted UDP checksum"
+        );
+        let s = n.counters();
+        assert_eq!(s["header_segment_short"], 0);
+        let slow = if mode == DatapathMode::Host { 0 } else { 1 };
+        assert_eq!(s["icmp_errors_slow_path"], slow, "{mode}");
     }
 }
 
@@ -393,9 +418,6 @@ fn malformed_and_policy_drops() {
         let mut ihl = good.build();
         ihl[14] = 0x43;
         cases.push((ihl, DropReason::MALFORMED));
-        let mut later = good.clone();
-        later.frag = 0x0010;
-        cases.push((later.build(), DropReason::FRAGMENT));
         cases.push((
             FrameSpec {
                 l4: L4Spec::Raw { proto: 47 },
@@ -412,10 +434,18 @@ fn malformed_and_policy_drops() {
             assert_eq!(v, Verdict::drop(*want), "{mode}");
         }
         let s = n.counters();
-        assert_eq!(s["fragments_dropped"], 1);
         assert_eq!(s["dropped"], cases.len() as u64);
         assert_eq!(s["packets"], cases.len() as u64);
 
+        // A later fragment of an outbound datagram, before its first: translated by the
+        // subscriber's paired address (it was dropped as `fragment` before virtual reassembly).
+        let mut later = good.clone();
+        later.frag = 0x0010;
+        let (o, v) = run1(&mut n, &f, &later.build(), SEC);
+        assert!(tx(v), "{mode}: {v:?}");
+        assert_eq!(read_u32(&o, 26), ip(NAT_IP));
+        assert_eq!(verify_frame_checksums(&o), Ok(()));
+        assert_eq!(n.counters()["fragments"]["translated_early"], 1);
         // First fragment: translated.
         let mut first = good.clone();
         first.frag = 0x2000;
@@ -501,10 +531,17 @@ fn by_port_direction_and_hairpin() {
     let r = run(&mut n, &f, std::slice::from_ref(&reply), SEC, 1).remove(0);
     assert!(tx(r.1));
     assert_eq!(tuple(&r.0).2, ip("192.168.0.1"));
-    // The same frame arriving on the inside port is hairpinning: unsupported.
-    let h = run(&mut n, &f, &[reply], SEC, 0).remove(0);
-    assert_eq!(h.1, Verdict::drop(DropReason::POLICY));
-    assert_eq!(n.counters()["hairpin_dropped"], 1);
+    // The same frame arriving on the inside port from an inside host is hairpinning: it comes
+    // out of the NAT from the sender's outside endpoint to the mapped inside host, back on the
+    // inside port (it was dropped as `policy` before hairpinning was supported).
+    let from_inside = FrameSpec::udp(ip("192.168.0.2"), ip(NAT_IP), 7, np, 30).build();
+    let h = run(&mut n, &f, &[from_inside], SEC, 0).remove(0);
+    assert_eq!(h.1, Verdict::tx(0), "back to the inside port");
+    let (s, sp, d, dp) = tuple(&h.0);
+    assert_eq!((s, d, dp), (ip(NAT_IP), ip("192.168.0.1"), 1));
+    assert!(sp >= 1024);
+    assert_eq!(verify_frame_checksums(&h.0), Ok(()));
+    assert_eq!(n.counters()["hairpinned"], 1);
 }
 
 #[test]

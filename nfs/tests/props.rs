@@ -15,6 +15,7 @@ use proptest::prelude::*;
 use wire::checksum::{CsumDelta, fold, ipv4_header_checksum, ones_sum, update16};
 use wire::classify::{parse, verify_frame_checksums};
 use wire::frames::{FrameSpec, L4Spec};
+use wire::tcp::{TCP_ACK, TCP_RST, TCP_SYN};
 
 const NAT_IP: u32 = 0x0a00_0001;
 
@@ -98,6 +99,11 @@ proptest! {
     ) {
         let f = PacketFactory::new(mode, 64, 2048, 8);
         let mut nat = Nat::from_params(&params("flows = 64"), 0, 1).unwrap();
+        // A TCP session opens on a SYN (no ACK, no RST); the other flag bits stay random.
+        let kind = match kind {
+            Kind::Tcp(fl) => Kind::Tcp(fl & !(TCP_ACK | TCP_RST) | TCP_SYN),
+            k => k,
+        };
         let mut s = spec(kind, src, dst, sport, dport, &payload, false);
         s.ttl = ttl;
         s.vlan = vlan;

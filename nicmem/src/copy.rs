@@ -12,15 +12,27 @@
 pub fn copy_prefix(dst: &mut [u8], src: &[u8], n: usize) {
     let room = dst.len().min(src.len());
     if n <= 64 && room >= 64 {
-        let s: &[u8; 64] = src[..64].try_into().expect("64 bytes");
-        let d: &mut [u8; 64] = (&mut dst[..64]).try_into().expect("64 bytes");
-        *d = *s;
+        copy_fixed::<64>(dst, src);
     } else if n <= 128 && room >= 128 {
-        let s: &[u8; 128] = src[..128].try_into().expect("128 bytes");
-        let d: &mut [u8; 128] = (&mut dst[..128]).try_into().expect("128 bytes");
-        *d = *s;
+        copy_fixed::<128>(dst, src);
     } else {
         dst[..n].copy_from_slice(&src[..n]);
+    }
+}
+
+/// Copies the first `N` bytes (a multiple of 16) as 16-byte words. Written word by word rather
+/// than as one array copy: the compiler merges array copies of the branches of
+/// [`copy_prefix`] into a single `memcpy` call of variable length, which is what the fast path
+/// exists to avoid.
+#[inline(always)]
+fn copy_fixed<const N: usize>(dst: &mut [u8], src: &[u8]) {
+    let d: &mut [u8; N] = (&mut dst[..N]).try_into().expect("N bytes");
+    let s: &[u8; N] = src[..N].try_into().expect("N bytes");
+    let mut i = 0;
+    while i < N {
+        let w = u128::from_ne_bytes(s[i..i + 16].try_into().expect("16 bytes"));
+        d[i..i + 16].copy_from_slice(&w.to_ne_bytes());
+        i += 16;
     }
 }
 

@@ -499,6 +499,43 @@ impl BufPool<Nic> {
         Ok(())
     }
 
+    /// Counted CPU write of `src` at `offset` of buffer `idx` (the index-level
+    /// [`Buf::write_slow`]; an aliased pool discards it, as it does device writes).
+    ///
+    /// # Safety
+    /// The caller must own `idx` (allocated from this pool, not freed), so that no device access
+    /// to it and no other write runs concurrently.
+    pub unsafe fn write_slow_index(
+        &self,
+        idx: u32,
+        offset: usize,
+        src: &[u8],
+    ) -> Result<(), AccessError> {
+        let sh = self.sh();
+        if idx >= sh.count
+            || offset
+                .checked_add(src.len())
+                .is_none_or(|e| e > sh.buf_size)
+        {
+            return Err(AccessError::Oversized {
+                len: src.len().min(u32::MAX as usize) as u32,
+                max: sh.buf_size.saturating_sub(offset) as u32,
+            });
+        }
+        if let Backing::NicMem(w) = &sh.region.inner.backing {
+            w.device().count_write(src.len());
+        }
+        if sh.aliased {
+            return Ok(());
+        }
+        let dst = sh.layout().ptr(idx).wrapping_add(offset);
+        // SAFETY: `idx < count` and `offset + len <= buf_size`, so the range lies inside the
+        // pool's memory; the caller owns the buffer, so nothing else reads or writes it
+        // meanwhile, and `src` is a distinct borrow.
+        unsafe { std::ptr::copy_nonoverlapping(src.as_ptr(), dst, src.len()) };
+        Ok(())
+    }
+
     /// A nicmem pool of `count` logical buffers that share the region's `region.len() / buf_size`
     /// slots: the paper artifact's payload aliasing. **Payload bytes are not preserved**: device
     /// writes are discarded and reads return zeros. Performance-only; logged when created.
@@ -1079,6 +1116,27 @@ mod tests {
         drop(b);
         drop(pool);
         assert_eq!(dev.stats().allocated, 0);
+    }
+
+    #[test]
+    fn index_level_slow_writes_are_counted_and_bounded() {
+        let dev = NicMem::new(64 << 10);
+        let pd = ProtectionDomain::new();
+        let pool: BufPool<Nic> =
+            BufPool::new("nic", dev.alloc(16 << 10, pd).unwrap(), 2048, 8).unwrap();
+        let idx = pool.alloc_index_shared().unwrap();
+        // SAFETY: `idx` was just allocated here and is not shared.
+        unsafe {
+            pool.write_slow_index(idx, 100, b"quoted").unwrap();
+            let mut out = [0u8; 6];
+            pool.read_slow_index(idx, 100, &mut out).unwrap();
+            assert_eq!(&out, b"quoted");
+            assert!(pool.write_slow_index(idx, 2045, b"four").is_err());
+            assert!(pool.write_slow_index(99, 0, b"x").is_err());
+            pool.free_index_shared(idx);
+        }
+        assert_eq!(dev.stats().cpu_bytes_written, 6);
+        assert_eq!(dev.stats().cpu_bytes_read, 6);
     }
 
     #[test]

@@ -45,7 +45,7 @@
 
 use crate::dist::{AliasTable, FastMod, FlowDist, Rng, SizeMix, fastrange, mix64, zipf_weights};
 use crate::signature::{L4Proto, PATTERN, PATTERN_PERIOD, SIGNATURE_LEN, Signature};
-use dataplane::link::{FrameSource, MAX_WIRE_FRAME};
+use dataplane::link::{FrameSource, MAX_WIRE_FRAME, batch_step};
 use serde::{Deserialize, Deserializer, Serialize, Serializer};
 use std::fmt;
 use std::net::Ipv4Addr;
@@ -1222,6 +1222,29 @@ impl FrameSource for Generator {
         self.produce_at(buf, ts)
     }
 
+    /// A whole batch through [`Generator::batch`]: the count and the stop flag are checked and
+    /// the counters published once per batch, not per frame (the per-frame path cost about 250
+    /// instructions per 64 B frame in `dataplane run`, twice the frame writing itself). With
+    /// timestamps, the frames of one batch share the departure time read when it starts.
+    fn next_batch(&mut self, buf: &mut [u8], lens: &mut [u32]) -> usize {
+        let ts = if self.cfg.timestamps {
+            crate::rate::wall_ns()
+        } else {
+            0
+        };
+        let mut batch = self.batch(lens.len(), ts);
+        let (mut off, mut n) = (0, 0);
+        while n < lens.len() && buf.len().saturating_sub(off) >= MAX_WIRE_FRAME {
+            let Some(len) = batch.next(&mut buf[off..]) else {
+                break;
+            };
+            lens[n] = len as u32;
+            n += 1;
+            off += batch_step(len);
+        }
+        n
+    }
+
     fn exhausted(&self) -> bool {
         self.done()
     }
@@ -1273,6 +1296,40 @@ mod tests {
         pseudo.extend_from_slice(&[0, ip[9]]);
         pseudo.extend_from_slice(&(l4.len() as u16).to_be_bytes());
         ones_sum(&[&pseudo, l4]) == 0xffff
+    }
+
+    /// The batched path writes exactly the frames, in the order, that frame-by-frame writing
+    /// does (random flows, a size mix, TCP), and stops at the same count.
+    #[test]
+    fn batches_write_the_frames_one_at_a_time_would() {
+        let cfg = GeneratorConfig {
+            flows: 37,
+            count: Some(1000),
+            proto: L4Proto::Tcp,
+            addr_mode: AddrMode::Random,
+            flow_dist: "uniform".parse().unwrap(),
+            size_mix: Some("128:7,594:4,1518:1".parse().unwrap()),
+            ..Default::default()
+        };
+        let one_by_one = frames(&cfg, 1000);
+        let mut g = Generator::new(cfg).unwrap();
+        let mut buf = vec![0u8; 32 * MAX_WIRE_FRAME];
+        let mut lens = [0u32; 32];
+        let mut batched = Vec::new();
+        loop {
+            let n = g.next_batch(&mut buf, &mut lens);
+            if n == 0 {
+                break;
+            }
+            let mut off = 0;
+            for &len in &lens[..n] {
+                batched.push(buf[off..off + len as usize].to_vec());
+                off += batch_step(len as usize);
+            }
+        }
+        assert_eq!(batched.len(), 1000);
+        assert!(batched == one_by_one, "batched frames differ");
+        assert!(g.exhausted());
     }
 
     #[test]

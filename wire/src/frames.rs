@@ -6,8 +6,9 @@
 //! below check what it builds against `etherparse`, an implementation written apart from ours.
 
 use crate::checksum::{icmp_checksum, ipv4_header_checksum, ipv4_l4_checksum};
-use crate::ethernet::{ETHERTYPE_IPV4, ETHERTYPE_VLAN};
-use crate::ipv4::{PROTO_ICMP, PROTO_TCP, PROTO_UDP};
+use crate::ethernet::{ETH_HLEN, ETHERTYPE_IPV4, ETHERTYPE_VLAN, VLAN_HLEN};
+use crate::field::{read_u16, write_u16};
+use crate::ipv4::{PROTO_ICMP, PROTO_TCP, PROTO_UDP, offset};
 use crate::udp::udp_checksum_ipv4;
 
 /// The L4 part of a [`FrameSpec`].
@@ -221,6 +222,37 @@ impl FrameSpec {
         ip
     }
 
+    /// The frame split into IPv4 fragments carrying at most `chunk` bytes of the datagram's
+    /// payload each (rounded down to a multiple of 8, at least 8), in order: the first carries
+    /// the L4 header; each has its own IPv4 header (more-fragments set on all but the last,
+    /// the offset in 8-byte units, the same identification) with its checksum. Options are
+    /// copied into every fragment. For tests of virtual reassembly.
+    pub fn fragments(&self, chunk: usize) -> Vec<Vec<u8>> {
+        let whole = self.build();
+        let l3 = ETH_HLEN + if self.vlan.is_some() { VLAN_HLEN } else { 0 };
+        let ihl = usize::from(whole[l3 + offset::VER_IHL] & 0x0F) * 4;
+        let total = usize::from(read_u16(&whole[l3..], offset::TOTAL_LEN));
+        let data = &whole[l3 + ihl..l3 + total];
+        let chunk = (chunk / 8).max(1) * 8;
+        let mut out = Vec::new();
+        let mut off = 0;
+        while off < data.len() {
+            let end = (off + chunk).min(data.len());
+            let mut f = whole[..l3 + ihl].to_vec();
+            f.extend_from_slice(&data[off..end]);
+            let ip = &mut f[l3..];
+            write_u16(ip, offset::TOTAL_LEN, (ihl + end - off) as u16);
+            let mf = if end < data.len() { 0x2000 } else { 0 }; // more fragments
+            write_u16(ip, offset::FLAGS_FRAG, mf | (off / 8) as u16);
+            write_u16(ip, offset::CHECKSUM, 0);
+            let c = ipv4_header_checksum(&ip[..ihl]);
+            write_u16(ip, offset::CHECKSUM, c);
+            out.push(f);
+            off = end;
+        }
+        out
+    }
+
     /// The Ethernet frame (no FCS).
     pub fn build(&self) -> Vec<u8> {
         let mut f = vec![0x02, 0, 0, 0, 0, 0x01, 0x02, 0, 0, 0, 0, 0x02];
@@ -273,6 +305,23 @@ mod tests {
             assert_eq!(verify_frame_checksums(&f), Ok(()), "{s:?}");
         }
         assert_eq!(udp64(1, 2, 3, 4).len(), 60);
+    }
+
+    #[test]
+    fn fragments_cover_the_datagram() {
+        let s = FrameSpec::udp(1, 2, 3, 4, 100);
+        let whole = s.build();
+        let frags = s.fragments(40);
+        assert_eq!(frags.len(), 3, "108 bytes of UDP in 40 + 40 + 28");
+        let mut data = Vec::new();
+        for (k, f) in frags.iter().enumerate() {
+            assert_eq!(verify_frame_checksums(f), Ok(()));
+            let word = u16::from_be_bytes([f[20], f[21]]);
+            assert_eq!(usize::from(word & 0x1FFF) * 8, data.len());
+            assert_eq!(word & 0x2000 != 0, k < 2);
+            data.extend_from_slice(&f[34..]);
+        }
+        assert_eq!(data, whole[34..]);
     }
 
     /// etherparse, an implementation written apart from ours, reads the same headers from the

@@ -138,8 +138,7 @@ pub struct Resource {
     /// Busy-until time: `free_ps + free_rem / den` ps, `free_rem < den`.
     free_ps: Ps,
     free_rem: u64,
-    /// Accumulated busy time × `cost.den`.
-    busy_scaled: u128,
+    /// Units booked so far (the busy time is `units × cost`, computed when asked).
     units: u64,
     reservations: u64,
 }
@@ -159,7 +158,6 @@ impl Resource {
             latency_ps,
             free_ps: 0,
             free_rem: 0,
-            busy_scaled: 0,
             units: 0,
             reservations: 0,
         }
@@ -174,29 +172,32 @@ impl Resource {
     /// `start = max(ready, free); free = start + units·cost; done = free + latency`.
     #[inline]
     pub fn reserve(&mut self, ready: Ps, units: u64) -> Reservation {
-        let (mut ps, mut rem) =
-            if ready > self.free_ps || (ready == self.free_ps && self.free_rem == 0) {
-                (ready, 0)
-            } else {
-                (self.free_ps, self.free_rem)
-            };
+        let (mut ps, mut rem) = if ready >= self.free_at() {
+            (ready, 0)
+        } else {
+            (self.free_ps, self.free_rem)
+        };
         let start = ps + u64::from(rem > 0);
-        match units.checked_mul(self.r) {
-            Some(frac) => {
-                let total = frac + rem;
-                ps += units * self.q + total / self.den;
-                rem = total % self.den;
-            }
-            None => {
-                let total = u128::from(units) * u128::from(self.r) + u128::from(rem);
-                let den = u128::from(self.den);
-                ps += units * self.q + (total / den) as u64;
-                rem = (total % den) as u64;
+        if self.r == 0 {
+            // A whole number of picoseconds per unit: the remainder stays 0.
+            ps += units * self.q;
+        } else {
+            match units.checked_mul(self.r) {
+                Some(frac) => {
+                    let total = frac + rem;
+                    ps += units * self.q + total / self.den;
+                    rem = total % self.den;
+                }
+                None => {
+                    let total = u128::from(units) * u128::from(self.r) + u128::from(rem);
+                    let den = u128::from(self.den);
+                    ps += units * self.q + (total / den) as u64;
+                    rem = (total % den) as u64;
+                }
             }
         }
         self.free_ps = ps;
         self.free_rem = rem;
-        self.busy_scaled += u128::from(units) * self.cost.num;
         self.units += units;
         self.reservations += 1;
         let end = ps + u64::from(rem > 0);
@@ -215,7 +216,7 @@ impl Resource {
 
     /// Total busy time booked so far, ps (fractional).
     pub fn busy_ps(&self) -> f64 {
-        self.busy_scaled as f64 / self.cost.den as f64
+        (u128::from(self.units) * self.cost.num) as f64 / self.cost.den as f64
     }
 
     /// Units (bytes or ops) booked so far.
@@ -479,6 +480,7 @@ impl Timelines {
     /// A posted DMA write (Rx data, CQE, MSI) ready at `ready`: one DMA-engine op, then the up
     /// link; `done` is when it is visible in host memory (end + posted latency). Posted writes
     /// stay in order because the up link is FIFO.
+    #[inline]
     pub fn posted_write(&mut self, ready: Ps, t: Traffic) -> Reservation {
         let eng = self.resources[ResourceKind::DmaEngine.index()].reserve(ready, self.dma_write_ps);
         self.resources[ResourceKind::PcieUp.index()].reserve(eng.end, t.up_bytes)

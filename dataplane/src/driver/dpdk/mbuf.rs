@@ -211,9 +211,16 @@ impl Mbuf {
 /// Bytes the CPU read from (emulated or device) nicmem payloads through the counted slow path.
 pub(crate) static NICMEM_CPU_READ_BYTES: AtomicU64 = AtomicU64::new(0);
 
+/// Bytes the CPU wrote into (emulated or device) nicmem payloads through the counted slow path.
+pub(crate) static NICMEM_CPU_WRITE_BYTES: AtomicU64 = AtomicU64::new(0);
+
 /// Reads `dst.len()` bytes at a device-memory offset (set by the mlx5 backend).
 pub(crate) type DeviceReader = fn(u64, &mut [u8]) -> Result<(), String>;
 pub(crate) static DEVICE_READER: OnceLock<DeviceReader> = OnceLock::new();
+
+/// Writes bytes at a device-memory offset (set by the mlx5 backend).
+pub(crate) type DeviceWriter = fn(u64, &[u8]) -> Result<(), String>;
+pub(crate) static DEVICE_WRITER: OnceLock<DeviceWriter> = OnceLock::new();
 
 /// Where segment `s` (a payload segment, or none) lives: host memory, emulated nicmem or device
 /// memory, from the pool it came from (and, for a spill pool, its buffer's address).
@@ -306,6 +313,54 @@ unsafe impl PacketOwner for MbufOwner {
                     key: nicmem::MemKey(0),
                     addr: (addr + off + offset) as u64,
                     len: dst.len() as u32,
+                })
+            }
+        }
+    }
+
+    fn write_payload(&self, handle: usize, offset: usize, src: &[u8]) -> Result<(), AccessError> {
+        // SAFETY: `handle` is a live chain held by the caller's burst.
+        let Some(s) = unsafe { Mbuf::from_handle(handle) }.next() else {
+            return Err(AccessError::Oversized {
+                len: src.len() as u32,
+                max: 0,
+            });
+        };
+        let (addr, off, len) = (
+            s.buf_addr() as usize,
+            usize::from(s.data_off()),
+            usize::from(s.data_len()),
+        );
+        if offset.checked_add(src.len()).is_none_or(|e| e > len) {
+            return Err(AccessError::Oversized {
+                len: src.len() as u32,
+                max: len.saturating_sub(offset) as u32,
+            });
+        }
+        let kind = payload_mem(Some(s));
+        if kind != PayloadMem::Host {
+            NICMEM_CPU_WRITE_BYTES.fetch_add(src.len() as u64, Ordering::Relaxed);
+        }
+        match kind {
+            PayloadMem::Host | PayloadMem::EmulatedNic => {
+                // SAFETY: host memory (possibly emulated nicmem), in bounds of the segment's
+                // data (checked above); the chain is held by a burst borrowed mutably by the
+                // caller, so no view of the segment lives and nothing else writes it.
+                unsafe {
+                    std::ptr::copy_nonoverlapping(
+                        src.as_ptr(),
+                        (addr as *mut u8).add(off + offset),
+                        src.len(),
+                    )
+                };
+                Ok(())
+            }
+            PayloadMem::DeviceNic => {
+                let write = DEVICE_WRITER.get().ok_or(AccessError::ZeroLength)?;
+                write((addr + off + offset) as u64, src).map_err(|_| AccessError::OutOfRange {
+                    key: nicmem::MemKey(0),
+                    addr: (addr + off + offset) as u64,
+                    len: src.len() as u32,
                 })
             }
         }

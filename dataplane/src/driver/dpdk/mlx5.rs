@@ -216,6 +216,11 @@ mod device {
                 .ok_or_else(|| "no device memory".to_string())?
                 .read(off, dst)
         });
+        let _ = super::super::mbuf::DEVICE_WRITER.set(|off, src| {
+            DM.get()
+                .ok_or_else(|| "no device memory".to_string())?
+                .write(off, src)
+        });
         eprintln!(
             "mlx5 nicmem: {bdf}: {max} B of device memory, window [{:#x}, {:#x}), {} payload \
              buffers of {DEVICE_PAYLOAD_BUF} B",

@@ -15,7 +15,9 @@ use std::sync::atomic::{AtomicBool, Ordering};
 use dpdk_sys as sys;
 
 use super::eal::register_worker_thread;
-use super::mbuf::{Mbuf, NICMEM_CPU_READ_BYTES, PayloadMem, mbuf_owner, payload_mem};
+use super::mbuf::{
+    Mbuf, NICMEM_CPU_READ_BYTES, NICMEM_CPU_WRITE_BYTES, PayloadMem, mbuf_owner, payload_mem,
+};
 use super::shared::PortShared;
 use super::spill::spill_stats;
 use crate::burst::{Burst, DescribeOut, HandleLayout, RxPacket};
@@ -747,6 +749,10 @@ impl Queue for DpdkQueue {
             v.push((
                 "nicmem_cpu_read_bytes".to_string(),
                 NICMEM_CPU_READ_BYTES.load(Ordering::Relaxed),
+            ));
+            v.push((
+                "nicmem_cpu_write_bytes".to_string(),
+                NICMEM_CPU_WRITE_BYTES.load(Ordering::Relaxed),
             ));
             v.extend(port_xstats(self.port_id, &self.shared.name));
         }

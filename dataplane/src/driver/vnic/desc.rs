@@ -90,15 +90,14 @@ impl CtrlSeg {
         *out = self.encode();
     }
 
-    /// Decodes 16 bytes.
+    /// Decodes 16 bytes (the named fields' bytes of [`CtrlSeg::encode`]'s layout).
     #[inline(always)]
     pub fn read(b: &[u8; SEG]) -> Self {
-        let w = u128::from_be_bytes(*b);
         Self {
-            opcode: (w >> 96) as u8,
-            wqe_index: (w >> 104) as u16,
-            ds: (w >> 64) as u8,
-            flags: (w >> 32) as u8,
+            opcode: b[3],
+            wqe_index: u16::from_be_bytes([b[1], b[2]]),
+            ds: b[7],
+            flags: b[11],
         }
     }
 }
@@ -180,17 +179,17 @@ impl Cqe {
         if (b[63] & 1 == 1) != owner {
             return None;
         }
-        let head = u128::from_be_bytes(b[0..16].try_into().expect("16 bytes"));
-        let tail = u32::from_be_bytes(b[60..64].try_into().expect("4 bytes"));
+        // Field by field (the bytes of `write`'s layout), so a reader pays only for the fields
+        // it uses.
         Some(Self {
-            rss_hash: (head >> 96) as u32,
-            byte_cnt: (head >> 64) as u32,
-            hdr_len: (head >> 48) as u16,
-            ring: (head >> 40) as u8,
-            syndrome: (head >> 32) as u8,
-            payload_counter: (head >> 16) as u16,
-            wqe_counter: (tail >> 16) as u16,
-            opcode: (tail as u8) >> 4,
+            rss_hash: u32::from_be_bytes([b[0], b[1], b[2], b[3]]),
+            byte_cnt: u32::from_be_bytes([b[4], b[5], b[6], b[7]]),
+            hdr_len: u16::from_be_bytes([b[8], b[9]]),
+            ring: b[10],
+            syndrome: b[11],
+            payload_counter: u16::from_be_bytes([b[12], b[13]]),
+            wqe_counter: u16::from_be_bytes([b[60], b[61]]),
+            opcode: b[63] >> 4,
         })
     }
 

@@ -34,10 +34,7 @@ pub use model::{
 };
 pub use queue::{RxRingId, VnicQueue};
 
-/// The largest Tx inline size the virtual NIC takes: a WQE holds at most 60 16-byte segments
-/// (mlx5's limit), of which the control and Ethernet segments and up to two data pointers are
-/// not inline data.
-pub const MAX_TX_INLINE: usize = 2 + (tx::MAX_DS - 4) * SEG;
+pub use tx::MAX_TX_INLINE;
 
 use std::sync::Arc;
 use std::sync::atomic::{AtomicBool, Ordering};

@@ -869,12 +869,59 @@ struct TxRun {
     n: u64,
 }
 
+/// Charges a run of `r.n` untimed receives whose data writes cost `data` each to `c` (with
+/// `mini`, the partly filled compressed completion slot).
+fn charge_rx_run(c: &mut NicCounters, mini: &mut u32, k: &Costs, r: &RxRun, data: Traffic) {
+    c.items[Item::RxData as usize] += data.times(r.n);
+    let host = (u64::from(r.hl) + u64::from(r.hp)) * r.n;
+    c.host_bytes_written += host;
+    c.host_data_written += host;
+    if r.np > 0 {
+        let b = u64::from(r.np) * r.n;
+        c.nicmem_bytes_written += b;
+        c.nicmem_live_bytes += b;
+        c.nicmem_peak_bytes = c.nicmem_peak_bytes.max(c.nicmem_live_bytes);
+    }
+    charge_rx_cqes(c, mini, k, r.n);
+}
+
+/// Charges `n` untimed Rx completions to `c`, with CQE compression (`mini`: the partly filled
+/// compressed slot) as in [`NicModel::rx_cqe`].
+fn charge_rx_cqes(c: &mut NicCounters, mini: &mut u32, k: &Costs, n: u64) {
+    c.rx_cqes += n;
+    let slots = match k.mini_per_slot {
+        None => n,
+        Some(per) => {
+            let total = u64::from(*mini) + n;
+            *mini = (total % u64::from(per)) as u32;
+            total / u64::from(per)
+        }
+    };
+    if slots > 0 {
+        c.items[Item::RxCqe as usize] += k.cqe.times(slots);
+        c.host_bytes_written += k.cqe_size * slots;
+    }
+}
+
+/// Charges a run of `r.n` untimed transmits whose host data reads cost `reads` each to `c`.
+fn charge_tx_run(c: &mut NicCounters, k: &Costs, r: &TxRun, reads: Traffic) {
+    let host: u64 = r.host.iter().map(|&h| u64::from(h)).sum();
+    c.items[Item::TxData as usize] += reads.times(r.n);
+    c.host_bytes_read += host * r.n;
+    c.host_data_read += host * r.n;
+    c.nicmem_bytes_read += u64::from(r.nic) * r.n;
+    c.wire_tx_frames += r.n;
+    c.wire_tx_bytes += (u64::from(r.len) + k.wire_overhead) * r.n;
+}
+
 /// Accounting (and optional timing) of one queue.
 ///
 /// Untimed queues charge runs of identical operations together (a burst of equal frames costs
 /// one multiplication per charge instead of one table look-up per packet); the totals are the
-/// same integers as charging each packet. Runs are flushed at the end of every receive pass and
-/// doorbell, so nothing is pending when counters are read.
+/// same integers as charging each packet. A run is charged when the next operation differs,
+/// when a receive run placed nicmem payloads (at the end of its pass, so nicmem's live bytes
+/// are current before packets are freed) and when the queue reports; [`NicModel::counters`]
+/// includes the pending runs.
 pub(crate) struct NicModel {
     pub(crate) c: NicCounters,
     k: Costs,
@@ -1132,6 +1179,26 @@ impl NicModel {
         };
     }
 
+    /// Untimed: `n` receives like [`NicModel::rx_untimed`]'s (the same charges as `n` calls).
+    #[inline]
+    pub(crate) fn rx_untimed_many(&mut self, hl: u32, host_payload: u32, nic_payload: u32, n: u64) {
+        if n == 0 {
+            return;
+        }
+        let r = &mut self.rx_run;
+        if r.hl == hl && r.hp == host_payload && r.np == nic_payload {
+            r.n += n;
+            return;
+        }
+        self.rx_flush();
+        self.rx_run = RxRun {
+            hl,
+            hp: host_payload,
+            np: nic_payload,
+            n,
+        };
+    }
+
     /// Charges the pending run of untimed receives.
     #[inline]
     pub(crate) fn rx_flush(&mut self) {
@@ -1140,38 +1207,52 @@ impl NicModel {
             return;
         }
         let op = &self.k.op;
-        let mut tr = self.k.writes.get(r.hl, |n| op.rx_data_write(n));
+        let writes = &mut self.k.writes;
+        let mut tr = writes.get(r.hl, |n| op.rx_data_write(n));
         if r.hp > 0 {
-            tr += self.k.writes.get(r.hp, |n| op.rx_data_write(n));
+            tr += writes.get(r.hp, |n| op.rx_data_write(n));
         }
-        self.charge(Item::RxData, tr.times(r.n));
-        let host = (u64::from(r.hl) + u64::from(r.hp)) * r.n;
-        self.c.host_bytes_written += host;
-        self.c.host_data_written += host;
-        if r.np > 0 {
-            let b = u64::from(r.np) * r.n;
-            self.c.nicmem_bytes_written += b;
-            self.c.nicmem_live_bytes += b;
-            self.c.nicmem_peak_bytes = self.c.nicmem_peak_bytes.max(self.c.nicmem_live_bytes);
+        charge_rx_run(&mut self.c, &mut self.rx_mini, &self.k, &r, tr);
+    }
+
+    /// Ends a receive pass: charges the pending run of untimed receives if it placed nicmem
+    /// payloads (nicmem's live bytes, and so its peak, must count them before packets are
+    /// freed); other runs keep growing across passes (see [`NicModel::counters`]).
+    #[inline]
+    pub(crate) fn rx_pass_done(&mut self) {
+        if self.rx_run.np > 0 {
+            self.rx_flush();
         }
-        self.rx_cqes(r.n);
     }
 
     /// `n` Rx completions written (untimed), with CQE compression as in [`NicModel::rx_cqe`].
     pub(crate) fn rx_cqes(&mut self, n: u64) {
-        self.c.rx_cqes += n;
-        let slots = match self.k.mini_per_slot {
-            None => n,
-            Some(per) => {
-                let total = u64::from(self.rx_mini) + n;
-                self.rx_mini = (total % u64::from(per)) as u32;
-                total / u64::from(per)
+        charge_rx_cqes(&mut self.c, &mut self.rx_mini, &self.k, n);
+    }
+
+    /// The counters so far, the pending runs of untimed receives and transmits included (they
+    /// are charged when their kind of frame changes, or when the queue reports).
+    pub(crate) fn counters(&self) -> NicCounters {
+        let mut c = self.c;
+        let op = &self.k.op;
+        let r = &self.rx_run;
+        if r.n > 0 {
+            let mut tr = op.rx_data_write(r.hl);
+            if r.hp > 0 {
+                tr += op.rx_data_write(r.hp);
             }
-        };
-        if slots > 0 {
-            self.charge(Item::RxCqe, self.k.cqe.times(slots));
-            self.c.host_bytes_written += self.k.cqe_size * slots;
+            let mut mini = self.rx_mini;
+            charge_rx_run(&mut c, &mut mini, &self.k, r, tr);
         }
+        let t = &self.tx_run;
+        if t.n > 0 {
+            let mut tr = Traffic::ZERO;
+            for h in t.host.into_iter().filter(|&h| h > 0) {
+                tr += op.tx_data_read(h);
+            }
+            charge_tx_run(&mut c, &self.k, t, tr);
+        }
+        c
     }
 
     /// The NIC wrote an Rx completion at `at`; returns when the CPU can see it.
@@ -1328,18 +1409,12 @@ impl NicModel {
             return;
         }
         let op = &self.k.op;
+        let reads = &mut self.k.reads;
         let mut tr = Traffic::ZERO;
-        let mut host = 0u64;
         for h in r.host.into_iter().filter(|&h| h > 0) {
-            tr += self.k.reads.get(h, |n| op.tx_data_read(n));
-            host += u64::from(h);
+            tr += reads.get(h, |n| op.tx_data_read(n));
         }
-        self.charge(Item::TxData, tr.times(r.n));
-        self.c.host_bytes_read += host * r.n;
-        self.c.host_data_read += host * r.n;
-        self.c.nicmem_bytes_read += u64::from(r.nic) * r.n;
-        self.c.wire_tx_frames += r.n;
-        self.c.wire_tx_bytes += (u64::from(r.len) + self.k.wire_overhead) * r.n;
+        charge_tx_run(&mut self.c, &self.k, &r, tr);
     }
 
     /// A WQE of `nbb` WQEBBs finished at `done` (its frame left, or it failed).
@@ -1389,7 +1464,7 @@ impl NicModel {
     }
 
     pub(crate) fn publish(&self, l: &LiveModel) {
-        let p = self.c.pcie();
+        let p = self.counters().pcie();
         l.up_bytes.store(p.up_bytes, Ordering::Relaxed);
         l.down_bytes.store(p.down_bytes, Ordering::Relaxed);
         if let Some(t) = &self.t {

@@ -35,7 +35,7 @@ use nicmem::{ProtectionDomain, RegionTable};
 
 use super::desc::{Cqe, SEG, cqe_op, cqe_ring, syndrome};
 use super::model::{LiveModel, ModelSinkRef, NicModel};
-use super::rx::{CompletionQueue, RxRing};
+use super::rx::{CompletionQueue, CqCursor, NicCursor, REFUSED, RxRing};
 use super::tx::{PostError, TxRing};
 use crate::arena::{ArenaCache, ArenaLayout, HEADROOM, PacketArena, PacketMeta};
 use crate::burst::{Burst, MAX_BURST, RxPacket};
@@ -115,6 +115,35 @@ pub(crate) enum Egress {
     Ring(Arc<FrameRing>),
 }
 
+/// Where the NIC places a frame's payload (see `nic_rx_untimed`): the ring (`cqe_ring`), the
+/// payload WQE's counter, and the place in that ring's buffers (for [`NicCursor::at`]) or why
+/// the descriptor was refused.
+#[derive(Clone, Copy)]
+struct PayPlace {
+    ring: u8,
+    count: u16,
+    place: Result<u64, u8>,
+}
+
+impl Default for PayPlace {
+    fn default() -> Self {
+        Self {
+            ring: cqe_ring::NONE,
+            count: 0,
+            place: Err(0),
+        }
+    }
+}
+
+impl PayPlace {
+    /// Takes the next descriptor of `ring` (cursor `c`) for a payload of `len` bytes.
+    #[inline(always)]
+    fn take(ring: u8, c: &mut NicCursor, len: u32) -> Self {
+        let (count, place) = c.take_place(len as usize);
+        Self { ring, count, place }
+    }
+}
+
 /// Which Rx ring a test wants to corrupt.
 #[derive(Clone, Copy, Debug, PartialEq, Eq)]
 pub enum RxRingId {
@@ -188,13 +217,19 @@ pub struct VnicQueue {
     model: NicModel,
     sink: Option<ModelSinkRef>,
     scratch: Box<[u32]>,
-    /// A burst of frames taken from the wire at once (untimed queues), and their lengths.
+    /// A burst of frames taken from the wire at once (untimed queues), their lengths, and
+    /// where the NIC places each (see `nic_rx_whole`).
     rx_batch: Box<[u8]>,
     rx_lens: Box<[u32]>,
+    rx_place: Box<[u64]>,
+    /// Where each frame's payload goes (split modes).
+    rx_pay: Box<[PayPlace]>,
     /// Lengths of the frames a doorbell gathered into `stage`.
     tx_lens: Box<[u32]>,
     /// Handles of packets a `tx_post` could not post (freed together).
     unsent: Box<[usize]>,
+    /// The packets of a burst the send queue refused (index in the burst, why).
+    refused: Box<[(u16, PostError)]>,
     _alive: Arc<()>,
 }
 
@@ -209,6 +244,13 @@ unsafe fn dma_write(dst: *mut u8, room: usize, src: &[u8], len: usize) {
     // SAFETY: the caller's contract: `room` writable bytes owned by this write.
     let d = unsafe { std::slice::from_raw_parts_mut(dst, room) };
     nicmem::copy_prefix(d, src, len);
+}
+
+/// The charge and completion fields of a frame whose descriptor was refused with syndrome `e`.
+#[cold]
+fn refused_whole(model: &mut NicModel, e: u8) -> (u8, u8) {
+    model.rx_cqes(1);
+    (e, cqe_op::RESP_ERR)
 }
 
 /// Returns the buffers a completion names to their caches: an error completion, or a completion
@@ -285,8 +327,11 @@ impl VnicQueue {
             sink: qm.sink,
             scratch: vec![0u32; p.rx_ring.next_power_of_two()].into_boxed_slice(),
             unsent: vec![0usize; MAX_BURST].into_boxed_slice(),
+            refused: vec![(0, PostError::Full); MAX_BURST].into_boxed_slice(),
             rx_batch: vec![0u8; BATCH_BYTES].into_boxed_slice(),
             rx_lens: vec![0u32; MAX_BURST].into_boxed_slice(),
+            rx_place: vec![0u64; MAX_BURST].into_boxed_slice(),
+            rx_pay: vec![PayPlace::default(); MAX_BURST].into_boxed_slice(),
             tx_lens: vec![0u32; MAX_BURST].into_boxed_slice(),
             p,
             _alive: alive,
@@ -362,11 +407,24 @@ impl VnicQueue {
                 limit = limit.min(pay as usize);
             }
         }
+        let paced = self.model.t.as_deref().is_some_and(|t| t.paced());
+        if !paced && matches!(self.ingress, Ingress::Source(_)) {
+            // Frames straight from the link: a batch at a time (a ring fed by a front-end
+            // thread is read a frame at a time below, waiting for it on a virtual clock).
+            return match (self.p.mode.splits(), self.model.t.is_some()) {
+                (true, false) => self.nic_rx_staged::<true, false>(limit),
+                (false, false) => self.nic_rx_staged::<false, false>(limit),
+                (true, true) => self.nic_rx_staged::<true, true>(limit),
+                (false, true) => self.nic_rx_staged::<false, true>(limit),
+            };
+        }
         if self.model.t.is_none() {
+            let lens = &mut self.rx_lens[..limit.min(MAX_BURST)];
+            let got = self.ingress.next_batch(&mut self.rx_batch, lens);
             return if self.p.mode.splits() {
-                self.nic_rx_untimed::<true>(limit)
+                self.nic_rx_frames::<true>(got)
             } else {
-                self.nic_rx_untimed::<false>(limit)
+                self.nic_rx_frames::<false>(got)
             };
         }
         let (mut frames, mut bytes) = (0u64, 0u64);
@@ -398,21 +456,304 @@ impl VnicQueue {
             self.receive(len, at);
         }
         self.model.wire_rx_frames(frames, bytes);
-        self.model.rx_flush();
+        self.model.rx_pass_done();
     }
 
     /// [`VnicQueue::nic_rx`] of an untimed queue: the same placement, validation and completions
-    /// as [`VnicQueue::receive`], with the ring positions held in registers for the pass and the
-    /// accounting charged per run of identical frames. `SPLIT` is the mode's
-    /// [`DatapathMode::splits`] (a constant, so each shape of the loop is compiled on its own).
-    fn nic_rx_untimed<const SPLIT: bool>(&mut self, limit: usize) {
+    /// as [`VnicQueue::receive`], done in stages over the batch (validate every header
+    /// descriptor, take every payload descriptor, then copy each frame and write its
+    /// completion), each a short loop with its state in registers; a batch with a frame that does
+    /// not simply place (empty, oversized, or too few descriptors) takes the frame-by-frame path.
+    /// The accounting is charged per run of identical frames. `SPLIT` is the mode's
+    /// [`DatapathMode::splits`] (a constant, so each shape is compiled on its own).
+    ///
+    /// A timed queue (`TIMED`) books each frame's arrival, descriptor fetch, data writes and
+    /// completion in frame order, as the frame-by-frame receive does.
+    #[inline(never)]
+    fn nic_rx_staged<const SPLIT: bool, const TIMED: bool>(&mut self, limit: usize) {
+        let lens = &mut self.rx_lens[..limit.min(MAX_BURST)];
+        let got = self.ingress.next_batch(&mut self.rx_batch, lens);
+        let lens = &self.rx_lens[..got];
+        let (max, h) = (self.p.max_frame as u32, self.p.split_offset as u32);
+        let posted0 = self.hdr.posted();
+        let (mut simple, mut npay) = (posted0 >= got as u32, 0u32);
+        for &l in lens {
+            simple &= l != 0 && l <= max;
+            npay += u32::from(SPLIT && l > h);
+        }
+        let prim = self.primary.as_ref().map_or(0, |r| r.posted());
+        let sec = self.secondary.as_ref().map_or(0, |r| r.posted());
+        if !simple || npay > prim + sec {
+            return if TIMED {
+                self.nic_rx_frames_timed(got)
+            } else {
+                self.nic_rx_frames::<SPLIT>(got)
+            };
+        }
+        let cap = if SPLIT { h } else { max };
+        let mut hc = self.hdr.nic_cursor();
+        if !TIMED && npay == 0 && self.rss.is_none() {
+            // Every frame whole in its header buffer, no hash: one pass.
+            let mut cq = self.rx_cq.cursor();
+            Self::receive_whole(lens, &self.rx_batch, &mut hc, &mut cq, &mut self.model);
+            self.hdr.nic_commit(hc);
+            self.rx_cq.commit(cq);
+            let model = &mut self.model;
+            let bytes: u64 = lens.iter().map(|&l| u64::from(l)).sum();
+            let frames = got as u64;
+            model.rx_wqes_untimed(got as u32, posted0);
+            model.wire_rx_frames(frames, bytes + frames * model.wire_overhead());
+            model.rx_pass_done();
+            return;
+        }
+        let (first, _) = hc.take_batch(lens, cap, &mut self.rx_place[..got]);
+        // Payloads go to the primary (nicmem) ring while it has descriptors, then spill to the
+        // secondary (host) ring, in frame order.
+        let mut pc = self.primary.as_ref().map(|r| r.nic_cursor());
+        let mut sc = self.secondary.as_ref().map(|r| r.nic_cursor());
+        if SPLIT && npay > 0 {
+            for (i, &len) in lens.iter().enumerate() {
+                if len <= h {
+                    continue;
+                }
+                self.rx_pay[i] = match (&mut pc, &mut sc) {
+                    (Some(c), _) if c.posted() > 0 => PayPlace::take(cqe_ring::PRIMARY, c, len - h),
+                    (_, Some(c)) if c.posted() > 0 => {
+                        PayPlace::take(cqe_ring::SECONDARY, c, len - h)
+                    }
+                    // No payload descriptor (the count above rules it out): the frame does not
+                    // fit the header buffer.
+                    _ => PayPlace {
+                        ring: cqe_ring::NONE,
+                        count: 0,
+                        place: Err(syndrome::LOCAL_LENGTH),
+                    },
+                };
+            }
+        }
+        let batch = &self.rx_batch[..];
+        let place = &self.rx_place[..got];
+        let model = &mut self.model;
+        let rss = self.rss.as_ref();
+        let hroom = hc.room();
+        let mut cq = self.rx_cq.cursor();
+        let mut run = (0u32, 0u32, 0u32, 0u64);
+        let mut off = 0;
+        let (ovh, pmask) = (
+            model.wire_overhead(),
+            (self.hdr_posted_at.len() as u32).wrapping_sub(1),
+        );
+        for (i, (&len, &at)) in lens.iter().zip(place).enumerate() {
+            let stage = &batch[off..];
+            off += batch_step(len as usize);
+            let hl = if SPLIT { len.min(h) } else { len };
+            let c = first.wrapping_add(i as u32);
+            // When the frame is in (a timed queue): its wire slot starts no earlier than its
+            // descriptor was posted (flow control); then the descriptor fetch it may trigger.
+            let arrival = match model.t.as_deref_mut() {
+                Some(t) if TIMED => {
+                    let posted = self.hdr_posted_at[(c & pmask) as usize];
+                    let at = t.arrive(posted, len as usize, ovh);
+                    model.rx_wqe_consumed(posted0 - i as u32, at);
+                    at
+                }
+                _ => 0,
+            };
+            let mut err = 0;
+            if at != REFUSED {
+                // SAFETY: `take_batch` accepted the posted buffer's data area for `hl <= room`
+                // bytes; the driver does not touch a posted buffer until its completion is
+                // polled, and the stage is a different allocation.
+                unsafe { dma_write(hc.at(at), hroom, stage, hl as usize) };
+            } else {
+                err = hc.refusal_at(c, hl as usize);
+            }
+            let (mut ring, mut pcount, mut hp, mut np) = (cqe_ring::NONE, 0, 0, 0);
+            if SPLIT && len > hl {
+                let pp = self.rx_pay[i];
+                (ring, pcount) = (pp.ring, pp.count);
+                let plen = len - hl;
+                let cur = match ring {
+                    cqe_ring::PRIMARY => {
+                        np = plen;
+                        pc.as_ref()
+                    }
+                    cqe_ring::SECONDARY => {
+                        hp = plen;
+                        sc.as_ref()
+                    }
+                    _ => None,
+                };
+                match (pp.place, cur) {
+                    (Ok(p), Some(cur)) if err == 0 && cur.keeps_bytes() => {
+                        // SAFETY: the payload descriptor was accepted for `plen <= room` bytes
+                        // of its posted buffer, untouched by the driver until the completion is
+                        // polled; the stage is a different allocation.
+                        unsafe {
+                            dma_write(cur.at(p), cur.room(), &stage[hl as usize..], plen as usize)
+                        };
+                    }
+                    (Err(e), _) if err == 0 => err = e,
+                    _ => {}
+                }
+            }
+            let ready = if TIMED {
+                if err == 0 {
+                    model.rx_placed(arrival, hl, hp, np);
+                }
+                model.rx_cqe(arrival)
+            } else {
+                if err == 0 {
+                    if (hl, hp, np) == (run.0, run.1, run.2) {
+                        run.3 += 1;
+                    } else {
+                        model.rx_untimed_many(run.0, run.1, run.2, run.3);
+                        run = (hl, hp, np, 1);
+                    }
+                } else {
+                    model.rx_cqes(1);
+                }
+                0
+            };
+            let hash = match rss {
+                Some(r) => r.hash_frame(&stage[..len as usize]),
+                None => 0,
+            };
+            if let (true, Some(t)) = (TIMED, model.t.as_deref_mut()) {
+                t.cq_set(cq.producer(), ready, arrival);
+            }
+            cq.push(&Cqe {
+                rss_hash: hash,
+                byte_cnt: len,
+                hdr_len: hl as u16,
+                ring,
+                syndrome: err,
+                wqe_counter: c as u16,
+                payload_counter: pcount,
+                opcode: if err == 0 {
+                    cqe_op::RESP_SEND
+                } else {
+                    cqe_op::RESP_ERR
+                },
+            });
+        }
+        self.hdr.nic_commit(hc);
+        if let (Some(r), Some(c)) = (self.primary.as_mut(), pc) {
+            r.nic_commit(c);
+        }
+        if let (Some(r), Some(c)) = (self.secondary.as_mut(), sc) {
+            r.nic_commit(c);
+        }
+        self.rx_cq.commit(cq);
+        let bytes: u64 = lens.iter().map(|&l| u64::from(l)).sum();
+        let frames = got as u64;
+        if !TIMED {
+            model.rx_untimed_many(run.0, run.1, run.2, run.3);
+            model.rx_wqes_untimed(got as u32, posted0);
+        }
+        model.wire_rx_frames(frames, bytes + frames * model.wire_overhead());
+        model.rx_pass_done();
+    }
+
+    /// The frame-by-frame receive of a timed queue, of the `got` frames in `rx_batch` (lengths
+    /// in `rx_lens`): each is staged and received as [`VnicQueue::nic_rx`] receives a frame it
+    /// takes from a ring.
+    #[inline(never)]
+    fn nic_rx_frames_timed(&mut self, got: usize) {
+        let ovh = self.model.wire_overhead();
+        let (mut frames, mut bytes) = (0u64, 0u64);
+        let mut off = 0;
+        for i in 0..got {
+            let len = self.rx_lens[i] as usize;
+            self.rx_stage[..len].copy_from_slice(&self.rx_batch[off..off + len]);
+            off += batch_step(len);
+            frames += 1;
+            bytes += len as u64 + ovh;
+            if len == 0 {
+                continue;
+            }
+            if len > self.p.max_frame {
+                self.stats.rx_oversize += 1;
+                continue;
+            }
+            if !self.p.flow_control && !self.has_descriptors(len) {
+                self.stats.rx_missed += 1;
+                continue;
+            }
+            let at = match self.model.t.as_deref_mut() {
+                Some(t) => {
+                    let mask = self.hdr_posted_at.len() as u32 - 1;
+                    let posted = self.hdr_posted_at[(self.hdr.consumer() & mask) as usize];
+                    t.arrive(posted, len, ovh)
+                }
+                None => 0,
+            };
+            self.receive(len, at);
+        }
+        self.model.wire_rx_frames(frames, bytes);
+        self.model.rx_pass_done();
+    }
+
+    /// The receive of an untimed batch whose frames all go whole to the header ring (none
+    /// longer than the split offset) without a hash, in one pass: each frame's descriptor is
+    /// validated as [`NicCursor::take`] validates it, the frame copied, and its completion
+    /// written (an error completion for a refused descriptor), runs of equal lengths charged
+    /// together. The cursors are local copies for the pass.
+    #[inline(never)]
+    fn receive_whole(
+        lens: &[u32],
+        batch: &[u8],
+        hc: &mut NicCursor,
+        cq: &mut CqCursor,
+        model: &mut NicModel,
+    ) {
+        let (mut c, mut q) = (*hc, *cq);
+        let room = c.room();
+        let (mut run_len, mut run) = (0u32, 0u64);
+        let mut off = 0;
+        for &len in lens {
+            let (counter, r) = c.take(len as usize);
+            let (syn, opcode) = match r {
+                Ok(dst) => {
+                    // SAFETY: `take` accepted the posted buffer's data area for `len <= room`
+                    // bytes; the driver does not touch a posted buffer until its completion is
+                    // polled, and the stage is a different allocation.
+                    unsafe { dma_write(dst, room, &batch[off..], len as usize) };
+                    if len != run_len {
+                        model.rx_untimed_many(run_len, 0, 0, run);
+                        (run_len, run) = (len, 0);
+                    }
+                    run += 1;
+                    (0, cqe_op::RESP_SEND)
+                }
+                Err(e) => refused_whole(model, e),
+            };
+            off += batch_step(len as usize);
+            q.push(&Cqe {
+                rss_hash: 0,
+                byte_cnt: len,
+                hdr_len: len as u16,
+                ring: cqe_ring::NONE,
+                syndrome: syn,
+                wqe_counter: counter,
+                payload_counter: 0,
+                opcode,
+            });
+        }
+        model.rx_untimed_many(run_len, 0, 0, run);
+        (*hc, *cq) = (c, q);
+    }
+
+    /// The frame-by-frame receive of [`VnicQueue::nic_rx_untimed`], of the `got` frames in
+    /// `rx_batch` (lengths in `rx_lens`).
+    #[inline(never)]
+    fn nic_rx_frames<const SPLIT: bool>(&mut self, got: usize) {
         let Self {
             p,
             hdr,
             primary,
             secondary,
             rx_cq,
-            ingress,
             rx_batch,
             rx_lens,
             rss,
@@ -427,17 +768,16 @@ impl VnicQueue {
         let mut pc = primary.as_ref().map(|r| r.nic_cursor());
         let mut sc = secondary.as_ref().map(|r| r.nic_cursor());
         let mut cq = rx_cq.cursor();
-        let lens = &mut rx_lens[..limit.min(MAX_BURST)];
-        let got = ingress.next_batch(rx_batch, lens);
+        let lens = &rx_lens[..got];
         let (mut bytes, mut taken) = (0u64, 0u32);
         let (mut oversize, mut missed) = (0u64, 0u64);
         let frames = got as u64;
         let mut off = 0;
-        for &len in &lens[..got] {
+        for &len in lens {
             let len = len as usize;
             let stage = &rx_batch[off..];
             off += batch_step(len);
-            bytes += len as u64 + ovh;
+            bytes += len as u64;
             if len == 0 {
                 continue;
             }
@@ -526,8 +866,8 @@ impl VnicQueue {
         stats.rx_oversize += oversize;
         stats.rx_missed += missed;
         model.rx_wqes_untimed(taken, posted0);
-        model.wire_rx_frames(frames, bytes);
-        model.rx_flush();
+        model.wire_rx_frames(frames, bytes + frames * ovh);
+        model.rx_pass_done();
     }
 
     /// The NIC's receive engine, paced: processes every frame whose arrival on the wire ends by
@@ -723,14 +1063,13 @@ impl VnicQueue {
 
     /// Frees completed sends, in bulk.
     fn reclaim(&mut self) {
-        let layout = &self.layout;
         let cache = &mut self.cache;
         let model = &mut self.model;
-        self.tx.complete(&mut |handles, nic_bytes| {
-            // SAFETY: the send queue held these packets (of this queue's arena) until their
+        self.tx.complete(&mut |c| {
+            // SAFETY: the send queue held these buffers (of this queue's arena) until their
             // completion; it gives them up here.
-            unsafe { cache.free_packets(layout, handles) };
-            model.nicmem_freed(nic_bytes);
+            unsafe { cache.free_sorted(c.hdr, c.pay, c.nic) };
+            model.nicmem_freed(c.nic_bytes);
         });
     }
 
@@ -751,30 +1090,30 @@ impl VnicQueue {
             _ => u32::MAX,
         };
         let v = pkts.tx_view();
-        let mut unsent = 0usize;
-        let (stats, model, spare) = (&mut self.stats, &mut self.model, &mut self.unsent);
-        let (sent, bytes) = self.tx.post_burst(v, &self.layout, limit, &mut |i, e| {
-            let r = match e {
-                PostError::Full => {
-                    stats.tx_full += 1;
-                    DropReason::TX_FULL
+        let (sent, bytes, nref) = self
+            .tx
+            .post_burst(v, &self.layout, limit, &mut self.refused);
+        if nref > 0 {
+            let mut nic = 0u64;
+            for (k, &(i, e)) in self.refused[..nref].iter().enumerate() {
+                let i = i as usize;
+                let r = match e {
+                    PostError::Full => {
+                        self.stats.tx_full += 1;
+                        DropReason::TX_FULL
+                    }
+                    PostError::TooBig => DropReason::TX_INVALID,
+                };
+                drops.add(r, 1);
+                self.unsent[k] = v.handle[i];
+                if v.ring[i] == PayloadRing::Primary {
+                    nic += u64::from(v.frame_len[i] - u32::from(v.hdr_len[i]));
                 }
-                PostError::TooBig => DropReason::TX_INVALID,
-            };
-            drops.add(r, 1);
-            spare[unsent] = v.handle[i];
-            unsent += 1;
-            if v.ring[i] == PayloadRing::Primary {
-                model.nicmem_freed(u64::from(v.frame_len[i] - u32::from(v.hdr_len[i])));
             }
-        });
-        if unsent > 0 {
             // SAFETY: these packets of this queue's arena were not posted; the burst gives them
             // up below.
-            unsafe {
-                self.cache
-                    .free_packets(&self.layout, &self.unsent[..unsent])
-            };
+            unsafe { self.cache.free_packets(&self.layout, &self.unsent[..nref]) };
+            self.model.nicmem_freed(nic);
         }
         pkts.disown();
         self.stats.tx_packets += sent as u64;
@@ -784,7 +1123,7 @@ impl VnicQueue {
 
     /// Accounting counters so far (tests and benchmarks).
     pub fn model_counters(&self) -> super::model::NicCounters {
-        self.model.c
+        self.model.counters()
     }
 
     /// Overwrites the next Rx WQE the NIC will consume on `ring` (descriptor-validation tests).
@@ -816,78 +1155,41 @@ impl VnicQueue {
         give_back(&mut self.cache, hdr, ring, payload);
     }
 
-    /// Polls one completion and turns it into a packet's buffers and fields, or gives the
-    /// buffers back (an error completion, or one whose lengths do not fit its buffers).
-    #[inline]
-    fn poll_packet(&mut self, cqe: &Cqe, arrival: Ps) -> Option<RxPacket> {
-        let h = self.hdr.harvest(cqe.wqe_counter);
-        let ring = if cqe.ring > cqe_ring::SECONDARY {
-            cqe_ring::NONE
-        } else {
-            cqe.ring
-        };
-        let (pidx, kind, room) = match ring {
-            cqe_ring::PRIMARY => match self.primary.as_mut() {
-                Some(r) => (
-                    r.harvest(cqe.payload_counter),
-                    PayloadRing::Primary,
-                    r.room(),
-                ),
-                None => (0, PayloadRing::None, 0),
-            },
-            cqe_ring::SECONDARY => match self.secondary.as_mut() {
-                Some(r) => (
-                    r.harvest(cqe.payload_counter),
-                    PayloadRing::Secondary,
-                    r.room(),
-                ),
-                None => (0, PayloadRing::None, 0),
-            },
-            _ => (0, PayloadRing::None, 0),
-        };
-        let hl = cqe.hdr_len as usize;
-        let len = cqe.byte_cnt as usize;
-        let fits = hl <= self.hdr.room()
-            && hl <= len
-            && len - hl <= room
-            && (len > hl) == (kind != PayloadRing::None);
-        if cqe.is_error() || !fits {
-            self.stats.desc_errors += 1;
-            self.give_back(h, ring, pidx);
-            return None;
-        }
-        // SAFETY: header buffer `h` was just harvested: the driver owns it and nothing else
-        // refers to its metadata.
-        unsafe {
-            *self.layout.meta(h) = PacketMeta {
-                payload: pidx,
-                ring: kind,
-                arrival,
-            };
-        }
-        Some(RxPacket {
-            handle: h as usize,
-            hdr: self.layout.header_ptr(h),
-            hdr_len: hl as u16,
-            headroom: HEADROOM as u16,
-            frame_len: len as u32,
-            ring: kind,
-            rss_hash: cqe.rss_hash,
-        })
-    }
-
-    /// Harvests up to the burst's room of completions into `burst`; a gated (timed) harvest
-    /// takes only completions visible by `until`. Returns (packets, latest visibility time
-    /// harvested).
-    #[inline]
-    fn harvest(&mut self, burst: &mut Burst, until: Option<Ps>, wall: Ps) -> (usize, Ps) {
+    /// Harvests pending completions, up to the burst's room, into the burst: the driver's
+    /// completion polling. The pass carries only the completion queue's position and the
+    /// burst's length (the header ring's consumer count advances once per completion, so once
+    /// per pass; byte counts are summed from the burst afterwards); the layout and the rings'
+    /// views are locals. `SPLIT` is the mode's [`DatapathMode::splits`].
+    ///
+    /// An untimed queue stamps every packet with `wall`; a timed one (`TIMED`) stamps each with
+    /// its frame's arrival and, with `until`, takes only completions visible by then. Returns
+    /// the packets added and the latest visibility time harvested (timed).
+    #[inline(never)]
+    fn harvest<const SPLIT: bool, const TIMED: bool>(
+        &mut self,
+        burst: &mut Burst,
+        until: Option<Ps>,
+        wall: Ps,
+    ) -> (usize, Ps) {
         let from = burst.len();
+        let mut cq = self.rx_cq.poll_cursor();
+        let hc = self.hdr.sw_cursor();
+        let (primary, secondary) = (self.primary.as_ref(), self.secondary.as_ref());
+        let (mut np, mut ns) = (0u32, 0u32);
+        let hroom = hc.room();
+        let hdr_l = self.layout.hdr;
+        let cache = &mut self.cache;
+        let mut w = burst.rx_writer();
+        let n = (w.room() as u32).min(self.rx_cq.pending());
+        let ci0 = cq.consumer();
+        let end = ci0.wrapping_add(n);
+        let (mut err_p, mut err_s) = (0u32, 0u32);
+        let timing = self.model.t.as_deref();
         let mut latest = 0;
-        let (mut bytes, mut prim, mut sec) = (0u64, 0u64, 0u64);
-        while burst.room() > 0 && self.rx_cq.pending() > 0 {
-            let slot = self.rx_cq.consumer();
-            let arrival = match self.model.t.as_deref() {
-                Some(t) => {
+        while cq.consumer() != end {
+            let arrival = match timing {
+                Some(t) if TIMED => {
+                    let slot = cq.consumer();
                     let ready = t.cq_ready(slot);
                     if until.is_some_and(|u| ready > u) {
                         break;
@@ -895,112 +1197,101 @@ impl VnicQueue {
                     latest = latest.max(ready);
                     t.cq_arrival(slot)
                 }
-                None => wall,
+                _ => wall,
             };
-            let Some(cqe) = self.rx_cq.poll() else {
-                break;
-            };
-            let Some(p) = self.poll_packet(&cqe, arrival) else {
-                continue;
-            };
-            bytes += u64::from(p.frame_len);
-            prim += (p.ring == PayloadRing::Primary) as u64;
-            sec += (p.ring == PayloadRing::Secondary) as u64;
-            // SAFETY: the burst adopted this queue's arena as owner (checked by `rx_burst`);
-            // the header pointer names `hdr_len <= header capacity` bytes of buffer `h`, after
-            // `HEADROOM` bytes of the same buffer, all owned by the packet from now on.
-            let pushed = unsafe { burst.push(&p) };
-            debug_assert!(pushed, "room was checked");
-        }
-        let got = burst.len() - from;
-        let port = self.p.port_id;
-        burst.set_rx_defaults(from, port, Verdict::tx(port));
-        self.stats.rx_packets += got as u64;
-        self.stats.rx_bytes += bytes;
-        self.stats.rx_primary += prim;
-        self.stats.rx_secondary += sec;
-        (got, latest)
-    }
-
-    /// [`VnicQueue::harvest`] of an untimed queue: every pending completion, up to the burst's
-    /// room, into the burst, with the ring positions held in registers for the pass. `SPLIT`
-    /// is the mode's [`DatapathMode::splits`]. Returns the packets added.
-    fn harvest_untimed<const SPLIT: bool>(&mut self, burst: &mut Burst, arrival: Ps) -> usize {
-        let from = burst.len();
-        let Self {
-            p,
-            hdr,
-            primary,
-            secondary,
-            rx_cq,
-            layout,
-            cache,
-            stats,
-            ..
-        } = self;
-        let mut cq = rx_cq.poll_cursor();
-        let mut hc = hdr.sw_cursor();
-        let mut pc = primary.as_ref().map(|r| r.sw_cursor());
-        let mut sc = secondary.as_ref().map(|r| r.sw_cursor());
-        let mut w = burst.rx_writer();
-        let n = (w.room() as u32).min(rx_cq.pending());
-        let (mut bytes, mut prim, mut sec, mut errors) = (0u64, 0u64, 0u64, 0u64);
-        let hdr_l = layout.hdr;
-        for _ in 0..n {
             let Some(cqe) = cq.poll() else {
                 break;
             };
-            let h = hc.harvest(cqe.wqe_counter);
-            let (pidx, kind, room) = if SPLIT {
-                match (cqe.ring, &mut pc, &mut sc) {
-                    (cqe_ring::PRIMARY, Some(c), _) => (
-                        c.harvest(cqe.payload_counter),
-                        PayloadRing::Primary,
-                        c.room(),
-                    ),
-                    (cqe_ring::SECONDARY, _, Some(c)) => (
-                        c.harvest(cqe.payload_counter),
-                        PayloadRing::Secondary,
-                        c.room(),
-                    ),
+            let h = hc.buf(cqe.wqe_counter);
+            let hl = cqe.hdr_len as usize;
+            if SPLIT
+                && cqe.opcode == cqe_op::RESP_SEND
+                && cqe.ring == cqe_ring::NONE
+                && cqe.byte_cnt as usize == hl
+                && hl <= hroom
+            {
+                // The commonest completion of a split mode, straight-line: the whole frame in its
+                // header buffer (what the general checks below accept for it).
+                let buf = hdr_l.ptr(h);
+                // SAFETY: as below.
+                unsafe {
+                    *buf.cast::<PacketMeta>() = PacketMeta {
+                        payload: 0,
+                        ring: PayloadRing::None,
+                        arrival,
+                    };
+                }
+                // SAFETY: as below.
+                let pushed = unsafe {
+                    w.push(&RxPacket {
+                        handle: h as usize,
+                        hdr: buf.wrapping_add(crate::arena::DATA_OFF),
+                        hdr_len: hl as u16,
+                        headroom: HEADROOM as u16,
+                        frame_len: hl as u32,
+                        ring: PayloadRing::None,
+                        rss_hash: cqe.rss_hash,
+                    })
+                };
+                debug_assert!(pushed, "room was checked");
+                continue;
+            }
+            let (pidx, kind, room) = if SPLIT && cqe.ring != cqe_ring::NONE {
+                match (cqe.ring, primary, secondary) {
+                    (cqe_ring::PRIMARY, Some(r), _) => {
+                        np += 1;
+                        (
+                            r.buf_at(cqe.payload_counter),
+                            PayloadRing::Primary,
+                            r.room(),
+                        )
+                    }
+                    (cqe_ring::SECONDARY, _, Some(r)) => {
+                        ns += 1;
+                        (
+                            r.buf_at(cqe.payload_counter),
+                            PayloadRing::Secondary,
+                            r.room(),
+                        )
+                    }
                     _ => (0, PayloadRing::None, 0),
                 }
             } else {
                 (0, PayloadRing::None, 0)
             };
-            let hl = cqe.hdr_len as usize;
             let len = cqe.byte_cnt as usize;
-            let fits = hl <= hc.room()
-                && hl <= len
-                && len - hl <= room
-                && (len > hl) == (kind != PayloadRing::None);
+            // The lengths fit the buffers, and a payload came exactly when the frame is longer
+            // than its header segment.
+            let fits = if kind == PayloadRing::None {
+                len == hl && hl <= hroom
+            } else {
+                hl <= hroom && len > hl && len - hl <= room
+            };
             if cqe.is_error() || !fits {
-                errors += 1;
                 let ring = if SPLIT { cqe.ring } else { cqe_ring::NONE };
+                err_p += u32::from(kind == PayloadRing::Primary);
+                err_s += u32::from(kind == PayloadRing::Secondary);
                 give_back(cache, h, ring, pidx);
                 continue;
             }
+            let buf = hdr_l.ptr(h);
             // SAFETY: header buffer `h` was just harvested: the driver owns it and nothing else
-            // refers to its metadata.
+            // refers to its metadata, which starts the buffer (64-byte aligned, `META_BYTES`
+            // long).
             unsafe {
-                *layout.meta(h) = PacketMeta {
+                *buf.cast::<PacketMeta>() = PacketMeta {
                     payload: pidx,
                     ring: kind,
                     arrival,
                 };
             }
-            bytes += len as u64;
-            if SPLIT {
-                prim += (kind == PayloadRing::Primary) as u64;
-                sec += (kind == PayloadRing::Secondary) as u64;
-            }
-            // SAFETY: the burst adopted this queue's arena as owner (checked by `rx_burst`);
-            // the header pointer names `hl <= header capacity` bytes of buffer `h`, after
-            // `HEADROOM` bytes of the same buffer, all owned by the packet from now on.
+            // SAFETY: the burst adopted this queue's arena as owner (checked by `rx_burst`); the
+            // header pointer names `hl <= room` bytes of buffer `h`, after `HEADROOM` bytes of
+            // the same buffer, all owned by the packet from now on.
             let pushed = unsafe {
                 w.push(&RxPacket {
                     handle: h as usize,
-                    hdr: hdr_l.ptr(h).wrapping_add(crate::arena::DATA_OFF),
+                    hdr: buf.wrapping_add(crate::arena::DATA_OFF),
                     hdr_len: hl as u16,
                     headroom: HEADROOM as u16,
                     frame_len: len as u32,
@@ -1011,23 +1302,28 @@ impl VnicQueue {
             debug_assert!(pushed, "room was checked");
         }
         w.finish();
-        rx_cq.poll_commit(cq);
-        hdr.sw_commit(hc);
-        if let (Some(r), Some(c)) = (primary.as_mut(), pc) {
-            r.sw_commit(c);
+        let polled = cq.consumer().wrapping_sub(ci0);
+        self.rx_cq.poll_commit(cq);
+        self.hdr.sw_release(polled);
+        if let Some(r) = self.primary.as_mut() {
+            r.sw_release(np);
         }
-        if let (Some(r), Some(c)) = (secondary.as_mut(), sc) {
-            r.sw_commit(c);
+        if let Some(r) = self.secondary.as_mut() {
+            r.sw_release(ns);
         }
         let got = burst.len() - from;
-        let port = p.port_id;
+        let port = self.p.port_id;
         burst.set_rx_defaults(from, port, Verdict::tx(port));
-        stats.rx_packets += got as u64;
-        stats.rx_bytes += bytes;
-        stats.rx_primary += prim;
-        stats.rx_secondary += sec;
-        stats.desc_errors += errors;
-        got
+        let v = burst.tx_view();
+        self.stats.rx_packets += got as u64;
+        self.stats.rx_bytes += v.frame_len[from..]
+            .iter()
+            .map(|&l| u64::from(l))
+            .sum::<u64>();
+        self.stats.rx_primary += u64::from(np - err_p);
+        self.stats.rx_secondary += u64::from(ns - err_s);
+        self.stats.desc_errors += u64::from(polled) - got as u64;
+        (got, latest)
     }
 
     /// `rx_burst` of a timed queue (see the module docs).
@@ -1040,7 +1336,11 @@ impl VnicQueue {
         let (virt, paced) = (t.is_virtual(), t.paced());
         if !paced {
             self.nic_rx(want);
-            let (got, latest) = self.harvest(burst, None, 0);
+            let (got, latest) = if self.p.mode.splits() {
+                self.harvest::<true, true>(burst, None, 0)
+            } else {
+                self.harvest::<false, true>(burst, None, 0)
+            };
             if let Some(t) = self.model.t.as_deref_mut() {
                 // The burst is handed over when its last completion is visible.
                 t.idle_until(latest);
@@ -1076,7 +1376,11 @@ impl VnicQueue {
             }
             until = self.model.t.as_deref().map_or(now, |t| t.now());
         }
-        let (got, _) = self.harvest(burst, Some(until), 0);
+        let (got, _) = if self.p.mode.splits() {
+            self.harvest::<true, true>(burst, Some(until), 0)
+        } else {
+            self.harvest::<false, true>(burst, Some(until), 0)
+        };
         if let Some(t) = self.model.t.as_deref_mut() {
             t.cpu_packets(got as u64);
         }
@@ -1119,11 +1423,13 @@ impl VnicQueue {
     /// Takes every buffer back from the rings, the completion queue and the send queue (queue
     /// teardown).
     fn release_all(&mut self) {
-        let mut handles = Vec::new();
-        let nic = self.tx.drain(&mut handles);
-        // SAFETY: the send queue's packets, given up by the drained ring.
-        unsafe { self.cache.free_packets(&self.layout, &handles) };
-        self.model.nicmem_freed(nic);
+        let cache = &mut self.cache;
+        let model = &mut self.model;
+        self.tx.drain(&mut |c| {
+            // SAFETY: the send queue's buffers, given up by the drained ring.
+            unsafe { cache.free_sorted(c.hdr, c.pay, c.nic) };
+            model.nicmem_freed(c.nic_bytes);
+        });
         // Completions the driver never polled: their buffers return too.
         while let Some(cqe) = self.rx_cq.poll() {
             let h = self.hdr.harvest(cqe.wqe_counter);
@@ -1177,9 +1483,9 @@ impl Queue for VnicQueue {
             // One clock read per burst: every packet of a burst shares its arrival time.
             let now = self.epoch.elapsed().as_nanos() as u64 * PS_PER_NS;
             if self.p.mode.splits() {
-                self.harvest_untimed::<true>(burst, now)
+                self.harvest::<true, false>(burst, None, now).0
             } else {
-                self.harvest_untimed::<false>(burst, now)
+                self.harvest::<false, false>(burst, None, now).0
             }
         };
         self.refill();

@@ -24,6 +24,9 @@ use nicmem::PoolLayout;
 
 use super::desc::{Cqe, DataSeg, SEG, syndrome};
 
+/// A place [`NicCursor::take_batch`] refused.
+pub(crate) const REFUSED: u64 = u64::MAX;
+
 /// A ring of Rx WQEs with the driver's shadow array of posted buffer indices.
 pub(crate) struct RxRing {
     wqes: Box<[[u8; SEG]]>,
@@ -96,17 +99,24 @@ impl RxRing {
     #[inline]
     pub(crate) fn post(&mut self, idx: &[u32]) {
         debug_assert!(idx.len() as u32 <= self.free_slots());
-        let key = self.layout.key.0;
+        let (key, room, mask) = (self.layout.key.0, self.room, self.mask);
+        let layout = self.layout;
+        let iova = u64::from(self.data_off);
+        let (wqes, bufs) = (self.wqes.as_mut_ptr(), self.bufs.as_mut_ptr());
         let mut pi = self.pi;
         for &b in idx {
-            let slot = (pi & self.mask) as usize;
-            DataSeg {
-                byte_count: self.room,
+            let slot = (pi & mask) as usize;
+            let wqe = DataSeg {
+                byte_count: room,
                 key,
-                addr: self.layout.iova_of(b) + u64::from(self.data_off),
+                addr: layout.iova_of(b) + iova,
             }
-            .write(&mut self.wqes[slot]);
-            self.bufs[slot] = b;
+            .encode();
+            // SAFETY: `slot <= mask` indexes both arrays' `mask + 1` entries.
+            unsafe {
+                *wqes.add(slot) = wqe;
+                *bufs.add(slot) = b;
+            }
             pi = pi.wrapping_add(1);
         }
         self.pi = pi;
@@ -147,14 +157,8 @@ impl RxRing {
     /// also write to any other registered range, the model refuses every other address (a
     /// foreign key, a range outside the region, another buffer), so a corrupt descriptor can
     /// never make it write memory the slot does not own.
-    #[cold]
     fn refusal(&self, slot: usize, len: usize) -> u8 {
-        let seg = DataSeg::read(&self.wqes[slot]);
-        if seg.byte_count == 0 || len > seg.byte_count as usize || len > self.room as usize {
-            syndrome::LOCAL_LENGTH
-        } else {
-            syndrome::LOCAL_PROTECTION
-        }
+        refusal(&self.wqes[slot], len, self.room)
     }
 
     /// Whether writes into this ring's buffers keep their bytes (false for aliased nicmem).
@@ -196,6 +200,18 @@ impl RxRing {
     }
 }
 
+/// Why the descriptor `wqe` cannot take `len` bytes into a buffer offering `room` (see
+/// [`RxRing::refusal`]).
+#[cold]
+fn refusal(wqe: &[u8; SEG], len: usize, room: u32) -> u8 {
+    let seg = DataSeg::read(wqe);
+    if seg.byte_count == 0 || len > seg.byte_count as usize || len > room as usize {
+        syndrome::LOCAL_LENGTH
+    } else {
+        syndrome::LOCAL_PROTECTION
+    }
+}
+
 impl RxRing {
     /// The NIC's side of the ring as a cursor held in registers for one receive pass (writes
     /// into posted buffers go through raw pointers, which would otherwise make the compiler
@@ -208,7 +224,6 @@ impl RxRing {
             mask: self.mask,
             ci: self.nic_ci,
             end: self.pi,
-            key: self.layout.key.0,
             room: self.room,
             base: self.layout.base.wrapping_add(self.data_off as usize),
             iova: self.layout.iova + u64::from(self.data_off),
@@ -218,6 +233,16 @@ impl RxRing {
             } else {
                 0
             },
+            want_lo: u64::from_ne_bytes(
+                DataSeg {
+                    byte_count: self.room,
+                    key: self.layout.key.0,
+                    addr: 0,
+                }
+                .encode()[..8]
+                    .try_into()
+                    .expect("8 bytes"),
+            ),
         }
     }
 
@@ -229,40 +254,46 @@ impl RxRing {
 }
 
 impl RxRing {
-    /// The driver's side of the ring as a cursor for one harvest pass; hand it back with
-    /// [`RxRing::sw_commit`].
+    /// The driver's view of the ring's posted buffers for one harvest pass; the pass hands back
+    /// how many it harvested with [`RxRing::sw_release`].
     #[inline(always)]
     pub(crate) fn sw_cursor(&self) -> SwCursor {
         SwCursor {
             bufs: self.bufs.as_ptr(),
             mask: self.mask,
-            ci: self.sw_ci,
             room: self.room,
         }
     }
 
-    /// Takes back a cursor from [`RxRing::sw_cursor`].
+    /// The buffer index of the slot a completion names, without advancing the driver's
+    /// consumer count (see [`RxRing::sw_release`]).
     #[inline(always)]
-    pub(crate) fn sw_commit(&mut self, c: SwCursor) {
-        self.sw_ci = c.ci;
+    pub(crate) fn buf_at(&self, counter: u16) -> u32 {
+        self.bufs[(u32::from(counter) & self.mask) as usize]
+    }
+
+    /// The driver harvested `n` more buffers (through a [`SwCursor`]).
+    #[inline(always)]
+    pub(crate) fn sw_release(&mut self, n: u32) {
+        self.sw_ci = self.sw_ci.wrapping_add(n);
     }
 }
 
-/// The driver's harvest position on an Rx ring (see [`RxRing::sw_cursor`]).
+/// The driver's view of an Rx ring's posted buffers during a harvest (see
+/// [`RxRing::sw_cursor`]).
 #[derive(Clone, Copy)]
 pub(crate) struct SwCursor {
     bufs: *const u32,
     mask: u32,
-    ci: u32,
     room: u32,
 }
 
 impl SwCursor {
-    /// [`RxRing::harvest`] on the cursor.
+    /// The buffer index of the slot a completion names ([`RxRing::harvest`] without the
+    /// consumer count, which the pass advances once with [`RxRing::sw_release`]).
     #[inline(always)]
-    pub(crate) fn harvest(&mut self, counter: u16) -> u32 {
+    pub(crate) fn buf(&self, counter: u16) -> u32 {
         let slot = (u32::from(counter) & self.mask) as usize;
-        self.ci = self.ci.wrapping_add(1);
         // SAFETY: `slot <= mask` indexes the ring's `mask + 1` entries; the ring outlives the
         // cursor and nobody writes it during the pass.
         unsafe { *self.bufs.add(slot) }
@@ -285,7 +316,6 @@ pub(crate) struct NicCursor {
     ci: u32,
     /// The producer index when the cursor was made: WQEs past it are not posted.
     end: u32,
-    key: u32,
     room: u32,
     /// Where the NIC writes in buffer 0, and its bus address.
     base: *mut u8,
@@ -293,6 +323,8 @@ pub(crate) struct NicCursor {
     stride: u64,
     /// Slots of an aliased pool (buffer `i` lives in slot `i % alias_slots`), 0 when not aliased.
     alias_slots: u32,
+    /// The first 8 bytes every valid descriptor of the ring has (its length and key).
+    want_lo: u64,
 }
 
 impl NicCursor {
@@ -314,10 +346,66 @@ impl NicCursor {
         self.alias_slots == 0
     }
 
+    /// [`NicCursor::take`] for a batch: consumes one posted WQE per entry of `lens` (the caller
+    /// checked [`NicCursor::posted`]) and validates each for the length there (at most `cap`:
+    /// the header ring takes a split frame's first `cap` bytes), writing to
+    /// `place[i]` where frame `i` goes (a byte offset for [`NicCursor::at`]) or [`REFUSED`].
+    /// Returns the consumer count of the first WQE (frame `i`'s WQE counter is that plus `i`)
+    /// and how many places were refused.
+    /// One short loop with few live values per stage of the receive, instead of one long one.
+    #[inline(always)]
+    pub(crate) fn take_batch(&mut self, lens: &[u32], cap: u32, place: &mut [u64]) -> (u32, u32) {
+        debug_assert!(self.posted() as usize >= lens.len());
+        let first = self.ci;
+        let want_lo = self.want_lo;
+        let (wqes, bufs, mask) = (self.wqes, self.bufs, self.mask);
+        let (iova, stride, room, alias) = (self.iova, self.stride, self.room, self.alias_slots);
+        let mut refused = 0;
+        for (i, (&len, out)) in lens.iter().zip(place.iter_mut()).enumerate() {
+            let slot = (first.wrapping_add(i as u32) & mask) as usize;
+            // SAFETY: `slot <= mask`, and both arrays have `mask + 1` entries; the ring (borrowed
+            // by the queue for the whole pass) outlives the cursor and nobody else writes it.
+            let (wqe, b) = unsafe { (*wqes.add(slot), *bufs.add(slot)) };
+            let b = if alias == 0 { b } else { b % alias };
+            let off = u64::from(b) * stride;
+            // The descriptor must be exactly what the driver posts for this buffer (compared
+            // as encoded bytes, as in `take`).
+            let lo = u64::from_ne_bytes(wqe[..8].try_into().expect("8 bytes"));
+            let hi = u64::from_ne_bytes(wqe[8..].try_into().expect("8 bytes"));
+            let ok = lo == want_lo && hi == (iova + off).to_be() && len.min(cap) <= room;
+            *out = if ok { off } else { REFUSED };
+            refused += u32::from(!ok);
+        }
+        self.ci = first.wrapping_add(lens.len() as u32);
+        (first, refused)
+    }
+
+    /// Where to write for a place [`NicCursor::take_batch`] accepted.
+    #[inline(always)]
+    pub(crate) fn at(&self, place: u64) -> *mut u8 {
+        self.base.wrapping_add(place as usize)
+    }
+
+    /// Why the WQE with consumer count `ci` could not take `len` bytes (a place
+    /// [`NicCursor::take_batch`] refused).
+    #[cold]
+    pub(crate) fn refusal_at(&self, ci: u32, len: usize) -> u8 {
+        let slot = (ci & self.mask) as usize;
+        // SAFETY: as in `take_batch`.
+        refusal(unsafe { &*self.wqes.add(slot) }, len, self.room)
+    }
+
     /// [`RxRing::nic_take`] on the cursor: consumes the next posted WQE (the caller checked
     /// [`NicCursor::posted`]) and validates it for `len` bytes.
     #[inline(always)]
     pub(crate) fn take(&mut self, len: usize) -> (u16, Result<*mut u8, u8>) {
+        let (c, r) = self.take_place(len);
+        (c, r.map(|p| self.at(p)))
+    }
+
+    /// [`NicCursor::take`] giving the place for [`NicCursor::at`] instead of a pointer.
+    #[inline(always)]
+    pub(crate) fn take_place(&mut self, len: usize) -> (u16, Result<u64, u8>) {
         debug_assert!(self.posted() > 0);
         let slot = (self.ci & self.mask) as usize;
         let counter = self.ci as u16;
@@ -331,23 +419,14 @@ impl NicCursor {
             b % self.alias_slots
         };
         let off = u64::from(b) * self.stride;
-        let want = DataSeg {
-            byte_count: self.room,
-            key: self.key,
-            addr: self.iova + off,
+        // The descriptor must be exactly what the driver posts for this buffer (compared as
+        // encoded bytes).
+        let lo = u64::from_ne_bytes(wqe[..8].try_into().expect("8 bytes"));
+        let hi = u64::from_ne_bytes(wqe[8..].try_into().expect("8 bytes"));
+        if lo == self.want_lo && hi == (self.iova + off).to_be() && len <= self.room as usize {
+            return (counter, Ok(off));
         }
-        .encode();
-        if wqe == want && len <= self.room as usize {
-            return (counter, Ok(self.base.wrapping_add(off as usize)));
-        }
-        let seg = DataSeg::read(&wqe);
-        let why =
-            if seg.byte_count == 0 || len > seg.byte_count as usize || len > self.room as usize {
-                syndrome::LOCAL_LENGTH
-            } else {
-                syndrome::LOCAL_PROTECTION
-            };
-        (counter, Err(why))
+        (counter, Err(refusal(&wqe, len, self.room)))
     }
 }
 
@@ -466,6 +545,7 @@ impl CompletionQueue {
 
 /// The NIC's producer position on a completion queue during one pass (see
 /// [`CompletionQueue::cursor`]).
+#[derive(Clone, Copy)]
 pub(crate) struct CqCursor {
     slots: *mut [u8; 64],
     mask: u32,
@@ -473,6 +553,12 @@ pub(crate) struct CqCursor {
 }
 
 impl CqCursor {
+    /// The producer count (the slot the next completion goes to).
+    #[inline(always)]
+    pub(crate) fn producer(&self) -> u32 {
+        self.pi
+    }
+
     /// Writes a completion. The caller checked the queue has room.
     #[inline(always)]
     pub(crate) fn push(&mut self, cqe: &Cqe) {
@@ -494,6 +580,12 @@ pub(crate) struct CqPoll {
 }
 
 impl CqPoll {
+    /// The consumer count (completions ever polled, this pass's included).
+    #[inline(always)]
+    pub(crate) fn consumer(&self) -> u32 {
+        self.ci
+    }
+
     /// [`CompletionQueue::poll`] on the cursor.
     #[inline(always)]
     pub(crate) fn poll(&mut self) -> Option<Cqe> {

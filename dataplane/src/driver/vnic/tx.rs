@@ -14,7 +14,7 @@
 //! hardware, against the buffers of the packet posted with that WQE; failures produce an error
 //! completion with an mlx5 syndrome, the frame is not sent, and the packet is still freed.
 
-use nicmem::{MemKey, ProtectionDomain, RegionTable};
+use nicmem::{MemKey, PoolLayout, ProtectionDomain, RegionTable};
 
 use super::desc::{
     Cqe, CtrlSeg, DataSeg, FLAG_CQE_REQUEST, OPCODE_SEND, SEG, WQEBB, cqe_op, syndrome, tx_wqe_ds,
@@ -31,6 +31,10 @@ use crate::pcie_model::timeline::{PS_PER_NS, Ps};
 const OPCODE_NOP: u8 = 0x00;
 /// Largest WQE: 15 WQEBBs of 4 segments (mlx5's 60 DS, 960 B limit).
 pub(crate) const MAX_DS: usize = 60;
+/// The largest Tx inline size the virtual NIC takes: a WQE holds at most 60 16-byte
+/// segments (mlx5's limit), of which the control and Ethernet segments and up to two data
+/// pointers are not inline data.
+pub const MAX_TX_INLINE: usize = 2 + (MAX_DS - 4) * SEG;
 /// Offset of the inline data in a WQE: it starts in the last 2 bytes of the Ethernet segment
 /// and continues in the following segments, so it is contiguous.
 const INLINE_AT: usize = SEG + 14;
@@ -55,14 +59,103 @@ pub(crate) enum PostError {
     TooBig,
 }
 
+/// What the driver keeps per send-queue slot for the WQE starting there: the packet's buffers,
+/// so the NIC knows which buffers that WQE may read.
+#[derive(Clone, Copy)]
+struct TxSlot {
+    /// The producer count the WQE was posted at: a slot that does not hold the start of the
+    /// WQE the NIC is at (the inside of a longer WQE, or a stale one a corrupt segment count
+    /// made the NIC land on) names no packet.
+    at: u32,
+    /// Header buffer index of the packet posted with the WQE ([`NO_PKT`]: none).
+    hdr: u32,
+    /// Its payload buffer index (when `ring` is not `None`).
+    pay: u32,
+    /// WQEBBs of the WQE.
+    nbb: u8,
+    /// The pool of the payload buffer.
+    ring: PayloadRing,
+    /// The WQE asked for a completion, and `TxRing::ends` holds where the packet rings stood
+    /// after it.
+    ends: bool,
+}
+
+const EMPTY_SLOT: TxSlot = TxSlot {
+    at: 0,
+    hdr: NO_PKT,
+    pay: 0,
+    nbb: 0,
+    ring: PayloadRing::None,
+    ends: false,
+};
+
+/// Buffer indices of the packets in the send queue, in posting order (the mlx5 PMD's `elts`):
+/// packets complete in order, so completed ones leave as contiguous slices.
+struct IdxRing {
+    idx: Box<[u32]>,
+    /// Entries ever pushed.
+    pi: u32,
+    /// Entries ever released.
+    ci: u32,
+}
+
+impl IdxRing {
+    fn new(size: usize) -> Self {
+        Self {
+            idx: vec![0; size].into_boxed_slice(),
+            pi: 0,
+            ci: 0,
+        }
+    }
+
+    /// Appends an entry (the caller keeps at most one per ring slot in flight).
+    #[inline(always)]
+    fn push(&mut self, idx: u32) {
+        let m = self.idx.len() - 1;
+        self.idx[self.pi as usize & m] = idx;
+        self.pi = self.pi.wrapping_add(1);
+    }
+
+    /// The entries `ci..end` as at most two slices (the ring wraps), and releases them.
+    #[inline]
+    fn release_to(&mut self, end: u32) -> (&[u32], &[u32]) {
+        let n = end.wrapping_sub(self.ci) as usize;
+        let size = self.idx.len();
+        let start = self.ci as usize & (size - 1);
+        self.ci = end;
+        let first = n.min(size - start);
+        (&self.idx[start..start + first], &self.idx[..n - first])
+    }
+}
+
+/// Buffers of completed sends, by pool (see [`TxRing::complete`]); a pool's buffers may come
+/// in two slices.
+pub(crate) struct Completed<'a> {
+    /// Header buffers.
+    pub hdr: &'a [u32],
+    /// Host payload buffers.
+    pub pay: &'a [u32],
+    /// nicmem payload buffers.
+    pub nic: &'a [u32],
+    /// nicmem payload bytes they held.
+    pub nic_bytes: u64,
+}
+
 pub(crate) struct TxRing {
     bbs: Box<[[u8; WQEBB]]>,
-    /// Per slot: the packet (header buffer index) posted with the WQE starting there.
-    elts: Box<[u32]>,
-    /// Per slot: WQEBBs of the WQE starting there.
-    nbb: Box<[u8]>,
-    /// Per slot: nicmem payload bytes the packet holds (returned to the model when freed).
-    nic_bytes: Box<[u32]>,
+    /// Per slot: the packet posted with the WQE starting there.
+    slots: Box<[TxSlot]>,
+    /// Per slot whose WQE asked for a completion: the header, host payload and nicmem payload
+    /// rings' producer counts after it (what that completion releases).
+    ends: Box<[[u32; 3]]>,
+    /// The buffers of posted packets: headers, host payloads, nicmem payloads.
+    hdrs: IdxRing,
+    pays: IdxRing,
+    nics: IdxRing,
+    /// Per `nics` entry: nicmem payload bytes posted up to and including it; and the total
+    /// already released.
+    nic_cum: Box<[u64]>,
+    nic_released: u64,
     mask: u32,
     pi: u32,
     nic_ci: u32,
@@ -78,15 +171,21 @@ pub(crate) struct TxRing {
 }
 
 impl TxRing {
-    /// A send queue of `size` WQEBBs; `inline` header bytes per WQE (0: no inlining); a completion
-    /// every `comp_every` WQEs (and at least every half ring).
+    /// A send queue of `size` WQEBBs; `inline` header bytes per WQE (0: no inlining; at most
+    /// [`MAX_TX_INLINE`], which the port's configuration checks, so an
+    /// inlined frame's WQE always stays within [`MAX_DS`]); a completion every `comp_every`
+    /// WQEs (and at least every half ring).
     pub(crate) fn new(size: usize, inline: usize, comp_every: usize) -> Self {
         let size = size.next_power_of_two().max(16);
         Self {
             bbs: vec![[0u8; WQEBB]; size].into_boxed_slice(),
-            elts: vec![NO_PKT; size].into_boxed_slice(),
-            nbb: vec![0u8; size].into_boxed_slice(),
-            nic_bytes: vec![0u32; size].into_boxed_slice(),
+            slots: vec![EMPTY_SLOT; size].into_boxed_slice(),
+            ends: vec![[0; 3]; size].into_boxed_slice(),
+            hdrs: IdxRing::new(size),
+            pays: IdxRing::new(size),
+            nics: IdxRing::new(size),
+            nic_cum: vec![0; size].into_boxed_slice(),
+            nic_released: 0,
             mask: size as u32 - 1,
             pi: 0,
             nic_ci: 0,
@@ -94,7 +193,7 @@ impl TxRing {
             since_comp: 0,
             bbs_since_comp: 0,
             comp_every: comp_every.max(1) as u32,
-            inline,
+            inline: inline.min(MAX_TX_INLINE),
             cq: CompletionQueue::new(size),
             wrap: Box::new([0u8; MAX_DS * SEG]),
         }
@@ -122,125 +221,223 @@ impl TxRing {
 
     /// Driver side: builds one WQE per packet of `v` (packets of the arena `l`), in order, while
     /// they fit both the ring and `limit` WQEBBs (the room left in model time). Each packet that
-    /// cannot be posted is reported to `refused` (by index, with the reason) and left to the
-    /// caller. Returns the packets posted and their bytes.
+    /// cannot be posted is left to the caller and listed in `refused` (its index in the burst
+    /// and why; `refused` has room for every packet). Returns the packets posted, their bytes
+    /// and the number of refusals listed.
     #[inline]
     pub(crate) fn post_burst(
         &mut self,
         v: TxView<'_>,
         l: &ArenaLayout,
         limit: u32,
-        refused: &mut impl FnMut(usize, PostError),
-    ) -> (usize, u64) {
-        let size = self.mask + 1;
-        let mut room = (size - self.in_use()).min(limit);
-        let (hdr_l, pay_l, nic_l) = (l.hdr, l.pay, l.nic);
-        let inline = self.inline;
-        let (mut sent, mut bytes) = (0usize, 0u64);
-        for i in 0..v.handle.len() {
+        refused: &mut [(u16, PostError)],
+    ) -> (usize, u64, usize) {
+        let payloads = l.pay.is_some() || l.nic.is_some();
+        match (self.inline > 0, payloads) {
+            (false, false) => self.post::<false, false>(v, l, limit, refused),
+            (false, true) => self.post::<false, true>(v, l, limit, refused),
+            (true, false) => self.post::<true, false>(v, l, limit, refused),
+            (true, true) => self.post::<true, true>(v, l, limit, refused),
+        }
+    }
+
+    /// [`TxRing::post_burst`] for one shape of WQE: with inline headers (`INLINE`) or without,
+    /// for an arena with payload pools (`PAYLOADS`) or without, each compiled on its own (a WQE
+    /// without inline bytes is one WQEBB and never wraps). Runs of packets without payload
+    /// bytes that fit in the ring's end go through [`post_run`]; every other packet (with a
+    /// payload, wrapping around the ring, or refused) is posted here.
+    #[inline(always)]
+    fn post<const INLINE: bool, const PAYLOADS: bool>(
+        &mut self,
+        v: TxView<'_>,
+        l: &ArenaLayout,
+        limit: u32,
+        refused: &mut [(u16, PostError)],
+    ) -> (usize, u64, usize) {
+        let n = v.handle.len();
+        let refused = &mut refused[..n];
+        let mask = self.mask;
+        let size = mask as usize + 1;
+        let mut st = PostState {
+            bbs: self.bbs.as_mut_ptr().cast::<u8>(),
+            slots: self.slots.as_mut_ptr(),
+            hdrs: self.hdrs.idx.as_mut_ptr(),
+            ends: self.ends.as_mut_ptr(),
+            mask,
+            pi: self.pi,
+            hpi: self.hdrs.pi,
+            since: self.since_comp,
+            bbs_since: self.bbs_since_comp,
+            room: (mask + 1 - self.in_use()).min(limit),
+            comp_every: self.comp_every,
+            half: mask / 2,
+            inline: if INLINE { self.inline } else { 0 },
+            bytes: 0,
+            pay_pis: [self.pays.pi, self.nics.pi],
+        };
+        let hdr_l = l.hdr;
+        let wrap = self.wrap.as_mut_ptr();
+        let mut nref = 0usize;
+        let mut i = 0;
+        loop {
+            // SAFETY: the state names this ring's arrays and positions.
+            i = unsafe { post_run::<INLINE>(&mut st, &v, l, i) };
+            if i == n {
+                break;
+            }
             let h = v.handle[i] as u32;
             let hlen = v.hdr_len[i] as usize;
             let flen = v.frame_len[i] as usize;
             let plen = flen - hlen;
-            let inl = inline.min(hlen);
+            let inl = if INLINE { st.inline.min(hlen) } else { 0 };
             let rest_hdr = hlen - inl;
             let ds = tx_wqe_ds(inl, (rest_hdr > 0) as usize + (plen > 0) as usize);
-            if ds > MAX_DS {
-                refused(i, PostError::TooBig);
+            if INLINE && ds > MAX_DS {
+                refused[nref] = (i as u16, PostError::TooBig);
+                nref += 1;
+                i += 1;
                 continue;
             }
-            let nbb = ds.div_ceil(4) as u32;
-            if nbb > room {
-                refused(i, PostError::Full);
+            let nbb = if INLINE { ds.div_ceil(4) as u32 } else { 1 };
+            if nbb > st.room {
+                refused[nref] = (i as u16, PostError::Full);
+                nref += 1;
+                i += 1;
                 continue;
             }
-            room -= nbb;
-            let at = self.pi;
-            self.since_comp += 1;
-            self.bbs_since_comp += nbb;
-            let flags = if self.since_comp >= self.comp_every || self.bbs_since_comp > self.mask / 2
-            {
-                self.since_comp = 0;
-                self.bbs_since_comp = 0;
-                FLAG_CQE_REQUEST
-            } else {
-                0
-            };
-            let headroom = v.headroom[i] as usize;
+            let flags = st.admit(nbb);
             // The header's bus address: header buffers keep the metadata first, then the
             // headroom the header may have grown into.
-            let hdr_off = META_BYTES + headroom;
+            let hdr_off = META_BYTES + v.headroom[i] as usize;
             let hdr_iova = hdr_l.iova_of(h) + hdr_off as u64;
-            let (pay_key, pay_iova, nic) = if plen == 0 {
-                (MemKey(0), 0, 0)
-            } else {
+            // Which payload buffer the packet holds (its metadata, written at Rx), kept in the
+            // slot so the NIC and the completion handling need not read the packet again. A
+            // packet holds a payload buffer exactly when it has payload bytes (the header and
+            // frame lengths change together after Rx); a payload the arena cannot name gets a
+            // descriptor the NIC refuses.
+            let (ring, pay, pay_key, pay_iova) = if PAYLOADS && plen > 0 {
                 // SAFETY: `h` is a packet of this queue's arena held by the burst, which owns
                 // it; its metadata was written at Rx.
                 let meta = unsafe { *l.meta(h) };
-                match (meta.ring, pay_l, nic_l) {
-                    (PayloadRing::Secondary, Some(p), _) => (p.key, p.iova_of(meta.payload), 0),
-                    (PayloadRing::Primary, _, Some(p)) => {
-                        (p.key, p.iova_of(meta.payload), plen as u32)
-                    }
-                    // A payload the arena cannot name: a descriptor the NIC will refuse.
-                    _ => (MemKey(0), 0, 0),
+                let pool = match meta.ring {
+                    PayloadRing::Secondary => l.pay,
+                    PayloadRing::Primary => l.nic,
+                    PayloadRing::None => None,
+                };
+                match pool {
+                    Some(p) => (meta.ring, meta.payload, p.key.0, p.iova_of(meta.payload)),
+                    None => (PayloadRing::None, meta.payload, 0, 0),
                 }
+            } else {
+                (PayloadRing::None, 0, 0, 0)
             };
-            // The header and the rest of its buffer (inline copies may round up into it).
-            // SAFETY: the burst owns the packet; its header starts `hdr_off` bytes into header
-            // buffer `h`, whose bytes up to the end of the buffer belong to the packet.
-            let hdr = unsafe {
-                std::slice::from_raw_parts(v.hdr[i].cast_const(), hdr_l.buf_size - hdr_off)
+            let pi = st.pi;
+            let slot = (pi & mask) as usize;
+            let nb = nbb as usize;
+            let wraps = INLINE && slot + nb > size;
+            // SAFETY: slots `slot..slot + nb` of the ring are free (`nbb <= room`); a WQE that
+            // would run past the end of the ring (`wraps`) is built in the scratch instead,
+            // which holds the largest WQE. Nothing else refers to either during the pass.
+            let w = if wraps {
+                wrap
+            } else {
+                unsafe { st.bbs.add(slot * WQEBB) }
             };
             let ctrl = CtrlSeg {
                 opcode: OPCODE_SEND,
-                wqe_index: at as u16,
+                wqe_index: pi as u16,
                 ds: ds as u8,
                 flags,
             };
-            let slot = (at & self.mask) as usize;
-            let n = nbb as usize;
-            let wraps = slot + n > size as usize;
-            let w = if wraps {
-                &mut self.wrap[..n * WQEBB]
-            } else {
-                self.bbs[slot..slot + n].as_flattened_mut()
-            };
-            write_wqe(
-                w,
-                &ctrl,
-                hdr,
-                inl,
-                &DataSeg {
-                    byte_count: rest_hdr as u32,
-                    key: hdr_l.key.0,
-                    addr: hdr_iova + inl as u64,
-                },
-                &DataSeg {
-                    byte_count: plen as u32,
-                    key: pay_key.0,
-                    addr: pay_iova,
-                },
-            );
+            // SAFETY: `w` has `nb * WQEBB >= ds * SEG` writable bytes (above); segment writes
+            // stay below `ds * SEG`, the inline copy below `nb * WQEBB`.
+            unsafe {
+                put_seg(w, ctrl.encode());
+                // Ethernet segment: 12 zero bytes, the inline size, then the inline bytes.
+                put_seg(w.add(SEG), (u128::from(inl as u16) << 16).to_be_bytes());
+                let mut k = 2 * SEG;
+                if INLINE && inl > 0 {
+                    // The header and the rest of its buffer (the copy may round up into it).
+                    // SAFETY: the burst owns the packet; its header starts `hdr_off` bytes into
+                    // header buffer `h`, whose bytes up to its end belong to the packet.
+                    let src =
+                        std::slice::from_raw_parts(v.hdr[i].cast_const(), hdr_l.buf_size - hdr_off);
+                    let dst =
+                        std::slice::from_raw_parts_mut(w.add(INLINE_AT), nb * WQEBB - INLINE_AT);
+                    nicmem::copy_prefix(dst, src, inl);
+                    k = data_segment_at(inl) * SEG;
+                }
+                if rest_hdr > 0 {
+                    let seg = DataSeg {
+                        byte_count: rest_hdr as u32,
+                        key: hdr_l.key.0,
+                        addr: hdr_iova + inl as u64,
+                    };
+                    put_seg(w.add(k), seg.encode());
+                    k += SEG;
+                }
+                if plen > 0 {
+                    let seg = DataSeg {
+                        byte_count: plen as u32,
+                        key: pay_key,
+                        addr: pay_iova,
+                    };
+                    put_seg(w.add(k), seg.encode());
+                }
+            }
             if wraps {
                 // The WQE wraps around the end of the ring: it was built flat; copy the two
                 // parts.
-                let first = size as usize - slot;
-                self.bbs[slot..]
-                    .as_flattened_mut()
-                    .copy_from_slice(&self.wrap[..first * WQEBB]);
-                self.bbs[..n - first]
-                    .as_flattened_mut()
-                    .copy_from_slice(&self.wrap[first * WQEBB..n * WQEBB]);
+                let first = size - slot;
+                // SAFETY: the first part fills slots `slot..size`, the second slots
+                // `0..nb - first`, all free and inside the ring; the scratch is another
+                // allocation.
+                unsafe {
+                    std::ptr::copy_nonoverlapping(wrap, st.bbs.add(slot * WQEBB), first * WQEBB);
+                    std::ptr::copy_nonoverlapping(
+                        wrap.add(first * WQEBB),
+                        st.bbs,
+                        (nb - first) * WQEBB,
+                    );
+                }
             }
-            self.elts[slot] = h;
-            self.nbb[slot] = nbb as u8;
-            self.nic_bytes[slot] = nic;
-            self.pi = self.pi.wrapping_add(nbb);
-            sent += 1;
-            bytes += flen as u64;
+            // The packet's buffers join the rings completions release, in posting order.
+            let m = mask as usize;
+            self.hdrs.idx[st.hpi as usize & m] = h;
+            st.hpi = st.hpi.wrapping_add(1);
+            match ring {
+                PayloadRing::None => {}
+                PayloadRing::Secondary => self.pays.push(pay),
+                PayloadRing::Primary => {
+                    let cum = self.nic_cum[(self.nics.pi.wrapping_sub(1) as usize) & m];
+                    self.nic_cum[self.nics.pi as usize & m] = cum + plen as u64;
+                    self.nics.push(pay);
+                }
+            }
+            st.pay_pis = [self.pays.pi, self.nics.pi];
+            if flags != 0 {
+                self.ends[slot] = [st.hpi, st.pay_pis[0], st.pay_pis[1]];
+            }
+            // SAFETY: `slot <= mask` indexes the ring's `mask + 1` slots.
+            unsafe {
+                *st.slots.add(slot) = TxSlot {
+                    at: pi,
+                    hdr: h,
+                    pay,
+                    nbb: nbb as u8,
+                    ring,
+                    ends: flags != 0,
+                };
+            }
+            st.pi = pi.wrapping_add(nbb);
+            st.bytes += flen as u64;
+            i += 1;
         }
-        (sent, bytes)
+        self.pi = st.pi;
+        self.since_comp = st.since;
+        self.bbs_since_comp = st.bbs_since;
+        self.hdrs.pi = st.hpi;
+        (n - nref, st.bytes, nref)
     }
 
     /// WQEBBs posted and not yet processed by the NIC (what the next doorbell makes it fetch).
@@ -270,9 +467,13 @@ impl TxRing {
         }
         .write(self.seg_mut(at, 0));
         let slot = (at & self.mask) as usize;
-        self.elts[slot] = NO_PKT;
-        self.nbb[slot] = 1;
-        self.nic_bytes[slot] = 0;
+        self.slots[slot] = TxSlot {
+            at,
+            nbb: 1,
+            ends: true,
+            ..EMPTY_SLOT
+        };
+        self.ends[slot] = [self.hdrs.pi, self.pays.pi, self.nics.pi];
         self.pi = self.pi.wrapping_add(1);
         self.since_comp = 0;
         self.bbs_since_comp = 0;
@@ -301,146 +502,248 @@ impl TxRing {
         m: &mut NicModel,
         ready: Ps,
     ) -> TxOutcome {
+        if m.t.is_some() {
+            self.nic_pass::<true>(table, pd, l, out, lens, wire, m, ready)
+        } else {
+            self.nic_pass::<false>(table, pd, l, out, lens, wire, m, ready)
+        }
+    }
+
+    /// [`TxRing::nic_process`] for a timed (`TIMED`) or an untimed queue, each compiled on its
+    /// own. Runs of common WQEs (a send posted with its packet, not wrapping around the ring,
+    /// with at most two data segments that lie in the packet's buffers) are gathered by
+    /// [`gather_run`]; every other WQE, and every WQE the common path does not fully accept,
+    /// goes through [`TxRing::nic_wqe`], the general parse with every error case.
+    #[allow(clippy::too_many_arguments)]
+    #[inline(never)]
+    fn nic_pass<const TIMED: bool>(
+        &mut self,
+        table: &RegionTable,
+        pd: ProtectionDomain,
+        l: &ArenaLayout,
+        out: &mut [u8],
+        lens: &mut [u32],
+        wire: &mut dyn FnMut(&[u8], &[u32]),
+        m: &mut NicModel,
+        ready: Ps,
+    ) -> TxOutcome {
         let mut res = TxOutcome::default();
-        let size = (self.mask + 1) as usize;
-        let timed = m.t.is_some();
+        // Frames are gathered while a frame of any size still fits behind the last one.
+        let last_off = out.len().saturating_sub(MAX_WIRE_FRAME);
         let (mut off, mut k) = (0usize, 0usize);
         let (pi, mask) = (self.pi, self.mask);
         let mut ci = self.nic_ci;
+        let bbs = self.bbs.as_ptr().cast::<u8>();
+        let slots = self.slots.as_ptr();
+        let pools = *l;
         while ci != pi {
-            if k == lens.len() || out.len() - off < MAX_WIRE_FRAME {
+            if k == lens.len() || off > last_off {
                 wire(&out[..off], &lens[..k]);
+                res.frames += k as u64;
                 (off, k) = (0, 0);
             }
-            let at = ci;
-            let avail = pi.wrapping_sub(at);
-            let slot = (at & mask) as usize;
-            let ctrl = CtrlSeg::read(self.bbs[slot][..SEG].try_into().expect("16-byte segment"));
-            let ds = ctrl.ds as usize;
-            let nbb = (ds.div_ceil(4) as u32).max(1);
-            let mut done = ready;
-            let mut reads = Reads::default();
-            let pkt = self.elts[slot];
-            let (result, consumed) = if ctrl.opcode == OPCODE_NOP && ds == 1 {
-                (Ok(None), 1)
-            } else if ctrl.opcode != OPCODE_SEND || !(2..=MAX_DS).contains(&ds) || nbb > avail {
-                // The NIC cannot tell where the next WQE starts: flush everything posted in error,
-                // as a send queue in error state does.
-                (Err(syndrome::LOCAL_QP_OPERATION), avail)
-            } else {
-                let n = nbb as usize;
-                let w: &[u8] = if slot + n <= size {
-                    self.bbs[slot..slot + n].as_flattened()
-                } else {
-                    let first = size - slot;
-                    let tmp = &mut self.wrap[..];
-                    tmp[..first * WQEBB].copy_from_slice(self.bbs[slot..].as_flattened());
-                    tmp[first * WQEBB..n * WQEBB]
-                        .copy_from_slice(self.bbs[..n - first].as_flattened());
-                    &self.wrap[..n * WQEBB]
-                };
-                let stage = &mut out[off..];
-                (
-                    gather(
-                        w, ds, pkt, l, table, pd, stage, m, ready, &mut done, &mut reads,
-                    )
-                    .map(Some),
-                    nbb,
+            // SAFETY: `bbs` and `slots` are the ring's `mask + 1` WQEBBs and slots, which the
+            // driver does not write while the NIC processes them.
+            let r = unsafe {
+                gather_run::<TIMED>(
+                    bbs, slots, mask, ci, pi, &pools, out, off, lens, k, m, ready,
                 )
             };
-            let cqe_wanted = ctrl.flags & FLAG_CQE_REQUEST != 0;
-            match result {
-                Ok(Some(len)) => {
-                    lens[k] = len as u32;
-                    k += 1;
-                    off += batch_step(len);
-                    if timed {
-                        let arrival = if pkt == NO_PKT {
-                            0
-                        } else {
-                            // SAFETY: the slot's packet is owned by the send queue until its
-                            // completion is reaped; nothing else uses its metadata meanwhile.
-                            unsafe { l.meta(pkt) }.arrival / PS_PER_NS
-                        };
-                        done = m.tx_wire(done, len, arrival);
-                    } else {
-                        m.tx_untimed(reads.host, reads.nic, len);
-                    }
-                    res.frames += 1;
+            (ci, off, k) = (r.ci, r.off, r.k);
+            if let Some((at, done, nbb)) = r.completion {
+                self.tx_completion(at, Ok(()), m, done);
+                if TIMED {
+                    m.tx_done(done, nbb);
                 }
-                Ok(None) => {}
-                Err(_) => {
-                    if !timed {
-                        m.tx_reads_untimed(reads.host, reads.nic);
-                    }
-                    res.errors += 1;
-                }
+                continue;
             }
-            if result.is_err() || cqe_wanted {
-                let (opcode, syn) = match result {
-                    Err(s) => (cqe_op::REQ_ERR, s),
-                    Ok(_) => (cqe_op::REQ, 0),
-                };
-                self.cq.push(&Cqe {
-                    wqe_counter: at as u16,
-                    syndrome: syn,
-                    opcode,
-                    ..Cqe::default()
-                });
-                m.tx_cqe(done);
+            if ci == pi || k == lens.len() || off > last_off {
+                continue;
             }
-            if timed {
-                m.tx_done(done, consumed);
+            // The WQE at `ci` is not common (or the common path did not accept it): the general
+            // parse.
+            let (consumed, len, failed) =
+                self.nic_wqe::<TIMED>(ci, table, pd, l, &mut out[off..], m, ready);
+            if let Some(len) = len {
+                lens[k] = len as u32;
+                k += 1;
+                off += batch_step(len);
             }
+            res.errors += u64::from(failed);
             ci = ci.wrapping_add(consumed);
         }
         self.nic_ci = ci;
         if k > 0 {
             wire(&out[..off], &lens[..k]);
+            res.frames += k as u64;
         }
-        m.tx_flush();
         res
     }
 
-    /// Driver side: polls completions and hands every packet up to each completed WQE to `free`
-    /// (in bulk: a slice of header buffer indices and the nicmem payload bytes they held).
-    pub(crate) fn complete(&mut self, free: &mut dyn FnMut(&[usize], u64)) -> u64 {
-        let mut errors = 0;
-        let mut batch = [0usize; 64];
-        let mut nic = 0u64;
-        let mut k = 0;
-        while let Some(cqe) = self.cq.poll() {
-            if cqe.is_error() {
-                errors += 1;
-            }
-            let done = cqe.wqe_counter;
-            loop {
-                if self.sw_ci == self.nic_ci {
-                    break;
-                }
-                let ahead = done.wrapping_sub(self.sw_ci as u16) as i16;
-                if ahead < 0 {
-                    break;
-                }
-                let slot = (self.sw_ci & self.mask) as usize;
-                let n = self.nbb[slot].max(1) as u32;
-                let h = std::mem::replace(&mut self.elts[slot], NO_PKT);
-                if h != NO_PKT {
-                    batch[k] = h as usize;
-                    nic += u64::from(self.nic_bytes[slot]);
-                    k += 1;
-                    if k == batch.len() {
-                        free(&batch, nic);
-                        (k, nic) = (0, 0);
+    /// The NIC processes the WQE at `at` (the general parse: any opcode and segment count,
+    /// every error case), gathering a frame into `stage` (at least [`MAX_WIRE_FRAME`] bytes).
+    /// Returns the WQEBBs consumed, the frame's length if one was gathered, and whether the WQE
+    /// completed in error.
+    #[allow(clippy::too_many_arguments)]
+    #[inline(never)]
+    fn nic_wqe<const TIMED: bool>(
+        &mut self,
+        at: u32,
+        table: &RegionTable,
+        pd: ProtectionDomain,
+        l: &ArenaLayout,
+        stage: &mut [u8],
+        m: &mut NicModel,
+        ready: Ps,
+    ) -> (u32, Option<usize>, bool) {
+        let size = (self.mask + 1) as usize;
+        let avail = self.pi.wrapping_sub(at);
+        let slot = (at & self.mask) as usize;
+        let ctrl = CtrlSeg::read(self.bbs[slot][..SEG].try_into().expect("16-byte segment"));
+        let ds = ctrl.ds as usize;
+        let nbb = (ds.div_ceil(4) as u32).max(1);
+        let mut done = ready;
+        let mut frame = None;
+        let (result, consumed) =
+            if ctrl.opcode == OPCODE_SEND && (2..=MAX_DS).contains(&ds) && nbb <= avail {
+                // A slot holds the packet of the WQE the NIC is at only if it was posted there.
+                let s = match self.slots[slot] {
+                    s if s.at == at => s,
+                    _ => EMPTY_SLOT,
+                };
+                let n = nbb as usize;
+                let w: &[u8] = if slot + n <= size {
+                    self.bbs[slot..slot + n].as_flattened()
+                } else {
+                    wrapped(&self.bbs, &mut self.wrap, slot, n)
+                };
+                // SAFETY: `w` holds the WQE's `n * WQEBB >= ds * SEG` bytes, flat; the stage holds
+                // at least `MAX_WIRE_FRAME` bytes (the caller's contract).
+                let r = unsafe {
+                    gather::<TIMED>(w.as_ptr(), ds, &s, l, table, pd, stage, m, ready, &mut done)
+                };
+                if let Ok(len) = r {
+                    frame = Some(len);
+                    if TIMED {
+                        let arrival = if s.hdr == NO_PKT {
+                            0
+                        } else {
+                            // SAFETY: the slot's packet is owned by the send queue until its
+                            // completion is reaped; nothing else uses its metadata meanwhile.
+                            unsafe { l.meta(s.hdr) }.arrival / PS_PER_NS
+                        };
+                        done = m.tx_wire(done, len, arrival);
                     }
                 }
-                self.sw_ci = self.sw_ci.wrapping_add(n);
+                (r.map(|_| ()), nbb)
+            } else if ctrl.opcode == OPCODE_NOP && ds == 1 {
+                (Ok(()), 1)
+            } else {
+                // The NIC cannot tell where the next WQE starts: flush everything posted in
+                // error, as a send queue in error state does.
+                (Err(syndrome::LOCAL_QP_OPERATION), avail)
+            };
+        if result.is_err() || ctrl.flags & FLAG_CQE_REQUEST != 0 {
+            self.tx_completion(at, result, m, done);
+        }
+        if TIMED {
+            m.tx_done(done, consumed);
+        }
+        (consumed, frame, result.is_err())
+    }
+
+    /// The NIC writes the completion of the WQE at `at` (done at `done`).
+    #[inline(never)]
+    fn tx_completion(&mut self, at: u32, result: Result<(), u8>, m: &mut NicModel, done: Ps) {
+        let (opcode, syn) = match result {
+            Err(s) => (cqe_op::REQ_ERR, s),
+            Ok(_) => (cqe_op::REQ, 0),
+        };
+        self.cq.push(&Cqe {
+            wqe_counter: at as u16,
+            syndrome: syn,
+            opcode,
+            ..Cqe::default()
+        });
+        m.tx_cqe(done);
+    }
+
+    /// Driver side: polls completions and hands the buffers of every packet up to the last
+    /// completed WQE to `free` (by pool; each pool's buffers in up to two slices, so `free` may
+    /// be called twice). Returns the error completions seen.
+    ///
+    /// A completion releases every WQE up to the one it names. When that WQE asked for the
+    /// completion, its slot recorded where the packet rings stood after it; otherwise (an error
+    /// completion of any WQE) the WQEs are walked from the driver's consumer count.
+    #[inline]
+    pub(crate) fn complete(&mut self, free: &mut impl FnMut(Completed<'_>)) -> u64 {
+        let mut errors = 0;
+        let (mask, nic_ci) = (self.mask, self.nic_ci);
+        let mut sw = self.sw_ci;
+        let mut ends = [self.hdrs.ci, self.pays.ci, self.nics.ci];
+        while let Some(cqe) = self.cq.poll() {
+            errors += u64::from(cqe.is_error());
+            let ahead = cqe.wqe_counter.wrapping_sub(sw as u16) as i16;
+            if ahead < 0 || sw == nic_ci {
+                continue;
+            }
+            let at = sw.wrapping_add(ahead as u32);
+            let s = self.slots[(at & mask) as usize];
+            if s.at == at && s.ends && at.wrapping_sub(sw) < nic_ci.wrapping_sub(sw) {
+                ends = self.ends[(at & mask) as usize];
+                sw = at.wrapping_add(u32::from(s.nbb.max(1)));
+                continue;
+            }
+            // Walk the WQEs up to the one completed.
+            while sw != nic_ci && cqe.wqe_counter.wrapping_sub(sw as u16) as i16 >= 0 {
+                let s = self.slots[(sw & mask) as usize];
+                if s.hdr != NO_PKT {
+                    ends[0] = ends[0].wrapping_add(1);
+                    match s.ring {
+                        PayloadRing::Secondary => ends[1] = ends[1].wrapping_add(1),
+                        PayloadRing::Primary => ends[2] = ends[2].wrapping_add(1),
+                        PayloadRing::None => {}
+                    }
+                }
+                sw = sw.wrapping_add(u32::from(s.nbb.max(1)));
             }
         }
-        if k > 0 {
-            free(&batch[..k], nic);
-        }
+        self.sw_ci = sw;
+        self.release(ends, free);
         errors
+    }
+
+    /// Hands the packet rings' entries up to `ends` (header, host payload, nicmem payload
+    /// producer counts) to `free`.
+    #[inline]
+    fn release(&mut self, ends: [u32; 3], free: &mut impl FnMut(Completed<'_>)) {
+        if ends[0] == self.hdrs.ci {
+            return;
+        }
+        let mask = self.mask as usize;
+        let nic_bytes = if ends[2] == self.nics.ci {
+            0
+        } else {
+            let cum = self.nic_cum[ends[2].wrapping_sub(1) as usize & mask];
+            cum - std::mem::replace(&mut self.nic_released, cum)
+        };
+        let (h0, h1) = self.hdrs.release_to(ends[0]);
+        let (p0, p1) = self.pays.release_to(ends[1]);
+        let (n0, n1) = self.nics.release_to(ends[2]);
+        free(Completed {
+            hdr: h0,
+            pay: p0,
+            nic: n0,
+            nic_bytes,
+        });
+        if !h1.is_empty() || !p1.is_empty() || !n1.is_empty() {
+            free(Completed {
+                hdr: h1,
+                pay: p1,
+                nic: n1,
+                nic_bytes: 0,
+            });
+        }
     }
 
     /// Overwrites a 16 B segment of the most recently posted WQE (tests and fuzzing of descriptor
@@ -452,7 +755,7 @@ impl TxRing {
         // Find the start of the last WQE by walking from the NIC's consumer index.
         let mut at = self.nic_ci;
         loop {
-            let n = self.nbb[(at & self.mask) as usize].max(1) as u32;
+            let n = u32::from(self.slots[(at & self.mask) as usize].nbb.max(1));
             if at.wrapping_add(n) == self.pi {
                 break;
             }
@@ -462,21 +765,13 @@ impl TxRing {
         true
     }
 
-    /// Takes every packet still held (queue teardown): their header buffer indices, and the
-    /// nicmem payload bytes they held.
-    pub(crate) fn drain(&mut self, out: &mut Vec<usize>) -> u64 {
-        let mut nic = 0;
-        for (e, b) in self.elts.iter_mut().zip(self.nic_bytes.iter()) {
-            let h = std::mem::replace(e, NO_PKT);
-            if h != NO_PKT {
-                out.push(h as usize);
-                nic += u64::from(*b);
-            }
-        }
-        self.pi = 0;
-        self.nic_ci = 0;
-        self.sw_ci = 0;
-        nic
+    /// Hands every packet still held (queue teardown) to `free`, like [`TxRing::complete`], and
+    /// empties the ring.
+    pub(crate) fn drain(&mut self, free: &mut impl FnMut(Completed<'_>)) {
+        self.release([self.hdrs.pi, self.pays.pi, self.nics.pi], free);
+        self.slots.fill(EMPTY_SLOT);
+        self.sw_ci = self.pi;
+        self.nic_ci = self.pi;
     }
 
     /// Completions not yet polled.
@@ -485,26 +780,207 @@ impl TxRing {
     }
 }
 
-/// Writes one WQE into the flat `w` (whole WQEBBs): control segment, Ethernet segment with the
-/// inline size, the inline bytes (contiguous from the last 2 bytes of the Ethernet segment on),
-/// then the data segments that have bytes (`rest` for the header bytes not inlined, `pay` for
-/// the payload). `hdr` holds at least `inl` bytes.
+/// The first data segment of a WQE with `inl` inline bytes: after the control and Ethernet
+/// segments and the inline bytes' continuation (`2 + ceil((inl - 2) / 16)`, 2 for `inl <= 2`).
 #[inline(always)]
-fn write_wqe(w: &mut [u8], ctrl: &CtrlSeg, hdr: &[u8], inl: usize, rest: &DataSeg, pay: &DataSeg) {
-    w[..SEG].copy_from_slice(&ctrl.encode());
-    // Ethernet segment: 12 zero bytes, the inline size, then the inline bytes.
-    w[SEG..2 * SEG].copy_from_slice(&(u128::from(inl as u16) << 16).to_be_bytes());
-    if inl > 0 {
-        nicmem::copy_prefix(&mut w[INLINE_AT..], hdr, inl);
+fn data_segment_at(inl: usize) -> usize {
+    2 + (inl + 13) / SEG
+}
+
+/// The `n` WQEBBs of a WQE that wraps around the end of the ring from `slot`, made flat in
+/// `scratch`.
+#[cold]
+fn wrapped<'a>(
+    bbs: &[[u8; WQEBB]],
+    scratch: &'a mut [u8; MAX_DS * SEG],
+    slot: usize,
+    n: usize,
+) -> &'a [u8] {
+    let first = bbs.len() - slot;
+    scratch[..first * WQEBB].copy_from_slice(bbs[slot..].as_flattened());
+    scratch[first * WQEBB..n * WQEBB].copy_from_slice(bbs[..n - first].as_flattened());
+    &scratch[..n * WQEBB]
+}
+
+/// The posting positions of a send queue while a burst is posted (see [`TxRing::post`]): its
+/// arrays, producer counts, room and completion pacing, in locals for the pass.
+#[derive(Clone, Copy)]
+struct PostState {
+    bbs: *mut u8,
+    slots: *mut TxSlot,
+    hdrs: *mut u32,
+    ends: *mut [u32; 3],
+    mask: u32,
+    pi: u32,
+    hpi: u32,
+    since: u32,
+    bbs_since: u32,
+    room: u32,
+    comp_every: u32,
+    half: u32,
+    inline: usize,
+    bytes: u64,
+    /// The host and nicmem payload rings' producer counts (what a completion request records).
+    pay_pis: [u32; 2],
+}
+
+impl PostState {
+    /// Takes `nbb` WQEBBs of room for the next WQE and returns its flags: a completion every
+    /// `comp_every` WQEs and at least every half ring.
+    #[inline(always)]
+    fn admit(&mut self, nbb: u32) -> u8 {
+        self.room -= nbb;
+        self.since += 1;
+        self.bbs_since += nbb;
+        if self.since >= self.comp_every || self.bbs_since > self.half {
+            self.since = 0;
+            self.bbs_since = 0;
+            FLAG_CQE_REQUEST
+        } else {
+            0
+        }
     }
-    let mut k = (2 + inl.saturating_sub(2).div_ceil(SEG)) * SEG;
-    if rest.byte_count > 0 {
-        w[k..k + SEG].copy_from_slice(&rest.encode());
-        k += SEG;
+}
+
+/// Posts packets `from..` of `v` while each is simple: no payload bytes, the whole frame inlined
+/// (`INLINE`) or in one data segment, its WQE within the room and the ring's end. Returns the
+/// first packet it did not post (the caller posts or refuses that one, then calls again). Its own function, so the loop keeps its
+/// few values in registers.
+///
+/// # Safety
+/// `st` must name the arrays and positions of the send queue posting packets of the arena `l`
+/// held by the burst `v`.
+#[inline(never)]
+unsafe fn post_run<const INLINE: bool>(
+    state: &mut PostState,
+    v: &TxView<'_>,
+    l: &ArenaLayout,
+    from: usize,
+) -> usize {
+    // The state in a local for the pass: the WQE writes go through raw pointers, which would
+    // otherwise make the compiler store every position back after each.
+    let mut st = *state;
+    // SAFETY: the caller's contract.
+    let i = unsafe { post_run_in::<INLINE>(&mut st, v, l, from) };
+    *state = st;
+    i
+}
+
+/// The loop of [`post_run`], on its local copy of the state.
+///
+/// # Safety
+/// As [`post_run`].
+#[inline(always)]
+unsafe fn post_run_in<const INLINE: bool>(
+    st: &mut PostState,
+    v: &TxView<'_>,
+    l: &ArenaLayout,
+    from: usize,
+) -> usize {
+    let n = v.handle.len();
+    let (handle, hdr, hdr_len, headroom, frame_len) = (
+        &v.handle[..n],
+        &v.hdr[..n],
+        &v.hdr_len[..n],
+        &v.headroom[..n],
+        &v.frame_len[..n],
+    );
+    let hdr_l = l.hdr;
+    let mask = st.mask;
+    let size = mask as usize + 1;
+    let hpi0 = st.hpi;
+    let mut i = from;
+    while i < n {
+        let hlen = hdr_len[i] as usize;
+        // Inline: the whole frame in the WQE. Otherwise: the frame in one data segment.
+        let ds = if INLINE { data_segment_at(hlen) } else { 3 };
+        let nbb = if INLINE { ds.div_ceil(4) as u32 } else { 1 };
+        let slot = (st.pi & mask) as usize;
+        let fits = if INLINE {
+            hlen <= st.inline && slot + nbb as usize <= size
+        } else {
+            hlen > 0
+        };
+        if frame_len[i] as usize != hlen || nbb > st.room || !fits {
+            break;
+        }
+        let h = handle[i] as u32;
+        let flags = st.admit(nbb);
+        // SAFETY: slots `slot..slot + nbb` of the ring are free (`nbb <= room`) and inside it;
+        // nothing else refers to them during the pass.
+        let w = unsafe { st.bbs.add(slot * WQEBB) };
+        let ctrl = CtrlSeg {
+            opcode: OPCODE_SEND,
+            wqe_index: st.pi as u16,
+            ds: ds as u8,
+            flags,
+        };
+        let inl = if INLINE { hlen } else { 0 };
+        // SAFETY: `w` has `nbb * WQEBB >= ds * SEG` writable bytes; segment writes stay below
+        // `ds * SEG`, the inline copy below `nbb * WQEBB`.
+        unsafe {
+            put_seg(w, ctrl.encode());
+            // Ethernet segment: 12 zero bytes, the inline size, then the inline bytes.
+            put_seg(w.add(SEG), (u128::from(inl as u16) << 16).to_be_bytes());
+            let hdr_off = META_BYTES + headroom[i] as usize;
+            if INLINE {
+                if inl > 0 {
+                    // SAFETY: the burst owns the packet; its header starts `hdr_off` bytes into
+                    // header buffer `h`, whose bytes up to its end belong to the packet.
+                    let src =
+                        std::slice::from_raw_parts(hdr[i].cast_const(), hdr_l.buf_size - hdr_off);
+                    let dst = std::slice::from_raw_parts_mut(
+                        w.add(INLINE_AT),
+                        nbb as usize * WQEBB - INLINE_AT,
+                    );
+                    nicmem::copy_prefix(dst, src, inl);
+                }
+            } else {
+                // The header's bus address: header buffers keep the metadata first, then the
+                // headroom the header may have grown into.
+                let seg = DataSeg {
+                    byte_count: hlen as u32,
+                    key: hdr_l.key.0,
+                    addr: hdr_l.iova_of(h) + hdr_off as u64,
+                };
+                put_seg(w.add(2 * SEG), seg.encode());
+            }
+            // The packet's header buffer joins the ring completions release, in posting order.
+            let hpi = hpi0.wrapping_add((i - from) as u32);
+            *st.hdrs.add(hpi as usize & mask as usize) = h;
+            if flags != 0 {
+                // SAFETY: `slot <= mask` indexes the ring's slots.
+                *st.ends.add(slot) = [hpi.wrapping_add(1), st.pay_pis[0], st.pay_pis[1]];
+            }
+            // SAFETY: as above.
+            *st.slots.add(slot) = TxSlot {
+                at: st.pi,
+                hdr: h,
+                pay: 0,
+                nbb: nbb as u8,
+                ring: PayloadRing::None,
+                ends: flags != 0,
+            };
+        }
+        st.pi = st.pi.wrapping_add(nbb);
+        i += 1;
     }
-    if pay.byte_count > 0 {
-        w[k..k + SEG].copy_from_slice(&pay.encode());
-    }
+    st.hpi = hpi0.wrapping_add((i - from) as u32);
+    st.bytes += frame_len[from..i]
+        .iter()
+        .map(|&f| u64::from(f))
+        .sum::<u64>();
+    i
+}
+
+/// Writes one 16 B segment at `p`.
+///
+/// # Safety
+/// `p` must be valid for writes of [`SEG`] bytes.
+#[inline(always)]
+unsafe fn put_seg(p: *mut u8, seg: [u8; SEG]) {
+    // SAFETY: the caller's contract; the write is unaligned.
+    unsafe { p.cast::<[u8; SEG]>().write_unaligned(seg) }
 }
 
 /// Which buffer of the posted packet a data segment names: where the segment starts and how
@@ -514,59 +990,349 @@ enum Src {
     Nic(*const u8, usize, bool),
 }
 
-/// Finds the buffer of packet `h` that `[addr, addr + n)` under `key` lies in: its header buffer
-/// (headroom and header segment), or the payload buffer its metadata names.
-#[inline]
-fn locate(l: &ArenaLayout, h: u32, key: MemKey, addr: u64, n: usize) -> Option<Src> {
-    let inside = |lay: &nicmem::PoolLayout, idx: u32, from: usize| -> Option<(*const u8, usize)> {
-        let base = lay.iova_of(idx);
-        let end = addr.checked_add(n as u64)?;
-        let limit = base + lay.buf_size as u64;
-        (key == lay.key && addr >= base + from as u64 && end <= limit).then(|| {
-            let off = (addr - base) as usize;
-            (
-                lay.ptr(idx).wrapping_add(off).cast_const(),
-                lay.buf_size - off,
-            )
-        })
-    };
-    if let Some((p, avail)) = inside(&l.hdr, h, META_BYTES) {
+/// Where `[addr, addr + n)` under `key` starts in buffer `idx` of `lay`, and how many bytes of
+/// the buffer follow, if the range lies inside the buffer from byte `from` on.
+#[inline(always)]
+fn inside(
+    lay: &PoolLayout,
+    idx: u32,
+    from: usize,
+    key: MemKey,
+    addr: u64,
+    n: usize,
+) -> Option<(*const u8, usize)> {
+    let start = lay.offset(idx);
+    let off = addr.wrapping_sub(lay.iova + start as u64);
+    let size = lay.buf_size as u64;
+    // `from <= off && off + n <= size` in two unsigned comparisons (`off - from` wraps to a
+    // huge value when `off < from`).
+    let lim = size.saturating_sub(from as u64);
+    let n = n as u64;
+    (key == lay.key && n <= lim && off.wrapping_sub(from as u64) <= lim - n).then(|| {
+        (
+            lay.base.wrapping_add(start + off as usize).cast_const(),
+            (size - off) as usize,
+        )
+    })
+}
+
+/// Finds the buffer of the packet posted in slot `s` that `[addr, addr + n)` under `key` lies
+/// in: its header buffer (headroom and header segment), or its payload buffer.
+#[inline(always)]
+fn locate(l: &ArenaLayout, s: &TxSlot, key: MemKey, addr: u64, n: usize) -> Option<Src> {
+    if let Some((p, avail)) = inside(&l.hdr, s.hdr, META_BYTES, key, addr, n) {
         return Some(Src::Host(p, avail));
     }
-    // SAFETY: `h` is the packet posted with this WQE, owned by the send queue until completed.
-    let meta = unsafe { *l.meta(h) };
-    match meta.ring {
+    match s.ring {
         PayloadRing::Secondary => l
             .pay
             .as_ref()
-            .and_then(|p| inside(p, meta.payload, 0))
+            .and_then(|p| inside(p, s.pay, 0, key, addr, n))
             .map(|(ptr, avail)| Src::Host(ptr, avail)),
         PayloadRing::Primary => l.nic.as_ref().and_then(|p| {
-            inside(p, meta.payload, 0).map(|(ptr, avail)| Src::Nic(ptr, avail, p.aliased))
+            inside(p, s.pay, 0, key, addr, n).map(|(ptr, avail)| Src::Nic(ptr, avail, p.aliased))
         }),
         PayloadRing::None => None,
     }
 }
 
-/// The reads of one WQE an untimed queue charges after the WQE (identical WQEs are charged
-/// together): the host data segments' lengths and the nicmem bytes read.
-#[derive(Default)]
-struct Reads {
+/// Where [`gather_run`] stopped: the NIC's consumer count, the staging area's fill and frame
+/// count, and the WQE whose completion is due, if it stopped for one (its counter, when it
+/// finished and its WQEBBs).
+struct RunEnd {
+    ci: u32,
+    off: usize,
+    k: usize,
+    completion: Option<(u32, Ps, u32)>,
+}
+
+/// The NIC's pass over a run of common WQEs (see [`gather_common`]) from `ci`: gathers each
+/// frame behind `off` in `out` with its length at `lens[k]`, charging its reads, until the
+/// posted WQEs (`pi`) or the staging area run out, a WQE is not common (left for the general
+/// parse) or one asks for a completion (gathered; the caller writes the completion and, timed,
+/// books the WQE's end). Its own function, so the loop keeps its few values in registers. A
+/// timed queue (`TIMED`) books each WQE's reads from `ready` on, its frame's wire slot and its
+/// end, as the general pass does.
+///
+/// # Safety
+/// `bbs` and `slots` must be the send queue's `mask + 1` WQEBBs and slots, not written while the
+/// pass runs; `out` must hold at least [`MAX_WIRE_FRAME`] bytes behind `off` while
+/// `off <= out.len() - MAX_WIRE_FRAME`.
+#[allow(clippy::too_many_arguments)]
+#[inline(never)]
+unsafe fn gather_run<const TIMED: bool>(
+    bbs: *const u8,
+    slots: *const TxSlot,
+    mask: u32,
+    mut ci: u32,
+    pi: u32,
+    l: &ArenaLayout,
+    out: &mut [u8],
+    mut off: usize,
+    lens: &mut [u32],
+    mut k: usize,
+    m: &mut NicModel,
+    ready: Ps,
+) -> RunEnd {
+    let size = mask as usize + 1;
+    let last_off = out.len().saturating_sub(MAX_WIRE_FRAME);
+    let out = out.as_mut_ptr();
+    let hdr_l = l.hdr;
+    while ci != pi && k < lens.len() && off <= last_off {
+        let slot = (ci & mask) as usize;
+        // SAFETY: `slot <= mask` indexes the ring's WQEBBs and slots (the caller's contract).
+        let (w, s) = unsafe { (bbs.add(slot * WQEBB), &*slots.add(slot)) };
+        // SAFETY: the control segment's bytes (`CtrlSeg::read`'s layout).
+        let (opcode, ds, flags) = unsafe { (*w.add(3), *w.add(7) as usize, *w.add(11)) };
+        if !TIMED {
+            // The commonest WQE of all, straight-line: one WQEBB, no inline bytes, one data
+            // segment in the packet's header buffer (what `gather_common` would find, checked
+            // the same).
+            // SAFETY: the Ethernet segment's inline size and the data segment, in the first
+            // WQEBB.
+            let (inl, d) = unsafe {
+                (
+                    w.add(SEG + 12).cast::<u16>().read_unaligned(),
+                    DataSeg::read(&*w.add(2 * SEG).cast::<[u8; SEG]>()),
+                )
+            };
+            if opcode == OPCODE_SEND
+                && ds == 3
+                && inl == 0
+                && s.at == ci
+                && s.hdr != NO_PKT
+                && (1..=MAX_WIRE_FRAME).contains(&(d.byte_count as usize))
+            {
+                let n = d.byte_count as usize;
+                if let Some((p, avail)) =
+                    inside(&hdr_l, s.hdr, META_BYTES, MemKey(d.key), d.addr, n)
+                {
+                    // SAFETY: `inside` checked that `avail >= n` bytes from `p` lie inside the
+                    // packet's header buffer, which the send queue owns until completion; the stage
+                    // behind `off` holds `MAX_WIRE_FRAME` bytes.
+                    unsafe {
+                        let stage = std::slice::from_raw_parts_mut(out.add(off), MAX_WIRE_FRAME);
+                        nicmem::copy_prefix(stage, std::slice::from_raw_parts(p, avail), n);
+                    }
+                    m.tx_untimed([d.byte_count, 0], 0, n);
+                    lens[k] = n as u32;
+                    k += 1;
+                    off += batch_step(n);
+                    let at = ci;
+                    ci = ci.wrapping_add(1);
+                    if flags & FLAG_CQE_REQUEST != 0 {
+                        return RunEnd {
+                            ci,
+                            off,
+                            k,
+                            completion: Some((at, ready, 1)),
+                        };
+                    }
+                    continue;
+                }
+            }
+            let inl = u16::from_be(inl) as usize;
+            if opcode == OPCODE_SEND && s.at == ci && inl > 0 && ds == data_segment_at(inl) {
+                // An inline-only WQE (the whole frame in the WQE), straight-line too.
+                let nbb = ds.div_ceil(4);
+                if nbb as u32 <= pi.wrapping_sub(ci) && slot + nbb <= size {
+                    // SAFETY: the WQE's `ds` segments lie flat in the ring from `w`, its inline
+                    // bytes between `INLINE_AT` and their end; the stage behind `off` holds
+                    // `MAX_WIRE_FRAME` bytes.
+                    unsafe {
+                        let stage = std::slice::from_raw_parts_mut(out.add(off), MAX_WIRE_FRAME);
+                        let src =
+                            std::slice::from_raw_parts(w.add(INLINE_AT), ds * SEG - INLINE_AT);
+                        nicmem::copy_prefix(stage, src, inl);
+                    }
+                    m.tx_untimed([0, 0], 0, inl);
+                    lens[k] = inl as u32;
+                    k += 1;
+                    off += batch_step(inl);
+                    let at = ci;
+                    ci = ci.wrapping_add(nbb as u32);
+                    if flags & FLAG_CQE_REQUEST != 0 {
+                        return RunEnd {
+                            ci,
+                            off,
+                            k,
+                            completion: Some((at, ready, nbb as u32)),
+                        };
+                    }
+                    continue;
+                }
+            }
+        }
+        let nbb = ds.div_ceil(4);
+        if opcode != OPCODE_SEND
+            || !(2..=MAX_DS).contains(&ds)
+            || nbb as u32 > pi.wrapping_sub(ci)
+            || slot + nbb > size
+            || s.at != ci
+        {
+            break;
+        }
+        // SAFETY: the WQE's `ds` segments lie flat in the ring from `w`; the stage behind `off`
+        // holds at least `MAX_WIRE_FRAME` bytes (`off <= last_off`).
+        let stage = unsafe { std::slice::from_raw_parts_mut(out.add(off), MAX_WIRE_FRAME) };
+        // SAFETY: as above.
+        let Some(g) = (unsafe { gather_common(w, ds, s, l, stage) }) else {
+            break;
+        };
+        let mut done = ready;
+        if TIMED {
+            for h in g.host.into_iter().filter(|&h| h > 0) {
+                done = done.max(m.tx_host_read(ready, h));
+            }
+            if g.nic > 0 {
+                done = done.max(m.tx_nic_read(ready, g.nic));
+            }
+            // SAFETY: the slot's packet is owned by the send queue until its completion is
+            // reaped; nothing else uses its metadata meanwhile.
+            let arrival = unsafe { l.meta(s.hdr) }.arrival / PS_PER_NS;
+            done = m.tx_wire(done, g.len, arrival);
+        } else {
+            m.tx_untimed(g.host, g.nic, g.len);
+        }
+        lens[k] = g.len as u32;
+        k += 1;
+        off += batch_step(g.len);
+        let at = ci;
+        ci = ci.wrapping_add(nbb as u32);
+        if flags & FLAG_CQE_REQUEST != 0 {
+            return RunEnd {
+                ci,
+                off,
+                k,
+                completion: Some((at, done, nbb as u32)),
+            };
+        }
+        if TIMED {
+            m.tx_done(done, nbb as u32);
+        }
+    }
+    RunEnd {
+        ci,
+        off,
+        k,
+        completion: None,
+    }
+}
+
+/// A frame gathered by [`gather_common`]: its length, the lengths of its host data segments
+/// (0: none) and the nicmem bytes read.
+struct Gathered {
+    len: usize,
     host: [u32; 2],
     nic: u32,
 }
 
-/// Parses one flat WQE `w` of `ds` segments and gathers its frame into `stage`. A timed queue
-/// charges each read to `m` here (host data reads and nicmem reads start at `ready`; `done`
-/// becomes the time the last byte is at the NIC); an untimed one leaves the charges to the
-/// caller in `reads` (filled as far as the NIC got, also on an error). `pkt` is the packet
-/// posted with the WQE ([`NO_PKT`] for none). Returns the frame length or an mlx5 syndrome.
-#[allow(clippy::too_many_arguments)]
-#[inline]
-fn gather(
-    w: &[u8],
+/// [`gather`] for the common WQE: inline bytes, then at most two data segments that each lie
+/// in a buffer of the packet posted in slot `s` (host segments first, at most one nicmem
+/// segment, no aliased nicmem). Returns `None`, having charged nothing, for any other WQE (the
+/// caller then runs the general parse, which gives the same result for the WQEs accepted
+/// here); bytes it copied into `stage` are then scratch.
+///
+/// # Safety
+/// As [`gather`].
+#[inline(always)]
+unsafe fn gather_common(
+    w: *const u8,
     ds: usize,
-    pkt: u32,
+    s: &TxSlot,
+    l: &ArenaLayout,
+    stage: &mut [u8],
+) -> Option<Gathered> {
+    // SAFETY: the WQE's bytes (the caller's contract), as in `gather`.
+    let inl = u16::from_be(unsafe { w.add(SEG + 12).cast::<u16>().read_unaligned() }) as usize;
+    let data_at = data_segment_at(inl);
+    if data_at > ds {
+        return None;
+    }
+    if inl > 0 {
+        // SAFETY: as in `gather`.
+        let src = unsafe { std::slice::from_raw_parts(w.add(INLINE_AT), ds * SEG - INLINE_AT) };
+        nicmem::copy_prefix(stage, src, inl);
+    }
+    let mut g = Gathered {
+        len: inl,
+        host: [0; 2],
+        nic: 0,
+    };
+    // SAFETY (both calls): segments `data_at` and `data_at + 1` are below `ds`.
+    match ds - data_at {
+        0 => {}
+        1 => unsafe { common_seg(w.add(data_at * SEG), s, l, stage, &mut g)? },
+        2 => unsafe {
+            common_seg(w.add(data_at * SEG), s, l, stage, &mut g)?;
+            common_seg(w.add((data_at + 1) * SEG), s, l, stage, &mut g)?;
+        },
+        _ => return None,
+    }
+    Some(g)
+}
+
+/// One data segment of [`gather_common`] at `seg`: validated against the slot's buffers,
+/// copied behind the frame's bytes so far, and noted in `g`.
+///
+/// # Safety
+/// `seg` must be valid for reads of [`SEG`] bytes.
+#[inline(always)]
+unsafe fn common_seg(
+    seg: *const u8,
+    s: &TxSlot,
+    l: &ArenaLayout,
+    stage: &mut [u8],
+    g: &mut Gathered,
+) -> Option<()> {
+    // SAFETY: the caller's contract.
+    let d = DataSeg::read(unsafe { &*seg.cast::<[u8; SEG]>() });
+    let n = d.byte_count as usize;
+    if n == 0 || n > MAX_WIRE_FRAME - g.len || s.hdr == NO_PKT || g.nic > 0 {
+        return None;
+    }
+    let key = MemKey(d.key);
+    let (src, is_host) = match inside(&l.hdr, s.hdr, META_BYTES, key, d.addr, n) {
+        Some(src) => (src, true),
+        None => match (s.ring, &l.pay, &l.nic) {
+            (PayloadRing::Secondary, Some(p), _) => (inside(p, s.pay, 0, key, d.addr, n)?, true),
+            (PayloadRing::Primary, _, Some(p)) if !p.aliased => {
+                (inside(p, s.pay, 0, key, d.addr, n)?, false)
+            }
+            _ => return None,
+        },
+    };
+    // SAFETY: `inside` checked that `src.1 >= n` bytes from `src.0` lie inside a buffer of the
+    // posted packet, which the send queue owns until completion: nobody writes them now.
+    let bytes = unsafe { std::slice::from_raw_parts(src.0, src.1) };
+    nicmem::copy_prefix(&mut stage[g.len..], bytes, n);
+    if !is_host {
+        g.nic = d.byte_count;
+    } else if g.host[0] == 0 {
+        g.host[0] = d.byte_count;
+    } else {
+        g.host[1] = d.byte_count;
+    }
+    g.len += n;
+    Some(())
+}
+
+/// Parses one flat WQE `w` of `ds` segments and gathers its frame (at most
+/// [`MAX_WIRE_FRAME`] bytes) into `stage`, charging its reads to `m`: a timed queue (`TIMED`)
+/// books each read (host data reads and nicmem reads start at `ready`; `done` becomes the time
+/// the last byte is at the NIC), an untimed one charges them together after the WQE (also the
+/// reads made before an error). `s` is the slot the WQE was posted in (its packet's buffers, or
+/// [`NO_PKT`] for none). Returns the frame length or an mlx5 syndrome.
+///
+/// # Safety
+/// `w` must be valid for reads of `ds * SEG` bytes (`2 <= ds <= MAX_DS`), and `stage` must
+/// hold at least [`MAX_WIRE_FRAME`] bytes.
+#[allow(clippy::too_many_arguments)]
+#[inline(always)]
+unsafe fn gather<const TIMED: bool>(
+    w: *const u8,
+    ds: usize,
+    s: &TxSlot,
     l: &ArenaLayout,
     table: &RegionTable,
     pd: ProtectionDomain,
@@ -574,42 +1340,50 @@ fn gather(
     m: &mut NicModel,
     ready: Ps,
     done: &mut Ps,
-    reads: &mut Reads,
 ) -> Result<usize, u8> {
-    let inl = u16::from_be_bytes([w[SEG + 12], w[SEG + 13]]) as usize;
-    let inl_segs = inl.saturating_sub(2).div_ceil(SEG);
-    if 2 + inl_segs > ds || inl > stage.len() {
+    debug_assert!((2..=MAX_DS).contains(&ds) && stage.len() >= MAX_WIRE_FRAME);
+    // SAFETY: the WQE's bytes (the caller's contract); the inline size is in the Ethernet
+    // segment, the second of `ds >= 2`.
+    let inl = u16::from_be(unsafe { w.add(SEG + 12).cast::<u16>().read_unaligned() }) as usize;
+    let data_at = data_segment_at(inl);
+    if data_at > ds {
         return Err(syndrome::LOCAL_LENGTH);
     }
     if inl > 0 {
-        nicmem::copy_prefix(stage, &w[INLINE_AT..], inl);
+        // SAFETY: the inline bytes run from `INLINE_AT` to the end of the inline segments,
+        // inside the WQE's `ds` segments (`data_at <= ds`).
+        let src = unsafe { std::slice::from_raw_parts(w.add(INLINE_AT), ds * SEG - INLINE_AT) };
+        nicmem::copy_prefix(stage, src, inl);
     }
-    let timed = m.t.is_some();
     let mut len = inl;
-    let mut nh = 0;
-    for k in 2 + inl_segs..ds {
-        let d = DataSeg::read(
-            w[k * SEG..(k + 1) * SEG]
-                .try_into()
-                .expect("16-byte segment"),
-        );
+    // An untimed queue's reads, charged after the WQE (identical WQEs are charged together):
+    // the first two host data segments' lengths and the nicmem bytes.
+    let (mut host0, mut host1, mut nic) = (0u32, 0u32, 0u32);
+    let mut err = 0;
+    for k in data_at..ds {
+        // SAFETY: segment `k < ds` of the WQE.
+        let d = DataSeg::read(unsafe { &*w.add(k * SEG).cast::<[u8; SEG]>() });
         let n = d.byte_count as usize;
-        if n == 0 || len + n > stage.len() {
-            return Err(syndrome::LOCAL_LENGTH);
-        }
-        if pkt == NO_PKT {
-            return Err(syndrome::LOCAL_PROTECTION);
+        if n == 0 || n > MAX_WIRE_FRAME - len {
+            err = syndrome::LOCAL_LENGTH;
+            break;
         }
         let key = MemKey(d.key);
-        let Some(src) = locate(l, pkt, key, d.addr, n) else {
+        let src = if s.hdr == NO_PKT {
+            None
+        } else {
+            locate(l, s, key, d.addr, n)
+        };
+        let Some(src) = src else {
             // Not a buffer of the posted packet: hardware would check the region table (and
             // read any registered range); the model refuses every address the packet does not
             // own, so a corrupt WQE never reads another packet's memory.
-            let _ = table.resolve(pd, key, d.addr, d.byte_count);
-            return Err(syndrome::LOCAL_PROTECTION);
+            refuse(table, pd, key, d.addr, d.byte_count);
+            err = syndrome::LOCAL_PROTECTION;
+            break;
         };
-        // The stage is far longer than any frame: reads may round up to 16 bytes past `n` when
-        // the source has room (`copy_short` checks the source side).
+        // The stage is longer than any frame: reads may round up past `n` when the source has
+        // room (`copy_prefix` checks the source side).
         let dst = &mut stage[len..];
         let is_host = match src {
             Src::Host(p, avail) => {
@@ -632,22 +1406,39 @@ fn gather(
                 false
             }
         };
-        if timed {
+        if TIMED {
             let t = if is_host {
                 m.tx_host_read(ready, d.byte_count)
             } else {
                 m.tx_nic_read(ready, d.byte_count)
             };
             *done = (*done).max(t);
-        } else if is_host && nh < 2 {
-            reads.host[nh] = d.byte_count;
-            nh += 1;
-        } else if is_host {
-            m.tx_host_read(ready, d.byte_count);
+        } else if !is_host {
+            nic += d.byte_count;
+        } else if host0 == 0 {
+            host0 = d.byte_count;
+        } else if host1 == 0 {
+            host1 = d.byte_count;
         } else {
-            reads.nic += d.byte_count;
+            m.tx_host_read(ready, d.byte_count);
         }
         len += n;
     }
+    if err != 0 {
+        if !TIMED {
+            m.tx_reads_untimed([host0, host1], nic);
+        }
+        return Err(err);
+    }
+    if !TIMED {
+        m.tx_untimed([host0, host1], nic, len);
+    }
     Ok(len)
+}
+
+/// What hardware does with a data segment that names no buffer of its packet: it checks the
+/// region table (the model then refuses the read whatever the table says).
+#[cold]
+fn refuse(table: &RegionTable, pd: ProtectionDomain, key: MemKey, addr: u64, len: u32) {
+    let _ = table.resolve(pd, key, addr, len);
 }
