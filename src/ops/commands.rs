@@ -11,7 +11,7 @@
 //! `sessions` command answers), and the commands that change the run: `/nmdp/lb/<verb>,...`
 //! (`add`, `remove`, `drain`, `enable`, `disable`, `weight`) and the generic
 //! `/nmdp/nf/command,<name|index>,<verb>[,<arg>...]`, through which any function's run-time
-//! commands are reached (a NAT's outside addresses, for one).
+//! commands are reached.
 //!
 //! Errors answer `"error: ..."` (a string reply, which DPDK's protocol allows), saying what is
 //! wrong and what is allowed; an unknown command answers `null`, as DPDK does.
@@ -121,7 +121,14 @@ pub fn answer(view: &RunView, cmd: &str, params: Option<&str>) -> TelData {
             Ok(TelData::Dict(d))
         }
         "/nmdp/nf" => nf(view, params),
-        "/nmdp/lb/backends" => nf_rows(view, "lb", &NfCommand::new("backends", &[]), "address"),
+        "/nmdp/lb/backends" => nf_rows(
+            view,
+            cmd,
+            "lb",
+            &NfCommand::new("backends", &[]),
+            "address",
+            usize::MAX,
+        ),
         "/nmdp/nat/sessions" => {
             let max = match params {
                 None => Ok(DEFAULT_SESSIONS),
@@ -130,8 +137,15 @@ pub fn answer(view: &RunView, cmd: &str, params: Option<&str>) -> TelData {
                 }),
             };
             max.and_then(|m| {
-                let m = m.min(dataplane::telemetry::MAX_ARRAY_ENTRIES).to_string();
-                nf_rows(view, "nat", &NfCommand::new("sessions", &[&m]), "session")
+                let m = m.min(dataplane::telemetry::MAX_ARRAY_ENTRIES);
+                nf_rows(
+                    view,
+                    cmd,
+                    "nat",
+                    &NfCommand::new("sessions", &[&m.to_string()]),
+                    "session",
+                    m,
+                )
             })
         }
         "/nmdp/nf/command" => nf_command(view, params),
@@ -370,19 +384,45 @@ fn nf_command(view: &RunView, params: Option<&str>) -> Result<TelData, String> {
     Ok(TelData::Dict(flatten(&c)))
 }
 
-/// A table a function answers (`backends`, `sessions`): its rows as one array per column, the
-/// rows' keys in column `key_name`; the other counters of the reply as they are.
-fn nf_rows(view: &RunView, nf: &str, cmd: &NfCommand, key_name: &str) -> Result<TelData, String> {
+/// A table a function answers (`backends`, `sessions`) as the reply to `reply`: its first
+/// `max_rows` rows (the workers' tables merged), fewer when that many would not fit in one
+/// reply, as one array per column, the rows' keys in column `key_name`; the other counters of
+/// the function's answer as they are.
+fn nf_rows(
+    view: &RunView,
+    reply: &str,
+    nf: &str,
+    cmd: &NfCommand,
+    key_name: &str,
+    max_rows: usize,
+) -> Result<TelData, String> {
     let i = view.nf_index(nf)?;
     let c = view.nf_command(i, cmd)?;
-    let mut d = TelDict::new();
-    for (name, v) in c.iter() {
-        match v {
-            CounterValue::Rows { rows, .. } => columns(&mut d, "", key_name, rows),
-            _ => flatten_into(&mut d, name, v),
+    let with_rows = |k: usize| {
+        let mut d = TelDict::new();
+        for (name, v) in c.iter() {
+            match v {
+                CounterValue::Rows { rows, .. } => {
+                    columns(&mut d, "", key_name, &rows[..rows.len().min(k)]);
+                }
+                _ => flatten_into(&mut d, name, v),
+            }
         }
+        TelData::Dict(d)
+    };
+    let mut k = max_rows;
+    loop {
+        let d = with_rows(k);
+        if k == 0 || d.fits(reply) {
+            return Ok(d);
+        }
+        let shown = c
+            .iter()
+            .find_map(|(_, v)| v.as_rows())
+            .map_or(0, <[_]>::len)
+            .min(k);
+        k = shown * 9 / 10;
     }
-    Ok(TelData::Dict(d))
 }
 
 /// Counters as a flat dictionary: numbers as numbers, counts per item as arrays, texts as

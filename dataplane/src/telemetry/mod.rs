@@ -195,6 +195,18 @@ impl TelData {
         out
     }
 
+    /// True when the reply to `cmd` fits in [`MAX_OUTPUT_LEN`] whole, nothing left out (a
+    /// table cut by [`TelData::to_reply`] would lose whole columns, so tables are sized to fit).
+    pub fn fits(&self, cmd: &str) -> bool {
+        let mut out = String::new();
+        json_str(&mut out, cmd);
+        // `{`, `:` and `}` around the name and the data.
+        let overhead = out.len() + 3;
+        out.clear();
+        self.json_into(&mut out, usize::MAX);
+        overhead + out.len() <= MAX_OUTPUT_LEN
+    }
+
     /// The data alone as JSON (the greeting is a bare dictionary).
     pub fn to_json(&self) -> String {
         let mut out = String::new();
@@ -399,6 +411,24 @@ mod tests {
         let v: serde_json::Value = serde_json::from_str(&r).expect("still valid JSON");
         let n = v["/big"]["a"].as_array().unwrap().len();
         assert!(n > 100 && n < 512, "{n}");
+    }
+
+    #[test]
+    fn fits_says_whether_nothing_would_be_left_out() {
+        let table = |rows: usize| {
+            let mut d = TelDict::new();
+            d.array(
+                "a",
+                TelArray::Str((0..rows).map(|i| format!("{i:0>100}")).collect()),
+            );
+            TelData::Dict(d)
+        };
+        // 103 bytes per element: 158 fit in 16 KiB with the name and the braces, 160 do not.
+        assert!(table(150).fits("/big"));
+        assert!(!table(160).fits("/big"));
+        let r = table(150).to_reply("/big");
+        let v: serde_json::Value = serde_json::from_str(&r).unwrap();
+        assert_eq!(v["/big"]["a"].as_array().unwrap().len(), 150);
     }
 
     #[test]
