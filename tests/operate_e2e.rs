@@ -692,3 +692,95 @@ fn other_users_may_read_but_not_change_a_run() {
     let (st, _, err) = run.finish();
     assert_eq!(st.code(), Some(0), "{err}");
 }
+
+/// `dataplane ctl nat sessions` lists the NAT's live sessions while it runs, on two workers:
+/// every session once, with the outside endpoint its frames left with (checked against a
+/// `--tx-pcap` capture) and the count the final summary gives; a maximum cuts the list, not the
+/// count.
+#[test]
+fn nat_sessions_are_listed_while_it_runs() {
+    let dir = std::env::temp_dir().join(format!("nmdp-sessions-{}", std::process::id()));
+    std::fs::create_dir_all(&dir).unwrap();
+    let pcap = dir.join("out.pcap");
+    let mut run = Run::start(
+        "sessions",
+        &[
+            config("nat-bidir.toml").to_str().unwrap(),
+            "--packets",
+            "20000",
+            "--workers",
+            "2",
+            "--tx-pcap",
+            pcap.to_str().unwrap(),
+            "--set",
+            "run.stop_when_idle=false",
+            "--set",
+            "run.clock=\"wall\"",
+            "--set",
+            "traffic.flows=100",
+            "--set",
+            "traffic.rate_gbps=0",
+            "--json",
+            "-q",
+        ],
+    );
+    run.wait_for("/nmdp/summary", |s| n(&s["packets_tx"]) == 20_000);
+    let (code, out, err) = ctl(&run, &["--json", "nat", "sessions", "1000"]);
+    assert_eq!(code, 0, "{err}");
+    let all: Value = serde_json::from_str(&out).unwrap();
+    let all = &all["/nmdp/nat/sessions"];
+    let (code, out, err) = ctl(&run, &["--json", "nat", "sessions", "7"]);
+    assert_eq!(code, 0, "{err}");
+    let some: Value = serde_json::from_str(&out).unwrap();
+    let some = &some["/nmdp/nat/sessions"];
+    let (code, _, err) = ctl(&run, &["nat", "sessions", "many"]);
+    assert_eq!(code, 1);
+    assert!(err.contains("not a number of sessions"), "{err}");
+    run.signal("INT");
+    let (st, out, err) = run.finish();
+    assert_eq!(st.code(), Some(0), "{err}");
+    let s: Value = serde_json::from_str(&out).unwrap();
+    assert_counters_add_up(&s);
+    let nat = &s["nfs"]["nat"];
+    assert_eq!(n(&nat["active_mappings"]), 100, "{nat}");
+    assert_eq!(n(&all["live_sessions"]), 100);
+    assert_eq!(n(&some["live_sessions"]), 100);
+    assert_eq!(some["session"].as_array().unwrap().len(), 7);
+    let col = |k: &str| -> Vec<String> {
+        all[k]
+            .as_array()
+            .unwrap_or_else(|| panic!("no column {k}: {all}"))
+            .iter()
+            .map(|v| v.as_str().unwrap().to_string())
+            .collect()
+    };
+    let (inside, outside, remote) = (col("inside"), col("outside"), col("remote"));
+    assert_eq!(inside.len(), 100);
+    let distinct: std::collections::HashSet<_> = inside.iter().collect();
+    assert_eq!(distinct.len(), 100, "every session once");
+    assert!(col("protocol").iter().all(|p| p == "udp"));
+    assert!(col("state").iter().all(|p| p == "udp"));
+    assert!(
+        remote.iter().all(|r| r.starts_with("48.1.1.")),
+        "{remote:?}"
+    );
+    let workers: std::collections::HashSet<u64> =
+        all["worker"].as_array().unwrap().iter().map(n).collect();
+    assert_eq!(workers.len(), 2, "both workers' sessions");
+    // The outside endpoints listed are those the forward frames left with.
+    let d = std::fs::read(&pcap).unwrap();
+    let mut sent = std::collections::HashSet::new();
+    let mut at = 24;
+    while at + 16 <= d.len() {
+        let caplen = u32::from_le_bytes(d[at + 8..at + 12].try_into().unwrap()) as usize;
+        let f = &d[at + 16..at + 16 + caplen];
+        let src = std::net::Ipv4Addr::from(u32::from_be_bytes(f[26..30].try_into().unwrap()));
+        if src == std::net::Ipv4Addr::new(10, 0, 0, 1) {
+            sent.insert(format!("{src}:{}", u16::from_be_bytes([f[34], f[35]])));
+        }
+        at += 16 + caplen;
+    }
+    let listed: std::collections::HashSet<String> = outside.into_iter().collect();
+    assert_eq!(listed, sent);
+    std::fs::remove_dir_all(&dir).unwrap();
+}
