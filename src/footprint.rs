@@ -142,10 +142,7 @@ pub fn vnic_needs(cfg: &RunConfig, profile: &HardwareProfile) -> Vec<Need> {
 /// ([`nfs::NfSpec::memory`]: flow tables, session records, buffers). Entries whose name or
 /// parameters do not parse are skipped here; building the chain reports them.
 pub fn nf_needs(cfg: &RunConfig) -> Vec<Need> {
-    let ctx = nfs::BuildContext {
-        worker: 0,
-        workers: cfg.run.workers.max(1),
-    };
+    let ctx = nfs::BuildContext::new(0, cfg.run.workers.max(1));
     let mut needs = Vec::new();
     for (i, entry) in cfg.pipeline.iter().enumerate() {
         let mut params = entry.clone();

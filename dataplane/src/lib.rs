@@ -10,6 +10,7 @@ pub mod control;
 pub mod driver;
 pub mod link;
 pub mod mode;
+pub mod net;
 pub mod nf;
 pub mod packet;
 pub mod pcap;

@@ -3,9 +3,16 @@
 //!
 //! A port's link is a [`FrameSource`] (frames arriving from the wire) and a [`FrameSink`] (frames
 //! the port transmits). Implementations: the in-process traffic generator and checking sink
-//! (`pktgen`), pcap files ([`crate::pcap`]), and a cable to another port ([`cable`]).
+//! (`pktgen`), pcap files ([`crate::pcap`]), a cable to another port ([`cable`]), and the Linux
+//! kernel: a TAP device ([`tap`]) or an interface through AF_PACKET ([`afpacket`]), by name
+//! ([`kernel`]).
 //!
 //! Frames are Ethernet frames without the FCS, exactly as a pcap file stores them.
+
+pub mod afpacket;
+pub mod fd;
+pub mod kernel;
+pub mod tap;
 
 /// Largest frame any link carries (jumbo 9216 B plus slack); staging buffers are this big.
 pub const MAX_WIRE_FRAME: usize = 16 * 1024;

@@ -77,6 +77,14 @@ pub trait NetworkFunction: Send {
     fn steering_rules(&self, _queue: u16) -> Vec<crate::steer::SteerRule> {
         Vec::new()
     }
+
+    /// Addresses this function answers for on the wire (a NAT's outside address, a load
+    /// balancer's VIP): the ports answer ARP for them and announce them at start
+    /// ([`crate::net`]). Each with the port it is owned on, or `None` for every port whose
+    /// subnet holds it.
+    fn owned_addresses(&self) -> Vec<(std::net::Ipv4Addr, Option<u16>)> {
+        Vec::new()
+    }
 }
 
 /// An operator's command to a network function (see [`NetworkFunction::control`]): a verb and
@@ -156,6 +164,14 @@ impl NfChain {
                 return;
             }
         }
+    }
+
+    /// The addresses every function owns (see [`NetworkFunction::owned_addresses`]).
+    pub fn owned_addresses(&self) -> Vec<(std::net::Ipv4Addr, Option<u16>)> {
+        self.nfs
+            .iter()
+            .flat_map(|nf| nf.owned_addresses())
+            .collect()
     }
 
     /// The steering rules of every function for Rx queue `queue` (see

@@ -15,6 +15,14 @@
 //! received burst; when the worker finishes, every packet still held is released with a drop
 //! verdict, so what was received is always sent or counted as a drop.
 //!
+//! **The slow path.** A worker of a run with a network layer ([`crate::net`]) also owns a
+//! [`SlowPath`]. In the sorting pass (never on the one-port fast path: a burst with a slow-path
+//! packet has more than one verdict), packets the chain dropped for a slow-path reason
+//! ([`DropReason::for_slow_path`]: ARP, a next hop without a MAC, an expired TTL, a packet for a
+//! port's own address) are handed to it instead of being freed, and it answers, parks or drops
+//! them, adding what it sends to the same Tx bursts. Its timers (ARP retries, parked packets
+//! whose next hop resolved) run between bursts, only while it has something pending.
+//!
 //! A worker finishes when every one of its queues is idle (the wire has nothing more to deliver
 //! and nothing is in flight) or when the run is stopped and its queues have drained (or the
 //! drain timed out). Counters are published to [`LiveStats`] every [`PUBLISH_EVERY`] iterations,
@@ -29,6 +37,8 @@ use std::time::{Duration, Instant};
 
 use crate::burst::Burst;
 use crate::control::{Mailbox, Reply, Request};
+use crate::net::SlowPath;
+use crate::net::slow_path::PortIo;
 use crate::nf::{Counters, NfChain, NfContext};
 use crate::port::{Queue, QueueStats};
 use crate::verdict::{Action, DropCounts, DropReason, Verdict};
@@ -88,6 +98,8 @@ pub struct WorkerSetup {
     pub egress: Option<u16>,
     /// Burst size.
     pub burst: usize,
+    /// The worker's slow path, when the run has a network layer (see the module docs).
+    pub slow: Option<SlowPath>,
 }
 
 /// Where a worker is in its life, as it publishes it ([`LiveStats`]).
@@ -369,6 +381,7 @@ pub fn run_worker(
         .collect();
     let mut dropped = Burst::with_capacity(setup.burst);
     let mut released = Burst::with_capacity(setup.burst);
+    let mut punted = Burst::with_capacity(setup.burst);
     let mut drops = DropCounts::default();
     // Every reason is registered when the functions are built, before their workers start.
     let reasons = DropReason::all().len();
@@ -433,6 +446,8 @@ pub fn run_worker(
                 &mut setup.queues,
                 &mut tx,
                 &mut dropped,
+                &mut punted,
+                setup.slow.as_mut(),
                 &mut drops,
                 qi,
             );
@@ -453,10 +468,23 @@ pub fn run_worker(
                     &mut setup.queues,
                     &mut tx,
                     &mut dropped,
+                    &mut punted,
+                    setup.slow.as_mut(),
                     &mut drops,
                     0,
                 );
             }
+        }
+        if let Some(slow) = setup.slow.as_mut()
+            && slow.wants_poll()
+        {
+            let mut io = PortIo {
+                queues: &mut setup.queues,
+                tx: &mut tx,
+                drops: &mut drops,
+            };
+            slow.poll(&mut io);
+            send_all(&mut tx, &mut setup.queues, &mut drops);
         }
         if got_any {
             last_active = clock.now;
@@ -509,9 +537,14 @@ pub fn run_worker(
             &mut setup.queues,
             &mut tx,
             &mut dropped,
+            &mut punted,
+            setup.slow.as_mut(),
             &mut drops,
             0,
         );
+    }
+    if let Some(slow) = setup.slow.as_mut() {
+        slow.finish(&mut setup.queues, &mut drops);
     }
     for q in &mut setup.queues {
         q.flush();
@@ -562,13 +595,16 @@ pub fn run_worker(
 
 /// Hands a processed burst to the Tx queues by verdict: as it is when every verdict names one
 /// port (the fast path), otherwise sorted into per-port Tx bursts and a drop burst (counted by
-/// reason, freed through queue `free_on`).
+/// reason, freed through queue `free_on`; slow-path drops go to `slow` when the run has one).
 #[inline]
+#[allow(clippy::too_many_arguments)]
 fn dispatch(
     burst: &mut Burst,
     queues: &mut [Box<dyn Queue>],
     tx: &mut [Burst],
     dropped: &mut Burst,
+    punted: &mut Burst,
+    slow: Option<&mut SlowPath>,
     drops: &mut DropCounts,
     free_on: usize,
 ) {
@@ -579,6 +615,7 @@ fn dispatch(
         queues[p as usize].tx_burst(burst, drops);
         return;
     }
+    let to_slow_path = slow.is_some();
     for i in 0..burst.len() {
         match burst.verdict(i).action() {
             Action::Tx(p) if (p as usize) < nports => {
@@ -588,6 +625,9 @@ fn dispatch(
                 drops.add(DropReason::NO_SUCH_PORT, 1);
                 burst.move_to(i, dropped);
             }
+            Action::Drop(r) if to_slow_path && r.for_slow_path() => {
+                burst.move_to(i, punted);
+            }
             Action::Drop(r) => {
                 drops.add(r, 1);
                 burst.move_to(i, dropped);
@@ -595,13 +635,24 @@ fn dispatch(
         }
     }
     burst.disown();
+    if let Some(slow) = slow
+        && !punted.is_empty()
+    {
+        let mut io = PortIo { queues, tx, drops };
+        slow.take(punted, &mut io);
+    }
+    send_all(tx, queues, drops);
+    if !dropped.is_empty() {
+        queues[free_on].free_burst(dropped);
+    }
+}
+
+/// Hands every non-empty per-port list to its port's queue.
+fn send_all(tx: &mut [Burst], queues: &mut [Box<dyn Queue>], drops: &mut DropCounts) {
     for (p, list) in tx.iter_mut().enumerate() {
         if !list.is_empty() {
             queues[p].tx_burst(list, drops);
         }
-    }
-    if !dropped.is_empty() {
-        queues[free_on].free_burst(dropped);
     }
 }
 

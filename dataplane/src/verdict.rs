@@ -9,6 +9,15 @@
 //! it is built ([`DropReason::register`], e.g. the NAT's `no_mapping`), and keeps the returned
 //! codes in its state. Registration is idempotent by name, so every worker's instance of an NF
 //! gets the same codes, and a report can name every reason it counted.
+//!
+//! **Reasons the port's slow path may take over.** A few reasons mean "the fast path cannot
+//! finish this packet" rather than "this packet is bad": a frame that is not IPv4 (ARP is one),
+//! a next hop whose MAC address is not known yet, an expired TTL, a packet for one of the
+//! ports' own addresses ([`DropReason::for_slow_path`]). When a run has a network layer
+//! ([`crate::net`]), the run loop hands packets dropped for these reasons to the port's slow
+//! path instead of freeing them: it answers ARP, parks packets until their next hop resolves,
+//! sends ICMP time exceeded, and counts the final outcome. Network functions keep dropping such
+//! packets exactly as before; without a network layer they stay plain drops with these reasons.
 
 use std::sync::Mutex;
 use std::sync::atomic::{AtomicUsize, Ordering};
@@ -59,6 +68,16 @@ const CORE: &[(&str, &str)] = &[
         "tx_invalid",
         "the packet cannot be described to the Tx queue (over the NIC's descriptor size limit, or \
          buffers of another driver)",
+    ),
+    (
+        "no_neighbor",
+        "the next hop's MAC address is not known (the port's slow path resolves it by ARP and \
+         sends the packet when it can)",
+    ),
+    (
+        "local_delivery",
+        "addressed to one of the ports' own addresses (the slow path answers ICMP echo; \
+         anything else stops here)",
     ),
 ];
 
@@ -118,6 +137,23 @@ impl DropReason {
     pub const NO_SUCH_PORT: DropReason = DropReason(10);
     /// The packet cannot be described to the Tx queue.
     pub const TX_INVALID: DropReason = DropReason(11);
+    /// The next hop's MAC address is not known.
+    pub const NO_NEIGHBOR: DropReason = DropReason(12);
+    /// Addressed to one of the ports' own addresses.
+    pub const LOCAL_DELIVERY: DropReason = DropReason(13);
+
+    /// True for the reasons a run's slow path takes packets over for (see the module docs):
+    /// `not_ipv4`, `no_neighbor`, `ttl_expired` and `local_delivery`.
+    #[inline]
+    pub fn for_slow_path(self) -> bool {
+        matches!(
+            self,
+            DropReason::NOT_IPV4
+                | DropReason::NO_NEIGHBOR
+                | DropReason::TTL_EXPIRED
+                | DropReason::LOCAL_DELIVERY
+        )
+    }
 
     /// The reason called `name`, registering it with `doc` if it is new. Idempotent: every
     /// caller with the same name gets the same code (the first registration's doc is kept).

@@ -46,9 +46,29 @@
 //!   flow hashes to (where it would be now); round robin has no such backend and drops it as
 //!   `icmp_no_flow`. Only the outer destination (and IPv4 checksum) is rewritten.
 //! - **Not for the VIP**: forwarded unchanged (`non_vip = "forward"`, default) or dropped as
-//!   `not_for_vip` (`"drop"`). Non-IPv4 frames count as not for the VIP. Frames that claim IPv4
+//!   `not_for_vip` (`"drop"`). Non-IPv4 frames count as not for the VIP (dropped as `not_ipv4`
+//!   under `"drop"`, so a port's slow path still answers ARP). Frames that claim IPv4
 //!   but are truncated or malformed are dropped with their reason; later fragments to the VIP
 //!   carry no ports and are dropped as `fragment` (as Katran does).
+//! - **The return path** (`return`): `"none"` (default, the paper's LB) rewrites only the
+//!   client's packets, so replies leave the backend from its own address. `"nat"` (IPVS's NAT
+//!   mode) also keeps, per flow, the key of the backend's reply (backend, client, ports) in the
+//!   flow table; a reply that matches has its source rewritten back to the VIP (checksums
+//!   updated incrementally), so the client sees the VIP; replies must therefore come back
+//!   through the LB (the backends' route to the clients points at it) and to the worker that
+//!   holds the flow, so `"nat"` needs one worker (RSS hashes the reply, whose addresses differ,
+//!   elsewhere). `"ipip"` (Katran's direct server return) leaves the client's packet as it is
+//!   and puts it in an outer IPv4 header (protocol 4) from `tunnel_src` to the backend (default
+//!   in a routed run: the address of the port on the backend's subnet; never the VIP, which the
+//!   backends hold themselves and would drop as a martian source), in the buffer's headroom; the backend decapsulates it (a Linux `ipip`
+//!   tunnel with the VIP on a local interface) and answers the client directly. An outer
+//!   packet longer than `tunnel_mtu` (default 1500) is dropped as `tunnel_too_big` (clamp the
+//!   clients' MSS, or give the backend side a larger MTU); a buffer without 20 B of headroom
+//!   is dropped as `no_headroom`.
+//! - **The VIP is owned** on every port whose subnet holds it: the ports answer ARP for it. In a
+//!   routed run (a network layer, [`dataplane::net`]) a packet to the VIP whose TTL is about to
+//!   expire is left as it is, so the `route` stage's ICMP time exceeded quotes what the client
+//!   sent.
 //!
 //! - **Drop reasons** of its own, registered when an LB is built: `not_for_vip`, `no_backend`
 //!   (every backend disabled) and `icmp_no_flow`.
@@ -92,6 +112,16 @@ const NO_BACKEND_REASON: Reason = ("no_backend", "no enabled backend to send a n
 const ICMP_NO_FLOW: Reason = (
     "icmp_no_flow",
     "an ICMP error to the VIP about no flow the load balancer knows (round robin)",
+);
+/// Drop reason: an encapsulated packet longer than the tunnel MTU.
+const TUNNEL_TOO_BIG: Reason = (
+    "tunnel_too_big",
+    "with its outer IPv4 header the packet exceeds the load balancer's tunnel_mtu",
+);
+/// Drop reason: no room before the header for an outer header.
+const NO_HEADROOM: Reason = (
+    "no_headroom",
+    "the packet's buffer has no headroom left for an outer header",
 );
 
 /// The registration of `lb`.
@@ -161,6 +191,21 @@ pub const SPEC: NfSpec = NfSpec {
             doc: "flow-table buckets scanned for expiry per burst",
         },
         Param {
+            name: "return",
+            doc: "the return path: `none` (clients' packets only), `nat` (replies from a backend \
+                  get the VIP as source; one worker) or `ipip` (IP-in-IP to the backend, \
+                  which answers directly)",
+        },
+        Param {
+            name: "tunnel_src",
+            doc: "outer source address with `return = \"ipip\"` (default: the address of the \
+                  port on the first backend's subnet)",
+        },
+        Param {
+            name: "tunnel_mtu",
+            doc: "largest outer IPv4 packet with `return = \"ipip\"`, 68..=9000",
+        },
+        Param {
             name: "verify_checksums",
             doc: "debug: verify every rewritten frame by full checksum recomputation (slow)",
         },
@@ -170,17 +215,38 @@ pub const SPEC: NfSpec = NfSpec {
         },
     ],
     defaults: defaults_of::<LbConfig>,
-    drop_reasons: &[NOT_FOR_VIP, NO_BACKEND_REASON, ICMP_NO_FLOW],
+    drop_reasons: &[NOT_FOR_VIP, NO_BACKEND_REASON, ICMP_NO_FLOW, TUNNEL_TOO_BIG, NO_HEADROOM],
     build,
     memory,
 };
 
 fn build(params: &toml::Table, ctx: &BuildContext) -> Result<Box<dyn NetworkFunction>, String> {
-    Ok(Box::new(LoadBalancer::from_params(
-        params,
-        ctx.worker,
-        ctx.workers,
-    )?))
+    let cfg: LbConfig = parse_params(NAME, params)?;
+    let mut params = params.clone();
+    if cfg.return_mode == ReturnMode::Ipip
+        && cfg.tunnel_src.is_none()
+        && let Some(net) = &ctx.net
+    {
+        // The address of the port on the first backend's subnet (or any port's).
+        let first = match &cfg.backends {
+            Some(b) => b
+                .first()
+                .map(|s| parse_ipv4(NAME, "backends", s))
+                .transpose()?,
+            None => Some(parse_ipv4(NAME, "backend_base", &cfg.backend_base)?),
+        };
+        let ips: Vec<_> = net.ports().iter().filter_map(|p| p.ip).collect();
+        let port_ip = ips
+            .iter()
+            .find(|ip| first.is_some_and(|f| ip.contains(f)))
+            .or(ips.first());
+        if let Some(ip) = port_ip {
+            params.insert("tunnel_src".into(), ip.ip().to_string().into());
+        }
+    }
+    let mut lb = LoadBalancer::from_params(&params, ctx.worker, ctx.workers)?;
+    lb.routed = ctx.net.is_some();
+    Ok(Box::new(lb))
 }
 
 fn memory(params: &toml::Table, ctx: &BuildContext) -> Option<Memory> {
@@ -223,6 +289,18 @@ pub enum NonVipPolicy {
     Drop,
 }
 
+/// The load balancer's return path (see the module docs).
+#[derive(Clone, Copy, Debug, PartialEq, Eq, Deserialize, Serialize)]
+#[serde(rename_all = "kebab-case")]
+pub enum ReturnMode {
+    /// Only the clients' packets are rewritten (the paper's LB).
+    None,
+    /// Replies from a backend get their source rewritten back to the VIP (IPVS NAT mode).
+    Nat,
+    /// Clients' packets go to the backend in IP-in-IP; it answers directly (Katran).
+    Ipip,
+}
+
 /// Load-balancer parameters. Defaults are the paper's setup.
 #[derive(Clone, Debug, Deserialize, Serialize)]
 #[serde(deny_unknown_fields, default)]
@@ -254,6 +332,14 @@ pub struct LbConfig {
     pub disabled: Vec<usize>,
     /// Each backend's share of new flows, in backend order (empty: 1 each).
     pub weights: Vec<u32>,
+    /// The return path.
+    #[serde(rename = "return")]
+    pub return_mode: ReturnMode,
+    /// Outer source address with `return = "ipip"` (unset: the address of the port on the first
+    /// backend's subnet, in a routed run).
+    pub tunnel_src: Option<String>,
+    /// Largest outer IPv4 packet with `return = "ipip"`.
+    pub tunnel_mtu: u16,
     /// Flow-table buckets scanned for expiry per burst.
     pub scan_buckets_per_burst: u32,
     /// Debug: verify every rewritten frame by full checksum recomputation (slow path).
@@ -278,6 +364,9 @@ impl Default for LbConfig {
             non_vip: NonVipPolicy::Forward,
             disabled: vec![],
             weights: vec![],
+            return_mode: ReturnMode::None,
+            tunnel_src: None,
+            tunnel_mtu: 1500,
             scan_buckets_per_burst: 8,
             verify_checksums: false,
             seed: 0x6e6d_6470_6c62,
@@ -459,6 +548,8 @@ struct Counters {
     icmp_errors_steered: u64,
     icmp_errors_slow_path: u64,
     icmp_no_flow: u64,
+    replies_translated: u64,
+    encapsulated: u64,
     drops: DropCounts,
 }
 
@@ -532,7 +623,18 @@ pub struct LoadBalancer {
     not_for_vip_reason: DropReason,
     no_backend_reason: DropReason,
     icmp_no_flow_reason: DropReason,
+    return_mode: ReturnMode,
+    tunnel_src: u32,
+    tunnel_mtu: usize,
+    tunnel_too_big: DropReason,
+    no_headroom: DropReason,
+    /// The run has a network layer (see the module docs).
+    routed: bool,
 }
+
+/// The flow-table value bit that marks a reply's key (`return = "nat"`): the rest is the
+/// backend index.
+const REPLY: u16 = 0x8000;
 
 impl LoadBalancer {
     /// Builds worker `worker`'s instance (of `workers`) from a parameter table.
@@ -567,6 +669,44 @@ impl LoadBalancer {
         }
         if backends.len() >= usize::from(NO_BACKEND) {
             return Err(bad_param(NAME, "backends", "at most 65534 backends"));
+        }
+        if cfg.return_mode == ReturnMode::Nat && backends.len() >= usize::from(REPLY) {
+            return Err(bad_param(
+                NAME,
+                "backends",
+                "at most 32767 backends with `return = \"nat\"`",
+            ));
+        }
+        if cfg.return_mode == ReturnMode::Nat && workers > 1 {
+            return Err(bad_param(
+                NAME,
+                "return",
+                format!(
+                    "`nat` needs run.workers = 1 (got {workers}): a backend's reply carries its \
+                     own address, so RSS sends it to any worker, and only the worker that \
+                     balanced the flow knows it; use `ipip` (the backend answers directly) with \
+                     several workers"
+                ),
+            ));
+        }
+        let tunnel_src = match (&cfg.tunnel_src, cfg.return_mode) {
+            (Some(s), _) => parse_ipv4(NAME, "tunnel_src", s)?,
+            (None, ReturnMode::Ipip) => {
+                return Err(bad_param(
+                    NAME,
+                    "tunnel_src",
+                    "give the outer source address for `return = \"ipip\"` (in a run whose \
+                     ports have addresses it defaults to the port on the backends' subnet)",
+                ));
+            }
+            (None, _) => 0,
+        };
+        if !(68..=9000).contains(&cfg.tunnel_mtu) {
+            return Err(bad_param(
+                NAME,
+                "tunnel_mtu",
+                format!("{} out of range; allowed 68..=9000", cfg.tunnel_mtu),
+            ));
         }
         let mut sorted = backends.clone();
         sorted.sort_unstable();
@@ -637,8 +777,14 @@ impl LoadBalancer {
             })
             .collect();
         let n = backends.len();
+        // With `return = "nat"` every flow also keeps its reply's key.
+        let keys = if cfg.return_mode == ReturnMode::Nat {
+            per_core.saturating_mul(2)
+        } else {
+            per_core
+        };
         let mut table = FlowTable::try_new(
-            per_core as usize,
+            keys as usize,
             timeout,
             cfg.full_policy,
             mix_seed(cfg.seed, worker, 2),
@@ -680,6 +826,12 @@ impl LoadBalancer {
             not_for_vip_reason: register_reason(NAME, NOT_FOR_VIP)?,
             no_backend_reason: register_reason(NAME, NO_BACKEND_REASON)?,
             icmp_no_flow_reason: register_reason(NAME, ICMP_NO_FLOW)?,
+            return_mode: cfg.return_mode,
+            tunnel_src,
+            tunnel_mtu: usize::from(cfg.tunnel_mtu),
+            tunnel_too_big: register_reason(NAME, TUNNEL_TOO_BIG)?,
+            no_headroom: register_reason(NAME, NO_HEADROOM)?,
+            routed: false,
         };
         lb.rebuild();
         Ok(lb)
@@ -850,6 +1002,77 @@ impl LoadBalancer {
         }
     }
 
+    /// `return = "nat"`: if packet `i` is a backend's reply to a known flow, rewrites its source
+    /// to the VIP and returns true.
+    fn reply(&mut self, burst: &mut Burst, i: usize, p: &Parsed, now: u32) -> bool {
+        let (sp, dp) = p.ports();
+        let key = FlowKey::new(p.src, p.dst, sp, dp, p.proto);
+        let Some(slot) = self.table.lookup(&key, now) else {
+            return false;
+        };
+        let v = self.table.value(slot);
+        let b = usize::from(v & !REPLY);
+        if v & REPLY == 0 || b >= self.backends.len() || self.backends[b] != p.src {
+            return false;
+        }
+        let d = self.deltas[b].negate();
+        let h = burst.header_mut(i);
+        write_u32(h, p.l3 + 12, self.vip);
+        let hc = d.apply(read_u16(h, p.l3 + 10));
+        write_u16(h, p.l3 + 10, hc);
+        match p.l4info {
+            L4::Tcp { .. } => {
+                let o = p.l4 + 16;
+                let c = d.apply(read_u16(h, o));
+                write_u16(h, o, c);
+            }
+            L4::Udp { .. } => {
+                let o = p.l4 + 6;
+                let c = d.apply_udp(read_u16(h, o));
+                write_u16(h, o, c);
+            }
+            _ => {}
+        }
+        self.c.replies_translated += 1;
+        if let Some(v) = self.verifier.as_mut() {
+            v.verify(burst, i);
+        }
+        true
+    }
+
+    /// `return = "ipip"`: puts packet `i` in an outer IPv4 header to backend `b` (the L2
+    /// header moves 20 B into the headroom, the outer header goes between it and the packet).
+    fn encapsulate(&mut self, burst: &mut Burst, i: usize, p: &Parsed, b: u16) {
+        let inner = usize::from(p.total_len);
+        if inner + IPV4_HLEN > self.tunnel_mtu {
+            let r = self.tunnel_too_big;
+            self.drop_pkt(burst, i, r);
+            return;
+        }
+        let l2 = p.l3;
+        let (tos, df) = {
+            let h = burst.header(i);
+            (h[l2 + 1], h[l2 + 6] & 0x40)
+        };
+        let Some(h) = burst.prepend(i, IPV4_HLEN) else {
+            let r = self.no_headroom;
+            self.drop_pkt(burst, i, r);
+            return;
+        };
+        h.copy_within(IPV4_HLEN..IPV4_HLEN + l2, 0);
+        let outer = &mut h[l2..l2 + IPV4_HLEN];
+        outer.copy_from_slice(&[
+            0x45, tos, 0, 0, 0, 0, df, 0, 64, 4, 0, 0, 0, 0, 0, 0, 0, 0, 0, 0,
+        ]);
+        write_u16(outer, 2, (inner + IPV4_HLEN) as u16);
+        write_u32(outer, 12, self.tunnel_src);
+        write_u32(outer, 16, self.backends[usize::from(b)]);
+        let c = wire::checksum::ipv4_header_checksum(outer);
+        write_u16(outer, 10, c);
+        self.backend_packets[usize::from(b)] += 1;
+        self.c.encapsulated += 1;
+    }
+
     fn process_chunk(&mut self, burst: &mut Burst, start: usize, end: usize, now: u32) {
         self.pending.clear();
         let mut nkeys = 0;
@@ -863,7 +1086,10 @@ impl LoadBalancer {
             self.c.packets += 1;
             match parse(burst.header(i), burst.frame_len(i)) {
                 Err(ParseError::NotIpv4) => {
-                    self.not_for_vip(burst, i);
+                    self.c.not_for_vip += 1;
+                    if self.non_vip == NonVipPolicy::Drop {
+                        self.drop_pkt(burst, i, DropReason::NOT_IPV4);
+                    }
                     self.pending.push(Pending::Done);
                 }
                 Err(e) => {
@@ -874,7 +1100,12 @@ impl LoadBalancer {
                     self.pending.push(Pending::Done);
                 }
                 Ok(p) if p.dst != self.vip => {
-                    self.not_for_vip(burst, i);
+                    if !(self.return_mode == ReturnMode::Nat && self.reply(burst, i, &p, now)) {
+                        self.not_for_vip(burst, i);
+                    }
+                    self.pending.push(Pending::Done);
+                }
+                Ok(p) if self.routed && p.ttl <= 1 => {
                     self.pending.push(Pending::Done);
                 }
                 Ok(p) if p.frag == Frag::Later => {
@@ -922,7 +1153,7 @@ impl LoadBalancer {
             }
             let backend = if slot != NO_SLOT {
                 let b = self.table.value(slot);
-                if self.enabled[usize::from(b)] {
+                if self.enabled.get(usize::from(b)).copied().unwrap_or(false) {
                     Some(b)
                 } else {
                     match self.pick(&key) {
@@ -941,6 +1172,18 @@ impl LoadBalancer {
                         Ok(_) => {
                             self.c.new_flows += 1;
                             self.backend_new_flows[usize::from(b)] += 1;
+                            if self.return_mode == ReturnMode::Nat {
+                                let (sp, dp) = p.ports();
+                                let rk = FlowKey::new(
+                                    self.backends[usize::from(b)],
+                                    p.src,
+                                    dp,
+                                    sp,
+                                    p.proto,
+                                );
+                                // A full table loses only the reply's rewrite, counted there.
+                                let _ = self.table.insert(rk, b | REPLY, now);
+                            }
                             Some(b)
                         }
                         Err(_) => {
@@ -953,6 +1196,9 @@ impl LoadBalancer {
                 }
             };
             match backend {
+                Some(b) if self.return_mode == ReturnMode::Ipip => {
+                    self.encapsulate(burst, i, &p, b);
+                }
                 Some(b) => {
                     self.rewrite(burst.header_mut(i), &p, b);
                     if let Some(v) = self.verifier.as_mut() {
@@ -1037,6 +1283,10 @@ impl NetworkFunction for LoadBalancer {
         &self.name
     }
 
+    fn owned_addresses(&self) -> Vec<(std::net::Ipv4Addr, Option<u16>)> {
+        vec![(std::net::Ipv4Addr::from(self.vip), None)]
+    }
+
     fn process(&mut self, burst: &mut Burst, ctx: &NfContext) {
         let now = ms_ticks(ctx.now_ns);
         self.table.expire_scan(now, self.scan, |_, _| {});
@@ -1071,6 +1321,8 @@ impl NetworkFunction for LoadBalancer {
             .count("icmp_errors_steered", c.icmp_errors_steered)
             .count("icmp_errors_slow_path", c.icmp_errors_slow_path)
             .count("icmp_no_flow", c.icmp_no_flow)
+            .count("replies_translated", c.replies_translated)
+            .count("encapsulated", c.encapsulated)
             .count("dropped", c.drops.total())
             .group(
                 "drops",
@@ -1080,6 +1332,8 @@ impl NetworkFunction for LoadBalancer {
                         self.not_for_vip_reason,
                         self.no_backend_reason,
                         self.icmp_no_flow_reason,
+                        self.tunnel_too_big,
+                        self.no_headroom,
                     ],
                 ),
             );
@@ -1202,6 +1456,11 @@ impl LoadBalancer {
             None => {
                 if self.backends.len() + 1 >= usize::from(NO_BACKEND) {
                     return Err("lb: at most 65534 backends".into());
+                }
+                if self.return_mode == ReturnMode::Nat
+                    && self.backends.len() + 1 >= usize::from(REPLY)
+                {
+                    return Err("lb: at most 32767 backends with `return = \"nat\"`".into());
                 }
                 if self.backends.len() >= self.maglev.size() {
                     return Err(format!(

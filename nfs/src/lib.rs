@@ -11,6 +11,7 @@
 //! - [`lb`]: L4 load balancer (round robin or Maglev) with per-flow affinity.
 //! - [`flow_counter`]: per-flow packets/bytes, top-k, JSON/CSV dumps.
 //! - [`work_package`]: N random reads per packet over an S-MiB buffer (memory-contention sweeps).
+//! - [`route`]: IPv4 forwarding by the run's routes, TTL decrement, Ethernet rewrite.
 //!
 //! What they share: [`flow_table`], the per-core cuckoo flow table; [`params`], parameter
 //! parsing; [`verify`], the debug checksum verifier; [`slow_path`], frame bytes past the header
@@ -77,4 +78,5 @@ network_functions! {
     flow_counter,
     work_package,
     port_filter,
+    route,
 }

@@ -41,6 +41,7 @@ pub fn run(mode: DatapathMode, chain: NfChain, frames: Vec<Vec<u8>>) -> Result<V
         chain,
         egress: None,
         burst: dataplane::DEFAULT_BURST,
+        slow: None,
     };
     let report = run_worker(0, 1, setup, &RunControl::default(), &WorkerShared::new(1));
     port.join();

@@ -157,10 +157,7 @@ mod tests {
 
     fn filter(params: &str) -> NfChain {
         let mut chain = NfChain::new();
-        let ctx = BuildContext {
-            worker: 0,
-            workers: 1,
-        };
+        let ctx = BuildContext::new(0, 1);
         chain.push(crate::build(SPEC.name, &params.parse().unwrap(), &ctx).unwrap());
         chain
     }

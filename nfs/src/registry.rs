@@ -29,12 +29,26 @@ use dataplane::{Counters, DropCounts, DropReason, NetworkFunction};
 use serde::Serialize;
 
 /// What a constructor knows about where its instance will run.
-#[derive(Clone, Copy, Debug, Default)]
+#[derive(Clone, Debug, Default)]
 pub struct BuildContext {
     /// Index of the worker that will run this instance.
     pub worker: u16,
     /// Number of workers in the run.
     pub workers: u16,
+    /// The run's network layer (ports' addresses, routes, neighbours), when it has one: what
+    /// the `route` stage forwards by.
+    pub net: Option<std::sync::Arc<dataplane::net::Network>>,
+}
+
+impl BuildContext {
+    /// Worker `worker` of `workers`, in a run without a network layer.
+    pub fn new(worker: u16, workers: u16) -> Self {
+        Self {
+            worker,
+            workers,
+            net: None,
+        }
+    }
 }
 
 /// One parameter of an NF: its name in the pipeline entry and what it does.
@@ -250,10 +264,7 @@ mod tests {
     /// parser's own list of expected keys), and every default is a documented parameter.
     #[test]
     fn every_parameter_is_documented_with_its_default() {
-        let ctx = BuildContext {
-            worker: 0,
-            workers: 1,
-        };
+        let ctx = BuildContext::new(0, 1);
         for s in REGISTRY {
             let mut p = toml::Table::new();
             p.insert("no_such_key".into(), toml::Value::Integer(1));

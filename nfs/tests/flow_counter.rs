@@ -203,10 +203,7 @@ fn config_errors() {
         let e = FlowCounter::from_params(&params(p), 0, 1).err().expect(p);
         assert!(e.contains(k) && e.starts_with("flow_counter"), "{e}");
     }
-    let c = nfs::BuildContext {
-        worker: 0,
-        workers: 1,
-    };
+    let c = nfs::BuildContext::new(0, 1);
     // Both spellings build the same function, reported under its first release's name.
     for name in ["flow-counter", "flow_counter"] {
         let nf = nfs::build(name, &params("flows = 4"), &c).unwrap();

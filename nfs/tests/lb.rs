@@ -487,3 +487,95 @@ fn icmp_errors_about_no_known_flow_are_counted() {
         assert_eq!(backend_of(&o), backend_of(&first), "{mode}");
     }
 }
+
+/// `return = "nat"`: a backend's reply to a balanced flow leaves with the VIP as its source
+/// (checksums valid, checked by etherparse too); a packet from a backend that matches no flow is
+/// left alone; `nat` with several workers is refused with the reason.
+#[test]
+fn nat_return_rewrites_replies_back_to_the_vip() {
+    for mode in DatapathMode::ALL {
+        let f = factory(mode);
+        let mut l = lb("flows = 64\nbackends = [\"10.0.2.11\", \"10.0.2.12\"]\nreturn = \"nat\"");
+        let syn = FrameSpec::tcp(client(1), ip(VIP), 40000, 80, TCP_SYN, 0).build();
+        let (o, _) = run1(&mut l, &f, &syn, SEC);
+        let backend = backend_of(&o);
+        let reply = FrameSpec::tcp(backend, client(1), 80, 40000, 0x12, 100).build();
+        let (r, v) = run1(&mut l, &f, &reply, SEC);
+        assert_eq!(v, Verdict::tx(1), "{mode}");
+        assert_eq!(read_u32(&r, 26), ip(VIP), "{mode}: source is the VIP");
+        assert_eq!(verify_frame_checksums(&r), Ok(()), "{mode}");
+        let p = etherparse::SlicedPacket::from_ethernet(&r).unwrap();
+        let Some(etherparse::TransportSlice::Tcp(t)) = p.transport else {
+            panic!("tcp")
+        };
+        let Some(etherparse::NetSlice::Ipv4(ip4)) = p.net else {
+            panic!("ipv4")
+        };
+        let sum = t
+            .to_header()
+            .calc_checksum_ipv4(&ip4.header().to_header(), t.payload())
+            .unwrap();
+        assert_eq!(sum, t.checksum(), "{mode}: etherparse agrees");
+        // Another client's port: no flow, no rewrite.
+        let stray = FrameSpec::tcp(backend, client(1), 80, 40001, 0x10, 10).build();
+        let (s, _) = run1(&mut l, &f, &stray, SEC);
+        assert_eq!(s, stray, "{mode}");
+        assert_eq!(l.counters()["replies_translated"], 1);
+    }
+    let e = LoadBalancer::from_params(&params("return = \"nat\""), 0, 2)
+        .err()
+        .unwrap();
+    assert!(e.contains("run.workers = 1") && e.contains("ipip"), "{e}");
+}
+
+/// `return = "ipip"`: the client's packet, unchanged, inside an outer IPv4 header from the
+/// tunnel source to its backend (etherparse reads both headers); every packet of a flow goes to
+/// one backend; too big for the tunnel MTU is a counted drop.
+#[test]
+fn ipip_return_encapsulates_to_the_backend() {
+    for mode in DatapathMode::ALL {
+        let f = factory(mode);
+        let mut l = lb(
+            "flows = 64\nbackends = [\"10.0.2.11\", \"10.0.2.12\", \"10.0.2.13\"]\n\
+                        return = \"ipip\"\ntunnel_src = \"10.0.2.1\"\ntunnel_mtu = 1500",
+        );
+        let mut seen = std::collections::BTreeSet::new();
+        for c in 0..6u32 {
+            let inner = FrameSpec::udp(client(c), ip(VIP), 5000, 53, 300).build();
+            let mut backend = None;
+            for _ in 0..2 {
+                let (o, v) = run1(&mut l, &f, &inner, SEC);
+                assert_eq!(v, Verdict::tx(1), "{mode}");
+                assert_eq!(o.len(), inner.len() + 20);
+                assert_eq!(
+                    &o[..14],
+                    &inner[..14],
+                    "{mode}: the Ethernet header moved along"
+                );
+                assert_eq!(
+                    &o[34..],
+                    &inner[14..],
+                    "{mode}: the inner packet is untouched"
+                );
+                let outer = etherparse::Ipv4HeaderSlice::from_slice(&o[14..]).unwrap();
+                assert_eq!(outer.protocol(), etherparse::IpNumber::IPV4);
+                assert_eq!(outer.source(), [10, 0, 2, 1]);
+                assert_eq!(usize::from(outer.total_len()), inner.len() - 14 + 20);
+                let h = outer.to_header();
+                assert_eq!(h.calc_header_checksum(), h.header_checksum, "{mode}");
+                let b = u32::from_be_bytes(outer.destination());
+                assert!(
+                    backend.is_none_or(|x| x == b),
+                    "{mode}: one flow, one backend"
+                );
+                backend = Some(b);
+            }
+            seen.insert(backend.unwrap());
+        }
+        assert_eq!(seen.len(), 3, "{mode}: round robin over the backends");
+        let big = FrameSpec::udp(client(9), ip(VIP), 5000, 53, 1472).build();
+        let (_, v) = run1(&mut l, &f, &big, SEC);
+        assert_eq!(v, Verdict::drop(reason("tunnel_too_big")), "{mode}");
+        assert_eq!(l.counters()["encapsulated"], 12);
+    }
+}

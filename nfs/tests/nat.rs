@@ -590,10 +590,7 @@ fn config_errors_name_the_key() {
 
 #[test]
 fn the_registry_builds_a_nat_by_name() {
-    let c = nfs::BuildContext {
-        worker: 0,
-        workers: 1,
-    };
+    let c = nfs::BuildContext::new(0, 1);
     assert_eq!(nfs::lookup("nat").map(|s| s.name), Some("nat"));
     let nf = nfs::build("nat", &params("flows = 8"), &c).unwrap();
     assert_eq!(nf.name(), "nat");
@@ -641,4 +638,37 @@ fn clear_forgets_every_session_and_starts_over() {
     assert!(again.iter().all(|p| (2000..=2063).contains(p)));
     assert_eq!(n.counters()["active_mappings"], 40);
     assert_eq!(n.counters()["new_mappings"], 80, "counters are kept");
+}
+
+/// With inside and outside ports, a packet received on a third port is neither translated nor
+/// dropped: the next stage decides. The NAT address is owned on the outside port only.
+#[test]
+fn ports_neither_inside_nor_outside_pass_untouched() {
+    let f = factory(DatapathMode::Host);
+    let mut n = nat("flows = 64\ndirection = \"by-port\"\ninside_ports = [0]\noutside_ports = [1]");
+    let out = FrameSpec::udp(ip("192.168.0.2"), ip("8.8.8.8"), 1000, 53, 8).build();
+    let v = run(&mut n, &f, std::slice::from_ref(&out), SEC, 0);
+    assert_eq!(
+        read_u32(&v[0].0, 26),
+        ip("10.0.0.1"),
+        "inside -> translated"
+    );
+    let third = run(&mut n, &f, std::slice::from_ref(&out), SEC, 2);
+    assert_eq!(third[0], (out.clone(), Verdict::tx(1)), "untouched");
+    let stray = FrameSpec::udp(ip("8.8.8.8"), ip("10.0.0.9"), 53, 1000, 8).build();
+    let v = run(&mut n, &f, &[stray], SEC, 1);
+    assert_eq!(
+        v[0].1,
+        Verdict::drop(reason("no_mapping")),
+        "outside, no session"
+    );
+    assert_eq!(n.counters()["passed"], 1);
+    assert_eq!(
+        n.owned_addresses(),
+        vec![("10.0.0.1".parse().unwrap(), Some(1))]
+    );
+    let e = Nat::from_params(&params("inside_ports = [1]\noutside_ports = [1]"), 0, 1)
+        .err()
+        .unwrap();
+    assert!(e.contains("outside_ports"), "{e}");
 }

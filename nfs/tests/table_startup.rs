@@ -21,10 +21,7 @@ fn resident_bytes() -> u64 {
 
 #[test]
 fn ten_million_flow_tables_are_built_without_touching_them() {
-    let ctx = BuildContext {
-        worker: 0,
-        workers: 1,
-    };
+    let ctx = BuildContext::new(0, 1);
     for (nf, params) in [("nat", "flows = 10000000"), ("lb", "flows = 10000000")] {
         let params: toml::Table = params.parse().unwrap();
         let spec = nfs::lookup(nf).unwrap();

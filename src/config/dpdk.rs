@@ -91,6 +91,11 @@ pub struct DpdkPortSection {
     /// Frames of the `[traffic]` profile to transmit on this port before forwarding starts
     /// (seeds a `net_ring` loop).
     pub inject: u32,
+    /// The port's MAC address (default: the device's).
+    pub mac: Option<String>,
+    /// The port's IPv4 address with prefix length (makes the subnet a connected route and the
+    /// address one the port answers ARP for).
+    pub ip: Option<String>,
 }
 
 fn config_err(path: &Path, key: &str, msg: String) -> ConfigError {
@@ -144,6 +149,15 @@ pub fn check(path: &Path, cfg: &RunConfig, d: &DpdkSection) -> Result<(), Config
                 &format!("dpdk.ports[{i}].devargs"),
                 "empty".into(),
             ));
+        }
+        if let Err((key, msg)) = super::net::port_addr(
+            &format!("dpdk.ports[{i}]"),
+            String::new(),
+            p.mac.as_deref(),
+            dataplane::net::MacAddr::local_for_port(i as u16),
+            p.ip.as_deref(),
+        ) {
+            return Err(config_err(path, &key, msg));
         }
         if let Some(t) = p.tx_port
             && t as usize >= d.ports.len()

@@ -4,7 +4,8 @@
 //! Every error names the file, the key and what is allowed, and nothing runs on a bad config.
 //!
 //! [`overrides`] is the `--set` parser (generic over any TOML table); `dpdk` the `[dpdk]`
-//! section that selects DPDK ports (feature `dpdk`).
+//! section that selects DPDK ports (feature `dpdk`); [`net`] the ports' links and addresses,
+//! routes, neighbours and ARP.
 
 use std::fmt;
 use std::net::SocketAddr;
@@ -17,6 +18,7 @@ use serde::Deserialize;
 
 #[cfg(feature = "dpdk")]
 pub mod dpdk;
+pub mod net;
 pub mod overrides;
 
 /// A configuration error: the file, the dotted key (when known) and the message.
@@ -152,6 +154,9 @@ pub struct VnicSection {
     pub flow_control: bool,
     /// Alias nicmem payload buffers (performance-only; payload bytes are not preserved).
     pub nicmem_alias: bool,
+    /// `[[vnic.ports]]`: the ports of the NIC with their links and addresses; none: one port
+    /// fed by the embedded generator (or `--rx-pcap`).
+    pub ports: Vec<net::VnicPortSection>,
 }
 
 impl Default for VnicSection {
@@ -168,6 +173,7 @@ impl Default for VnicSection {
             cache_size: d.cache_size,
             flow_control: d.flow_control,
             nicmem_alias: d.nicmem_alias,
+            ports: Vec::new(),
         }
     }
 }
@@ -200,6 +206,15 @@ pub struct RunConfig {
     /// `[[pipeline]]`: the NF chain, each entry a `name` plus that function's parameters.
     #[serde(default)]
     pub pipeline: Vec<toml::Table>,
+    /// `[[route]]`: static routes (the ports' subnets are routes already).
+    #[serde(default)]
+    pub route: Vec<net::RouteSection>,
+    /// `[[neighbor]]`: static neighbours.
+    #[serde(default)]
+    pub neighbor: Vec<net::NeighborSection>,
+    /// `[arp]`: ARP and ICMP behaviour of the ports' slow path.
+    #[serde(default)]
+    pub arp: net::ArpSection,
     /// The config file set no key at all (see [`RunConfig::warnings`]).
     #[serde(skip)]
     file_sets_nothing: bool,
@@ -432,6 +447,42 @@ impl RunConfig {
         if v.cache_size == 0 {
             return bad("vnic.cache_size", "must be at least 1".into());
         }
+        let mut generators = 0;
+        for (i, p) in v.ports.iter().enumerate() {
+            let link = match net::VnicLink::parse(&p.link) {
+                Ok(l) => l,
+                Err(m) => return bad(&format!("vnic.ports[{i}].link"), m),
+            };
+            generators += usize::from(link == net::VnicLink::Generator);
+            if matches!(link, net::VnicLink::Kernel(_)) && r.clock == ClockMode::Virtual {
+                return bad(
+                    &format!("vnic.ports[{i}].link"),
+                    format!(
+                        "`{}` is a link to the Linux kernel, which runs in real time; set \
+                         run.clock = \"wall\"",
+                        p.link
+                    ),
+                );
+            }
+            if let Err((key, msg)) = net::port_addr(
+                &format!("vnic.ports[{i}]"),
+                String::new(),
+                p.mac.as_deref(),
+                dataplane::net::MacAddr::local_for_port(i as u16),
+                p.ip.as_deref(),
+            ) {
+                return bad(&key, msg);
+            }
+        }
+        if generators > 1 {
+            return bad(
+                "vnic.ports",
+                format!("{generators} ports have link = \"generator\"; at most one may"),
+            );
+        }
+        if let Err((key, msg)) = self.arp.check() {
+            return bad(&key, msg);
+        }
         for (i, nf) in self.pipeline.iter().enumerate() {
             match nf.get("name") {
                 Some(toml::Value::String(_)) => {}
@@ -620,6 +671,36 @@ impl RunConfig {
         }
     }
 
+    /// True when the pipeline has a `route` stage.
+    pub fn has_route_stage(&self) -> bool {
+        self.pipeline.iter().any(|e| {
+            e.get("name")
+                .and_then(|v| v.as_str())
+                .and_then(nfs::lookup)
+                .is_some_and(|s| s.name == nfs::route::NAME)
+        })
+    }
+
+    /// The run's network over ports with addresses `ports` (see [`net::build_network`]).
+    pub fn network(
+        &self,
+        path: &Path,
+        ports: Vec<dataplane::net::PortAddr>,
+    ) -> Result<Option<std::sync::Arc<dataplane::net::Network>>, ConfigError> {
+        net::build_network(
+            ports,
+            &self.route,
+            &self.neighbor,
+            &self.arp,
+            self.has_route_stage(),
+        )
+        .map_err(|(key, msg)| ConfigError {
+            file: path.to_path_buf(),
+            key,
+            msg,
+        })
+    }
+
     /// The `[traffic]` table for the generator (without the keys the run uses,
     /// [`PORT_TRAFFIC_KEYS`]).
     pub fn generator_table(&self) -> toml::Table {
@@ -751,8 +832,24 @@ impl RunConfig {
         worker: u16,
         workers: u16,
     ) -> Result<dataplane::NfChain, ConfigError> {
+        self.build_chain_on(path, worker, workers, None)
+    }
+
+    /// [`RunConfig::build_chain`] for a run with a network layer (what the `route` stage
+    /// forwards by).
+    pub fn build_chain_on(
+        &self,
+        path: &Path,
+        worker: u16,
+        workers: u16,
+        net: Option<std::sync::Arc<dataplane::net::Network>>,
+    ) -> Result<dataplane::NfChain, ConfigError> {
         let mut chain = dataplane::NfChain::new();
-        let ctx = nfs::BuildContext { worker, workers };
+        let ctx = nfs::BuildContext {
+            worker,
+            workers,
+            net,
+        };
         for (i, entry) in self.pipeline.iter().enumerate() {
             let mut params = entry.clone();
             let name = match params.remove("name") {

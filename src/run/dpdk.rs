@@ -12,6 +12,7 @@ use dataplane::driver::dpdk::telemetry::{EalTelemetry, file_prefix};
 use dataplane::driver::dpdk::{
     DpdkPort, DpdkPortConfig, Eal, NicmemSource, PortStatsHandle, RxStop,
 };
+use dataplane::net::{MacAddr, PortAddr, SlowPath};
 use dataplane::runloop::{WorkerReport, WorkerSetup};
 use dataplane::{Burst, DropCounts, Port, Queue, QueueStats};
 use serde_json::{Value, json};
@@ -114,6 +115,32 @@ pub fn open_ports(cfg: &RunConfig, d: &DpdkSection) -> Result<Vec<DpdkPort>, Run
         .collect()
 }
 
+/// Each port's addresses: `mac` (set on the device) or the device's, and `ip`.
+fn port_addrs(d: &DpdkSection, ports: &[DpdkPort]) -> Result<Vec<PortAddr>, RunError> {
+    d.ports
+        .iter()
+        .zip(ports)
+        .enumerate()
+        .map(|(i, (ps, p))| {
+            let key = format!("dpdk.ports[{i}]");
+            let err = |e: String| RunError::Setup(format!("{key}: {e}"));
+            let device = MacAddr(p.mac_address().map_err(|e| err(e.to_string()))?);
+            let a = crate::config::net::port_addr(
+                &key,
+                p.name().to_string(),
+                ps.mac.as_deref(),
+                device,
+                ps.ip.as_deref(),
+            )
+            .map_err(|(k, m)| RunError::Setup(format!("{k}: {m}")))?;
+            if a.mac != device {
+                p.set_mac_address(a.mac.0).map_err(|e| err(e.to_string()))?;
+            }
+            Ok(a)
+        })
+        .collect()
+}
+
 /// Transmits `n` frames of the `[traffic]` profile on `q` (seeds a loop such as `net_ring`).
 fn inject(cfg: &RunConfig, q: &mut dyn Queue, n: u32) -> Result<(), RunError> {
     let mut t =
@@ -157,10 +184,33 @@ pub fn run(cfg: &RunConfig, d: &DpdkSection, opts: &RunOptions) -> Result<Value,
     }
     let workers = cfg.run.workers;
     cfg.check_outputs(path)?;
-    let chains = (0..workers)
+    // A bad pipeline fails before any port opens; the chains that run are built once the
+    // ports' MAC addresses are known (the route stage writes them).
+    (0..workers)
         .map(|w| cfg.build_chain(path, w, workers))
-        .collect::<Result<Vec<_>, _>>()?;
+        .collect::<Result<Vec<_>, _>>()
+        .or_else(|e| {
+            if cfg.has_route_stage() {
+                Ok(Vec::new())
+            } else {
+                Err(e)
+            }
+        })?;
     let mut ports = open_ports(cfg, d)?;
+    let net = cfg.network(path, port_addrs(d, &ports)?)?;
+    let chains = (0..workers)
+        .map(|w| cfg.build_chain_on(path, w, workers, net.clone()))
+        .collect::<Result<Vec<_>, _>>()?;
+    let mut warnings = warnings;
+    if let (Some(n), Some(c)) = (&net, chains.first()) {
+        for ip in n.set_owned(&c.owned_addresses()) {
+            let w = format!(
+                "{ip} (owned by the pipeline) is on no port's subnet: no port answers ARP for it"
+            );
+            eprintln!("warning: {w}");
+            warnings.push(w);
+        }
+    }
     let stops: Vec<RxStop> = ports.iter().map(|p| p.rx_stop()).collect();
     let handles: Vec<PortStatsHandle> = ports.iter().map(|p| p.stats_handle()).collect();
     let caps: Vec<Value> = ports
@@ -189,13 +239,21 @@ pub fn run(cfg: &RunConfig, d: &DpdkSection, opts: &RunOptions) -> Result<Value,
     let setups: Vec<WorkerSetup> = worker_queues
         .into_iter()
         .zip(chains)
-        .map(|(queues, chain)| WorkerSetup {
-            queues,
-            chain,
-            egress: None,
-            burst: cfg.datapath.burst,
+        .enumerate()
+        .map(|(w, (queues, chain))| {
+            let slow = match &net {
+                Some(n) => Some(SlowPath::new(n.clone(), w as u16).map_err(RunError::Setup)?),
+                None => None,
+            };
+            Ok(WorkerSetup {
+                queues,
+                chain,
+                egress: None,
+                burst: cfg.datapath.burst,
+                slow,
+            })
         })
-        .collect();
+        .collect::<Result<Vec<_>, RunError>>()?;
     let names = handles.iter().map(|h| h.name().to_string()).collect();
     let prepared = Workers::prepare(&setups, run_info(cfg, "dpdk", names));
     let serving = serve(cfg, opts, &prepared.0, true)?;
@@ -217,6 +275,12 @@ pub fn run(cfg: &RunConfig, d: &DpdkSection, opts: &RunOptions) -> Result<Value,
     } = running.join()?;
     nf_output_errors(&reports)?;
     let mut out = summary(cfg, &handles, caps, &reports, elapsed);
+    if let Some(n) = &net {
+        let keys = crate::config::net::summary_keys(n, out["nfs"].get(nfs::route::NAME));
+        if let (Value::Object(o), Value::Object(k)) = (&mut out, keys) {
+            o.extend(k);
+        }
+    }
     out["warnings"] = json!(warnings);
     out["stopped_by"] = json!(stopped_by.as_str());
     out["per_worker"] = per_worker(&reports, true);

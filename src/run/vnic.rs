@@ -1,12 +1,22 @@
-//! `dataplane run` on the virtual NIC: builds the port, pools, mode and NF chains from a config,
-//! attaches the wire (embedded generator and checking sink, or pcap files), runs one worker per
-//! core, and adds the virtual NIC's keys to the run summary (pools, nicmem, the PCIe and timing
-//! model's counters, the traffic report).
+//! `dataplane run` on the virtual NIC: builds the ports, pools, mode and NF chains from a config,
+//! attaches each port's wire (embedded generator and checking sink, pcap files, or the Linux
+//! kernel through TAP or AF_PACKET), runs one worker per core with the ports' slow path when
+//! the run has addresses, and adds the virtual NIC's keys to the run summary (pools, nicmem, the
+//! PCIe and timing model's counters, the traffic report, and the ports, ARP and route counters).
+//!
+//! Without `[[vnic.ports]]` the NIC has one port, `vnic0`, fed by the generator or
+//! `--rx-pcap`, as it always had.
 
 use std::sync::atomic::{AtomicU64, Ordering};
 
-use dataplane::driver::vnic::{ClockMode, Item, LiveModel, ModelSink, PortModel, VnicPort};
+use std::sync::Arc;
+
+use dataplane::driver::vnic::{
+    ClockMode, Item, LiveModel, ModelSink, PortModel, QueueModelReport, VnicPort,
+};
+use dataplane::link::fd::KernelLinkCounters;
 use dataplane::link::{FrameSink, FrameSource, Link};
+use dataplane::net::{MacAddr, PortAddr, SlowPath};
 use dataplane::pcie_model::HardwareProfile;
 use dataplane::runloop::{WorkerReport, WorkerSetup};
 use dataplane::{DropCounts, Port, QueueStats};
@@ -16,6 +26,7 @@ use serde_json::{Value, json};
 use super::options::{RunError, RunOptions, load_config};
 use super::summary::{counter_keys, nf_counters, nf_output_errors, per_worker, print_warnings};
 use super::workers::{Finished, Supervision, Workers, live_interval, run_info, serve};
+use crate::config::net::VnicLink;
 use crate::config::{ConfigError, RunConfig, same_file};
 use crate::traffic::{Traffic, TrafficReport};
 
@@ -58,11 +69,25 @@ pub fn run(opts: &RunOptions) -> Result<Value, RunError> {
         crate::footprint::check(path, &needs, workers, machine)?;
     }
     cfg.check_outputs(path)?;
+    let specs = port_specs(&cfg, opts)?;
+    let net = cfg.network(path, specs.iter().map(|(_, a)| a.clone()).collect())?;
     // Build every NF chain first: a bad pipeline fails before any packet moves.
     let chains = (0..workers)
-        .map(|w| cfg.build_chain(path, w, workers))
+        .map(|w| cfg.build_chain_on(path, w, workers, net.clone()))
         .collect::<Result<Vec<_>, _>>()?;
-    let mut traffic = if opts.rx_pcap.is_none() {
+    let mut warnings = warnings;
+    if let (Some(n), Some(c)) = (&net, chains.first()) {
+        for ip in n.set_owned(&c.owned_addresses()) {
+            let w = format!(
+                "{ip} (owned by the pipeline) is on no port's subnet: no port answers ARP for \
+                 it, so hosts must route to it through a port's address"
+            );
+            eprintln!("warning: {w}");
+            warnings.push(w);
+        }
+    }
+    let uses_generator = specs.iter().any(|(l, _)| *l == VnicLink::Generator);
+    let mut traffic = if uses_generator && opts.rx_pcap.is_none() {
         let nat = cfg.nat_return(path)?;
         Some(
             Traffic::with_nat_return(
@@ -79,7 +104,7 @@ pub fn run(opts: &RunOptions) -> Result<Value, RunError> {
                 msg,
             })?,
         )
-    } else {
+    } else if uses_generator || cfg.vnic.ports.is_empty() {
         // The generator does not run, but a bad [traffic] section is still a bad config.
         crate::traffic::generator_config(&cfg.generator_table(), cfg.vnic.max_frame).map_err(
             |(key, msg)| ConfigError {
@@ -89,38 +114,29 @@ pub fn run(opts: &RunOptions) -> Result<Value, RunError> {
             },
         )?;
         None
+    } else {
+        None
     };
     let mut rx_pcap = None;
-    let (rx, checker): (Box<dyn FrameSource>, Option<Box<dyn FrameSink>>) = match &opts.rx_pcap {
-        Some(p) => {
-            let src =
-                dataplane::pcap::PcapSource::open(p).map_err(|e| RunError::Setup(e.to_string()))?;
-            rx_pcap = Some(src.counters());
-            (Box::new(src), None)
-        }
-        None => {
-            let t = traffic.as_mut().expect("traffic built when no rx pcap");
-            let (Some(src), Some(sink)) = (t.take_source(), t.take_sink()) else {
-                return Err(RunError::Setup("traffic already taken".into()));
-            };
-            (src, Some(sink))
-        }
-    };
     let mut tx_pcap = None;
-    let tx: Box<dyn FrameSink> = match (&opts.tx_pcap, checker) {
-        (Some(p), chk) => {
-            let sink =
-                dataplane::pcap::PcapSink::create(p).map_err(|e| RunError::Setup(e.to_string()))?;
-            tx_pcap = Some(sink.counters());
-            let pcap: Box<dyn FrameSink> = Box::new(sink);
-            match chk {
-                Some(c) => Box::new(Tee(pcap, c)),
-                None => pcap,
-            }
-        }
-        (None, Some(c)) => c,
-        (None, None) => Box::new(dataplane::link::CountingSink::default()),
-    };
+    let mut links = Vec::with_capacity(specs.len());
+    let mut link_counters = Vec::with_capacity(specs.len());
+    for (i, (link, addr)) in specs.iter().enumerate() {
+        let (l, c) = match link {
+            VnicLink::Generator => (
+                generator_link(opts, &mut traffic, &mut rx_pcap, &mut tx_pcap)?,
+                None,
+            ),
+            other => open_link(other).map_err(|e| {
+                RunError::Setup(format!(
+                    "config {}: vnic.ports[{i}].link: {e}",
+                    path.display()
+                ))
+            })?,
+        };
+        links.push((addr.name.clone(), l));
+        link_counters.push(c);
+    }
     // Flow steering the NFs ask for (e.g. NAT return traffic to the worker owning its port
     // slice); with one queue there is nothing to steer.
     let mut vnic = cfg.vnic_config(path, &profile, offered)?;
@@ -131,23 +147,38 @@ pub fn run(opts: &RunOptions) -> Result<Value, RunError> {
             .flat_map(|(w, c)| c.steering_rules(w as u16))
             .collect();
     }
-    let mut port = VnicPort::new("vnic0", 0, vnic, Link { rx, tx })
+    let mut ports = VnicPort::new_ports(links, 0, vnic)
         .map_err(|e| RunError::Setup(format!("config {}: vnic: {e}", path.display())))?;
-    let model_sink = port.model_sink();
-    let queues = port.take_queues();
-    let setups: Vec<WorkerSetup> = queues
-        .into_iter()
-        .zip(chains)
-        .map(|(q, chain)| WorkerSetup {
-            queues: vec![q],
-            chain,
-            egress: None,
-            burst: cfg.datapath.burst,
-        })
+    let model_sink = ports[0].model_sink();
+    let mut per_port: Vec<std::vec::IntoIter<Box<dyn dataplane::Queue>>> = ports
+        .iter_mut()
+        .map(|p| p.take_queues().into_iter())
         .collect();
+    let setups: Vec<WorkerSetup> = chains
+        .into_iter()
+        .enumerate()
+        .map(|(w, chain)| {
+            let queues = per_port.iter_mut().filter_map(|q| q.next()).collect();
+            let slow = match &net {
+                Some(n) => Some(SlowPath::new(n.clone(), w as u16).map_err(RunError::Setup)?),
+                None => None,
+            };
+            Ok(WorkerSetup {
+                queues,
+                chain,
+                egress: None,
+                burst: cfg.datapath.burst,
+                slow,
+            })
+        })
+        .collect::<Result<Vec<_>, RunError>>()?;
     let prepared = Workers::prepare(
         &setups,
-        run_info(&cfg, "vnic", vec![port.name().to_string()]),
+        run_info(
+            &cfg,
+            "vnic",
+            ports.iter().map(|p| p.name().to_string()).collect(),
+        ),
     );
     let serving = serve(&cfg, opts, &prepared.0, false)?;
     let running = Workers::spawn(
@@ -167,7 +198,9 @@ pub fn run(opts: &RunOptions) -> Result<Value, RunError> {
         reports,
         elapsed_s: elapsed,
     } = running.join()?;
-    port.join();
+    for p in &mut ports {
+        p.join();
+    }
     nf_output_errors(&reports)?;
     // The capture is flushed once the port is joined: a failed write (now or while running,
     // which stopped the run) fails the run with the file and the OS error.
@@ -187,7 +220,7 @@ pub fn run(opts: &RunOptions) -> Result<Value, RunError> {
         &cfg,
         &profile,
         offered,
-        &port,
+        &ports,
         &reports,
         traffic_report.as_ref(),
         nat_report.as_ref(),
@@ -196,12 +229,173 @@ pub fn run(opts: &RunOptions) -> Result<Value, RunError> {
     if let Some(c) = &rx_pcap {
         out["pcap"] = pcap_json(c);
     }
+    if !cfg.vnic.ports.is_empty() {
+        out["ports"] = ports_json(&cfg, &specs, &link_counters);
+    }
+    if let Some(n) = &net {
+        let keys = crate::config::net::summary_keys(n, out["nfs"].get(nfs::route::NAME));
+        if let (Value::Object(o), Value::Object(k)) = (&mut out, keys) {
+            o.extend(k);
+        }
+    }
     out["warnings"] = json!(warnings);
     out["stopped_by"] = json!(stopped_by.as_str());
     out["per_worker"] = per_worker(&reports, cfg.run.clock != ClockMode::Virtual);
     // The surfaces stop (and the socket goes) once the summary is complete.
     drop(serving);
     Ok(out)
+}
+
+/// Each port's link and addresses: `[[vnic.ports]]`, or the one generator-fed port `vnic0`
+/// (`--rx-pcap` replaces the generator; with `[[vnic.ports]]` use `link = "pcap:..."`).
+fn port_specs(cfg: &RunConfig, opts: &RunOptions) -> Result<Vec<(VnicLink, PortAddr)>, RunError> {
+    if cfg.vnic.ports.is_empty() {
+        return Ok(vec![(
+            VnicLink::Generator,
+            PortAddr {
+                name: "vnic0".into(),
+                mac: MacAddr::local_for_port(0),
+                ip: None,
+            },
+        )]);
+    }
+    if opts.rx_pcap.is_some() || opts.tx_pcap.is_some() {
+        return Err(RunError::Setup(format!(
+            "config {}: --rx-pcap/--tx-pcap feed the generator's port of a NIC without \
+             [[vnic.ports]]; with ports, give a port link = \"pcap:IN.pcap,OUT.pcap\"",
+            opts.config.display()
+        )));
+    }
+    cfg.vnic
+        .ports
+        .iter()
+        .enumerate()
+        .map(|(i, p)| {
+            let key = format!("vnic.ports[{i}]");
+            let link = VnicLink::parse(&p.link)
+                .map_err(|m| RunError::Setup(format!("{key}.link: {m}")))?;
+            let addr = crate::config::net::port_addr(
+                &key,
+                format!("vnic{i}"),
+                p.mac.as_deref(),
+                MacAddr::local_for_port(i as u16),
+                p.ip.as_deref(),
+            )
+            .map_err(|(k, m)| RunError::Setup(format!("{k}: {m}")))?;
+            Ok((link, addr))
+        })
+        .collect()
+}
+
+/// Opens a port's link other than the generator.
+fn open_link(link: &VnicLink) -> Result<(Link, Option<Arc<KernelLinkCounters>>), String> {
+    Ok(match link {
+        VnicLink::Null => (
+            Link {
+                rx: Box::new(dataplane::link::NullSource),
+                tx: Box::new(dataplane::link::CountingSink::default()),
+            },
+            None,
+        ),
+        VnicLink::Pcap { rx, tx } => {
+            let src = dataplane::pcap::PcapSource::open(rx).map_err(|e| e.to_string())?;
+            let sink: Box<dyn FrameSink> = match tx {
+                Some(t) => {
+                    if same_file(rx, t) {
+                        return Err(format!(
+                            "{} is both read and written; give another output file",
+                            t.display()
+                        ));
+                    }
+                    Box::new(dataplane::pcap::PcapSink::create(t).map_err(|e| e.to_string())?)
+                }
+                None => Box::new(dataplane::link::CountingSink::default()),
+            };
+            (
+                Link {
+                    rx: Box::new(src),
+                    tx: sink,
+                },
+                None,
+            )
+        }
+        VnicLink::Kernel(k) => {
+            let (l, c) = k.open()?;
+            (l, Some(c))
+        }
+        VnicLink::Generator => return Err("the generator is not opened here".into()),
+    })
+}
+
+/// The `ports` object of a run with `[[vnic.ports]]`: each port's name, link, MAC, address and,
+/// for a link to the kernel, its counters.
+fn ports_json(
+    cfg: &RunConfig,
+    specs: &[(VnicLink, PortAddr)],
+    counters: &[Option<Arc<KernelLinkCounters>>],
+) -> Value {
+    specs
+        .iter()
+        .zip(counters)
+        .zip(&cfg.vnic.ports)
+        .map(|(((_, a), c), p)| {
+            let mut v = json!({
+                "name": a.name, "link": p.link, "mac": a.mac.to_string(),
+                "ip": a.ip.map(|ip| ip.to_string()),
+            });
+            if let Some(c) = c {
+                v["link_counters"] = Value::Object(
+                    c.snapshot()
+                        .into_iter()
+                        .map(|(k, n)| (k.to_string(), json!(n)))
+                        .collect(),
+                );
+            }
+            v
+        })
+        .collect()
+}
+
+/// The generator's port link: the embedded traffic (or `--rx-pcap`), its checking sink and
+/// `--tx-pcap`.
+fn generator_link(
+    opts: &RunOptions,
+    traffic: &mut Option<Traffic>,
+    rx_pcap: &mut Option<Arc<dataplane::pcap::PcapCounters>>,
+    tx_pcap: &mut Option<Arc<dataplane::pcap::PcapCounters>>,
+) -> Result<Link, RunError> {
+    let (rx, checker): (Box<dyn FrameSource>, Option<Box<dyn FrameSink>>) = match &opts.rx_pcap {
+        Some(p) => {
+            let src =
+                dataplane::pcap::PcapSource::open(p).map_err(|e| RunError::Setup(e.to_string()))?;
+            *rx_pcap = Some(src.counters());
+            (Box::new(src), None)
+        }
+        None => {
+            let Some(t) = traffic.as_mut() else {
+                return Err(RunError::Setup("no traffic generator was built".into()));
+            };
+            let (Some(src), Some(sink)) = (t.take_source(), t.take_sink()) else {
+                return Err(RunError::Setup("traffic already taken".into()));
+            };
+            (src, Some(sink))
+        }
+    };
+    let tx: Box<dyn FrameSink> = match (&opts.tx_pcap, checker) {
+        (Some(p), chk) => {
+            let sink =
+                dataplane::pcap::PcapSink::create(p).map_err(|e| RunError::Setup(e.to_string()))?;
+            *tx_pcap = Some(sink.counters());
+            let pcap: Box<dyn FrameSink> = Box::new(sink);
+            match chk {
+                Some(c) => Box::new(Tee(pcap, c)),
+                None => pcap,
+            }
+        }
+        (None, Some(c)) => c,
+        (None, None) => Box::new(dataplane::link::CountingSink::default()),
+    };
+    Ok(Link { rx, tx })
 }
 
 /// The `pcap` object of a run replaying `--rx-pcap`: the records read (`records`, per pass
@@ -280,13 +474,21 @@ fn summary(
     cfg: &RunConfig,
     profile: &HardwareProfile,
     offered: Option<f64>,
-    port: &VnicPort,
+    ports: &[VnicPort],
     reports: &[WorkerReport],
     traffic: Option<&TrafficReport>,
     nat: Option<&(NatReturnConfig, NatBidirReport)>,
     wall_elapsed: f64,
 ) -> Value {
-    let m = port.model_report();
+    // The ports of one NIC share its PCIe link and memory: their queues' reports add up.
+    let queue_reports: Vec<QueueModelReport> = ports
+        .iter()
+        .flat_map(|p| p.queue_model_reports())
+        .flatten()
+        .collect();
+    let m = PortModel::summarize(&queue_reports);
+    // Every port's queues share each worker's pools and the NIC's nicmem: report them once.
+    let port = &ports[0];
     // Virtual runs report model time only, so the same config gives the same JSON.
     let elapsed = if m.virtual_clock {
         m.interval_ps as f64 * 1e-12

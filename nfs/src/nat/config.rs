@@ -109,6 +109,9 @@ pub struct NatConfig {
     pub direction: DirectionPolicy,
     /// Rx port indices that face the inside network (`direction = "by-port"`), each < 64.
     pub inside_ports: Vec<u16>,
+    /// Rx port indices that face the outside network (`direction = "by-port"`), each < 64;
+    /// empty: every port that is not inside.
+    pub outside_ports: Vec<u16>,
     /// With `direction = "by-address"`: inside addresses (prefixes), used to tell a hairpinned
     /// packet (inside host to a pool address) from an inbound one.
     pub inside_prefixes: Vec<String>,
@@ -205,6 +208,11 @@ pub(super) const PARAMS: &[Param] = &[
     Param {
         name: "inside_ports",
         doc: "Rx port indices facing the inside (`direction = \"by-port\"`), each < 64",
+    },
+    Param {
+        name: "outside_ports",
+        doc: "Rx port indices facing the outside (`direction = \"by-port\"`), each < 64; \
+              unset: every port that is not inside",
     },
     Param {
         name: "inside_prefixes",
@@ -340,6 +348,7 @@ impl Default for NatConfig {
             flows: 10_000_000,
             direction: DirectionPolicy::ByAddress,
             inside_ports: vec![0],
+            outside_ports: vec![],
             inside_prefixes: vec![
                 "10.0.0.0/8".into(),
                 "172.16.0.0/12".into(),

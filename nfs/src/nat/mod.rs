@@ -31,7 +31,16 @@
 //! - **Direction**: a packet that matches a session takes that session's direction. Otherwise
 //!   `direction = "by-address"` (default) treats packets to an outside address as inbound and
 //!   everything else as outbound; `direction = "by-port"` treats packets received on one of
-//!   `inside_ports` as outbound.
+//!   `inside_ports` as outbound. With `outside_ports` as well, only those ports are outside: a
+//!   packet received on a port that is neither inside nor outside is left untouched for the
+//!   next stage (`route` forwards it or drops it with a reason) and counted as `passed`. The
+//!   NAT owns its outside addresses on the outside ports (or, without `outside_ports`, on every
+//!   port whose subnet holds them): the ports answer ARP for them.
+//! - **In a routed run** (the run has a network layer, [`dataplane::net`]) the NAT leaves two
+//!   kinds of packets to the `route` stage untranslated, as Linux routes before it source-NATs:
+//!   packets from the inside to one of the ports' own addresses (a ping to the router), and
+//!   packets whose TTL is about to expire (the ICMP time exceeded then quotes the packet the
+//!   sender sent). Both count as `passed`.
 //! - **Hairpinning** (`hairpinning = true`, default; RFC 4787 REQ-9, RFC 5382 REQ-8, RFC 5508
 //!   REQ-7): an outbound packet to an outside address is translated twice, its source to its own
 //!   mapping and its destination to the mapped inside endpoint, so the receiver sees the
@@ -238,7 +247,16 @@ pub const SPEC: NfSpec = NfSpec {
 };
 
 fn build_nf(params: &toml::Table, ctx: &BuildContext) -> Result<Box<dyn NetworkFunction>, String> {
-    Ok(Box::new(Nat::from_params(params, ctx.worker, ctx.workers)?))
+    let mut nat = Nat::from_params(params, ctx.worker, ctx.workers)?;
+    if let Some(net) = &ctx.net {
+        nat.local = Some(
+            net.ports()
+                .iter()
+                .filter_map(|p| Some(p.ip?.addr))
+                .collect(),
+        );
+    }
+    Ok(Box::new(nat))
 }
 
 fn memory(params: &toml::Table, ctx: &BuildContext) -> Option<Memory> {
@@ -344,6 +362,7 @@ struct NatCounters {
     hairpinned: u64,
     hairpin_via_outside: u64,
     ttl_expired: u64,
+    passed: u64,
     drops: DropCounts,
 }
 
@@ -383,6 +402,10 @@ pub struct Nat {
     hairpinning: bool,
     direction: DirectionPolicy,
     inside_mask: u64,
+    /// Ports that face the outside; 0: every port that is not inside.
+    outside_mask: u64,
+    /// In a routed run, the ports' own addresses (see the module docs).
+    local: Option<Vec<u32>>,
     ip_options: OptionsPolicy,
     decrement_ttl: bool,
     timeouts: Timeouts,
@@ -489,6 +512,24 @@ impl Nat {
             }
             inside_mask |= 1 << p;
         }
+        let mut outside_mask = 0u64;
+        for &p in &cfg.outside_ports {
+            if p >= 64 {
+                return Err(bad_param(
+                    NAME,
+                    "outside_ports",
+                    "port indices must be < 64",
+                ));
+            }
+            outside_mask |= 1 << p;
+        }
+        if inside_mask & outside_mask != 0 {
+            return Err(bad_param(
+                NAME,
+                "outside_ports",
+                "a port cannot be both inside and outside",
+            ));
+        }
         let pool = AddressPool::new(&st.pool);
         let eim = cfg.mapping == Mapping::EndpointIndependent;
         let share = |limit: u32| limit.div_ceil(u32::from(workers));
@@ -537,6 +578,8 @@ impl Nat {
             hairpinning: cfg.hairpinning,
             direction: cfg.direction,
             inside_mask,
+            outside_mask,
+            local: None,
             ip_options: cfg.ip_options,
             decrement_ttl: cfg.decrement_ttl,
             timeouts: st.timeouts,
@@ -1309,6 +1352,15 @@ impl Nat {
         }
     }
 
+    /// True for a packet received on a port that is neither inside nor outside (see the module
+    /// docs): the NAT leaves it alone.
+    #[inline(always)]
+    fn passes(&self, rx_port: u16) -> bool {
+        self.direction == DirectionPolicy::ByPort
+            && self.outside_mask != 0
+            && (rx_port >= 64 || (self.inside_mask | self.outside_mask) & (1 << rx_port) == 0)
+    }
+
     /// A packet to an outside address with no session: is it from the inside (hairpinning)?
     fn hairpin_source(&self, p: &Parsed, rx_port: u16) -> bool {
         if !self.hairpinning || matches!(p.l4info, L4::Icmp { .. }) || self.pool.contains(p.src) {
@@ -1646,6 +1698,11 @@ impl Nat {
             self.c.packets += 1;
             let frame_len = burst.frame_len(i);
             let rx_port = burst.rx_port(i);
+            if self.passes(rx_port) {
+                self.c.passed += 1;
+                self.pending.push(Pending::Done);
+                continue;
+            }
             match self.screen(burst.header_mut(i), frame_len) {
                 Err(reason) => {
                     self.c.drops.add(reason, 1);
@@ -1657,6 +1714,13 @@ impl Nat {
                     self.pending.push(Pending::Later { p, guess });
                 }
                 Ok(p) => {
+                    if let Some(local) = &self.local
+                        && (p.ttl <= 1 || (!self.is_inbound(&p, rx_port) && local.contains(&p.dst)))
+                    {
+                        self.c.passed += 1;
+                        self.pending.push(Pending::Done);
+                        continue;
+                    }
                     if let L4::Icmp { ty, .. } = p.l4info
                         && icmp_is_error(ty)
                     {
@@ -1842,6 +1906,25 @@ impl NetworkFunction for Nat {
             .collect()
     }
 
+    /// The outside addresses, on the outside ports (or every port whose subnet holds them).
+    fn owned_addresses(&self) -> Vec<(std::net::Ipv4Addr, Option<u16>)> {
+        let ports: Vec<Option<u16>> =
+            if self.direction == DirectionPolicy::ByPort && self.outside_mask != 0 {
+                (0..64u16)
+                    .filter(|p| self.outside_mask & (1 << p) != 0)
+                    .map(Some)
+                    .collect()
+            } else {
+                vec![None]
+            };
+        (0..self.pool.len())
+            .flat_map(|i| {
+                let ip = std::net::Ipv4Addr::from(self.pool.address(i));
+                ports.iter().map(move |&p| (ip, p))
+            })
+            .collect()
+    }
+
     fn counters(&self) -> Counters {
         let c = &self.c;
         let ts = self.table.stats();
@@ -1881,6 +1964,7 @@ impl NetworkFunction for Nat {
             .count("hairpinned", c.hairpinned)
             .count("hairpin_via_outside", c.hairpin_via_outside)
             .count("ttl_expired", c.ttl_expired)
+            .count("passed", c.passed)
             .count("dropped", c.drops.total());
         let mut frags = Counters::new();
         frags

@@ -341,6 +341,40 @@ impl DpdkPort {
         pool_stats(&self.shared)
     }
 
+    /// The port's MAC address (what the device reports).
+    pub fn mac_address(&self) -> Result<[u8; 6], DpdkError> {
+        let mut addr = sys::rte_ether_addr::default();
+        // SAFETY: a valid port id and out-pointer.
+        let rc = unsafe { sys::rte_eth_macaddr_get(self.shared.port_id, &mut addr) };
+        if rc != 0 {
+            return Err(DpdkError::Port(format!(
+                "rte_eth_macaddr_get({}): {}",
+                self.shared.name,
+                strerror(-rc)
+            )));
+        }
+        Ok(addr.addr_bytes)
+    }
+
+    /// Sets the port's MAC address (before traffic starts; a port with an address of its own
+    /// sends and answers ARP with it). For `net_af_packet` and `net_tap` this also sets the
+    /// kernel interface's address.
+    pub fn set_mac_address(&self, mac: [u8; 6]) -> Result<(), DpdkError> {
+        let _g = control_lock();
+        let mut addr = sys::rte_ether_addr { addr_bytes: mac };
+        // SAFETY: a valid port id and address; control calls are serialised.
+        let rc = unsafe { sys::rte_eth_dev_default_mac_addr_set(self.shared.port_id, &mut addr) };
+        if rc != 0 {
+            return Err(DpdkError::Port(format!(
+                "setting the MAC address of {}: {} (the PMD may not support it; leave `mac` \
+                 unset to use the device's)",
+                self.shared.name,
+                strerror(-rc)
+            )));
+        }
+        Ok(())
+    }
+
     /// A handle that reads pool counters after the queues were handed out.
     pub fn stats_handle(&self) -> PortStatsHandle {
         PortStatsHandle {

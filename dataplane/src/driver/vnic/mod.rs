@@ -6,9 +6,12 @@
 //! doorbells, and validation of every descriptor. Every payload byte that enters leaves unchanged
 //! unless a network function rewrites the header.
 //!
-//! Each queue pair owns its pools and its protection domain (per-core memory, as DPDK
-//! applications use per-lcore mempools and the paper used per-queue nicmem), so a queue never
-//! touches another core's buffers. On a multi-queue port a small front-end thread plays the NIC's
+//! Each worker owns its pools and its protection domain (per-core memory, as DPDK applications
+//! use per-lcore mempools and the paper used per-queue nicmem), so a queue never touches another
+//! core's buffers. A NIC may have several ports ([`VnicPort::new_ports`]): they share the
+//! device's nicmem, and worker `w`'s queue on every port shares worker `w`'s pools, so a packet
+//! received on one port can be sent on another without a copy (a NAT or router between two
+//! ports). On a multi-queue port a small front-end thread plays the NIC's
 //! MAC/RSS stage: it takes frames from the link, hashes them (Toeplitz) and steers them through
 //! the indirection table to per-queue rings, and merges the queues' transmitted frames onto the
 //! link. A single-queue port needs no thread: its queue reads and writes the link directly.
@@ -153,6 +156,111 @@ pub struct QueuePools {
     pub nic_payload: Option<BufPool<Nic>>,
 }
 
+/// The buffers of one worker (see [`crate::arena`]): its protection domain, its pools and the
+/// regions they live in, and the packet arena over them, shared by the worker's queue on every
+/// port of the NIC. Sized for all of them: each pool holds what one queue needs (rings, bursts
+/// in flight, caches) times the number of ports.
+struct WorkerPools {
+    pd: ProtectionDomain,
+    table: RegionTable,
+    arena: PacketArena,
+    pools: QueuePools,
+}
+
+impl WorkerPools {
+    fn new(
+        cfg: &VnicConfig,
+        nicmem: &NicMem,
+        first_id: u16,
+        w: u16,
+        ports: usize,
+    ) -> Result<Self, VnicError> {
+        let mem = |e: &dyn std::fmt::Display| VnicError::Memory(format!("queue {w}: {e}"));
+        let pd = ProtectionDomain::new();
+        let mut table = RegionTable::new();
+        let rx_ring = cfg.rx_ring.next_power_of_two();
+        let tx_ring = cfg.tx_ring.next_power_of_two();
+        let cache = cfg.cache_size.max(2);
+        let default_count = rx_ring + tx_ring + 4 * cfg.burst + 2 * cache;
+        let count = cfg
+            .host_buffers
+            .unwrap_or(default_count)
+            .max(1)
+            .saturating_mul(ports);
+        let splits = cfg.mode.splits();
+        let hdr_size = header_buffer_size(if splits {
+            cfg.split_offset
+        } else {
+            cfg.max_frame
+        });
+        let pay_size = round64(cfg.max_frame.saturating_sub(cfg.split_offset).max(1));
+        let bytes = |size: usize| {
+            size.checked_mul(count).ok_or_else(|| {
+                VnicError::Memory(format!("queue {w}: {count} buffers of {size} B overflow"))
+            })
+        };
+        let name = |what: &str| format!("p{first_id}q{w}-{what}");
+        let hregion = Region::try_host(bytes(hdr_size)?, pd).map_err(|e| mem(&e))?;
+        table.register(&hregion);
+        let header: BufPool<Host> =
+            BufPool::new(&name("hdr"), hregion, hdr_size, count).map_err(|e| mem(&e))?;
+        let host_payload = if splits {
+            let r = Region::try_host(bytes(pay_size)?, pd).map_err(|e| mem(&e))?;
+            table.register(&r);
+            Some(BufPool::<Host>::new(&name("payload"), r, pay_size, count).map_err(|e| mem(&e))?)
+        } else {
+            None
+        };
+        let nic_payload = if cfg.mode.uses_nicmem() {
+            let share = cfg.nicmem_bytes / cfg.queues as usize;
+            let fit = share / pay_size;
+            let want = cfg
+                .nicmem_buffers
+                .unwrap_or(default_count)
+                .saturating_mul(ports);
+            if cfg.nicmem_alias {
+                let slots = fit.max(1);
+                let r = nicmem.alloc(slots * pay_size, pd).map_err(|e| mem(&e))?;
+                table.register(&r);
+                Some(
+                    BufPool::<Nic>::new_aliased(&name("nicmem"), r, pay_size, want.max(1))
+                        .map_err(|e| mem(&e))?,
+                )
+            } else {
+                let n = want.min(fit);
+                if n == 0 {
+                    eprintln!(
+                        "warning: port {first_id} queue {w}: nicmem share of {share} B holds no \
+                         {pay_size} B payload buffer; every payload spills to host memory"
+                    );
+                    None
+                } else {
+                    let r = nicmem.alloc(n * pay_size, pd).map_err(|e| mem(&e))?;
+                    table.register(&r);
+                    Some(
+                        BufPool::<Nic>::new(&name("nicmem"), r, pay_size, n)
+                            .map_err(|e| mem(&e))?,
+                    )
+                }
+            }
+        } else {
+            None
+        };
+        let pools = QueuePools {
+            header: header.clone(),
+            host_payload: host_payload.clone(),
+            nic_payload: nic_payload.clone(),
+        };
+        let arena = PacketArena::new(header, host_payload, nic_payload).map_err(|e| mem(&e))?;
+        Ok(Self {
+            pd,
+            table,
+            arena,
+            pools,
+        })
+    }
+}
+
 /// A virtual NIC port.
 pub struct VnicPort {
     name: String,
@@ -168,15 +276,50 @@ pub struct VnicPort {
 impl VnicPort {
     /// Builds a port with index `port_id` attached to `link`.
     pub fn new(name: &str, port_id: u16, cfg: VnicConfig, link: Link) -> Result<Self, VnicError> {
+        let mut ports = Self::new_ports(vec![(name.to_string(), link)], port_id, cfg)?;
+        Ok(ports.remove(0))
+    }
+
+    /// Builds the ports of one multi-port NIC, numbered from `first_id`, each attached to its
+    /// link (see the module docs): they share the device's nicmem and, per worker, one packet
+    /// arena, so worker `w`'s queue on any port can send what its queue on another port
+    /// received.
+    pub fn new_ports(
+        links: Vec<(String, Link)>,
+        first_id: u16,
+        cfg: VnicConfig,
+    ) -> Result<Vec<Self>, VnicError> {
         Self::validate(&cfg)?;
+        if links.is_empty() {
+            return Err(VnicError::BadParam("a NIC needs at least one port".into()));
+        }
         let nicmem = NicMem::try_new(cfg.nicmem_bytes)
             .map_err(|e| VnicError::Memory(format!("nicmem of {} B: {e}", cfg.nicmem_bytes)))?;
+        let workers = (0..cfg.queues)
+            .map(|w| WorkerPools::new(&cfg, &nicmem, first_id, w, links.len()))
+            .collect::<Result<Vec<_>, _>>()?;
+        links
+            .into_iter()
+            .enumerate()
+            .map(|(i, (name, link))| {
+                Self::build_port(&name, first_id + i as u16, &cfg, link, &nicmem, &workers)
+            })
+            .collect()
+    }
+
+    fn build_port(
+        name: &str,
+        port_id: u16,
+        cfg: &VnicConfig,
+        link: Link,
+        nicmem: &NicMem,
+        workers: &[WorkerPools],
+    ) -> Result<Self, VnicError> {
         let q = cfg.queues as usize;
         let rss = Rss::new(&DEFAULT_RSS_KEY, cfg.queues);
         let alive = Arc::new(());
         let stop = Arc::new(AtomicBool::new(false));
         let sink = Arc::new(ModelSink::new(q));
-        let mut pools = Vec::with_capacity(q);
         let mut queues = Vec::with_capacity(q);
         let (ingress, egress, front) = if q == 1 {
             (
@@ -224,17 +367,24 @@ impl VnicPort {
                 sink: Some(sink.clone()),
             };
             let queue_rss = (q > 1).then(|| rss.clone());
-            let (qp, pool) = Self::build_queue(
-                &cfg, &nicmem, port_id, i as u16, ing, eg, queue_rss, &alive, qm,
+            let qp = Self::build_queue(
+                cfg,
+                port_id,
+                i as u16,
+                &workers[i],
+                ing,
+                eg,
+                queue_rss,
+                &alive,
+                qm,
             )?;
             queues.push(qp);
-            pools.push(pool);
         }
         Ok(Self {
             name: name.to_string(),
-            cfg,
-            nicmem,
-            pools,
+            cfg: cfg.clone(),
+            nicmem: nicmem.clone(),
+            pools: workers.iter().map(|w| w.pools.clone()).collect(),
             queues,
             front,
             stop,
@@ -296,94 +446,23 @@ impl VnicPort {
     #[allow(clippy::too_many_arguments)]
     fn build_queue(
         cfg: &VnicConfig,
-        nicmem: &NicMem,
         port_id: u16,
         qid: u16,
+        worker: &WorkerPools,
         ingress: Ingress,
         egress: Egress,
         rss: Option<Rss>,
         alive: &Arc<()>,
         qm: QueueModel,
-    ) -> Result<(VnicQueue, QueuePools), VnicError> {
+    ) -> Result<VnicQueue, VnicError> {
         let mem = |e: &dyn std::fmt::Display| VnicError::Memory(format!("queue {qid}: {e}"));
-        let pd = ProtectionDomain::new();
-        let mut table = RegionTable::new();
         let rx_ring = cfg.rx_ring.next_power_of_two();
         let tx_ring = cfg.tx_ring.next_power_of_two();
-        let cache = cfg.cache_size.max(2);
-        let default_count = rx_ring + tx_ring + 4 * cfg.burst + 2 * cache;
-        let count = cfg.host_buffers.unwrap_or(default_count).max(1);
         let splits = cfg.mode.splits();
-        let hdr_size = header_buffer_size(if splits {
-            cfg.split_offset
-        } else {
-            cfg.max_frame
-        });
-        let pay_size = round64(cfg.max_frame.saturating_sub(cfg.split_offset).max(1));
-        let bytes = |size: usize| {
-            size.checked_mul(count).ok_or_else(|| {
-                VnicError::Memory(format!("queue {qid}: {count} buffers of {size} B overflow"))
-            })
-        };
-        let hregion = Region::try_host(bytes(hdr_size)?, pd).map_err(|e| mem(&e))?;
-        table.register(&hregion);
-        let header: BufPool<Host> =
-            BufPool::new(&format!("p{port_id}q{qid}-hdr"), hregion, hdr_size, count)
-                .map_err(|e| mem(&e))?;
-        let host_payload = if splits {
-            let r = Region::try_host(bytes(pay_size)?, pd).map_err(|e| mem(&e))?;
-            table.register(&r);
-            Some(
-                BufPool::<Host>::new(&format!("p{port_id}q{qid}-payload"), r, pay_size, count)
-                    .map_err(|e| mem(&e))?,
-            )
-        } else {
-            None
-        };
-        let nic_payload = if cfg.mode.uses_nicmem() {
-            let share = cfg.nicmem_bytes / cfg.queues as usize;
-            let fit = share / pay_size;
-            let want = cfg.nicmem_buffers.unwrap_or(default_count);
-            if cfg.nicmem_alias {
-                let slots = fit.max(1);
-                let r = nicmem.alloc(slots * pay_size, pd).map_err(|e| mem(&e))?;
-                table.register(&r);
-                Some(
-                    BufPool::<Nic>::new_aliased(
-                        &format!("p{port_id}q{qid}-nicmem"),
-                        r,
-                        pay_size,
-                        want.max(1),
-                    )
-                    .map_err(|e| mem(&e))?,
-                )
-            } else {
-                let n = want.min(fit);
-                if n == 0 {
-                    eprintln!(
-                        "warning: port {port_id} queue {qid}: nicmem share of {share} B holds no \
-                         {pay_size} B payload buffer; every payload spills to host memory"
-                    );
-                    None
-                } else {
-                    let r = nicmem.alloc(n * pay_size, pd).map_err(|e| mem(&e))?;
-                    table.register(&r);
-                    Some(
-                        BufPool::<Nic>::new(&format!("p{port_id}q{qid}-nicmem"), r, pay_size, n)
-                            .map_err(|e| mem(&e))?,
-                    )
-                }
-            }
-        } else {
-            None
-        };
-        let pools = QueuePools {
-            header: header.clone(),
-            host_payload: host_payload.clone(),
-            nic_payload: nic_payload.clone(),
-        };
-        let arena = PacketArena::new(header, host_payload, nic_payload).map_err(|e| mem(&e))?;
-        let caches = arena.cache(cache).map_err(|e| mem(&e))?;
+        let caches = worker
+            .arena
+            .cache(cfg.cache_size.max(2))
+            .map_err(|e| mem(&e))?;
         let inline = if cfg.mode.inlines_tx_header() {
             cfg.tx_inline
         } else {
@@ -403,11 +482,11 @@ impl VnicPort {
             port_id,
             queue_id: qid,
         };
-        let q = VnicQueue::new(QueueParts {
+        Ok(VnicQueue::new(QueueParts {
             params,
-            pd,
-            table,
-            arena,
+            pd: worker.pd,
+            table: worker.table.clone(),
+            arena: worker.arena.clone(),
             cache: caches,
             tx,
             ingress,
@@ -415,8 +494,7 @@ impl VnicPort {
             rss,
             alive: alive.clone(),
             qm,
-        });
-        Ok((q, pools))
+        }))
     }
 
     /// The port's configuration.
