@@ -235,6 +235,7 @@ pub fn run(opts: &GenOptions) -> Result<GenSummary, RunError> {
         rx_pcap: None,
         tx_pcap: None,
         live_stats: opts.live_stats,
+        ..RunOptions::default()
     };
     let (mut cfg, d) = dpdk_run::load(&run_opts)?.ok_or_else(|| {
         cfg_err(

@@ -8,6 +8,8 @@
 //!   chains a process keeps from one run to the next (tables built once, reset between trials).
 //! - [`calibrate`]: `dataplane calibrate`, the NFs' CPU cost measured on this machine in the
 //!   hardware profile's terms, and what a virtual-time run charges its NFs.
+//! - [`ops`]: operating a run while it runs (telemetry socket, Prometheus endpoint,
+//!   `dataplane ctl`).
 //! - [`dut`]: the device under test that `pktgen`'s RFC 2544 / MLRsearch trials and sweeps drive
 //!   (a run per trial); `dpdk_gen` (feature `dpdk`): `pktgen dpdk-gen`, the generator on DPDK
 //!   ports.
@@ -19,5 +21,6 @@ pub mod dpdk_gen;
 pub mod dut;
 pub mod footprint;
 pub mod kept_chains;
+pub mod ops;
 pub mod run;
 pub mod traffic;

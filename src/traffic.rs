@@ -25,17 +25,20 @@ pub struct Traffic {
 
 impl Traffic {
     /// Builds the traffic from `[traffic]`. `packets` (from `run.packets`, when non-zero) sets
-    /// the frame count. Errors are `(dotted key, message)`.
+    /// the frame count; with neither a count nor a duration the traffic has no end, which is an
+    /// error unless `endless` (the run is stopped from outside). Errors are `(dotted key,
+    /// message)`.
     pub fn from_config(
         table: &toml::Table,
         packets: u64,
         duration_s: f64,
         max_frame: usize,
     ) -> Result<Self, (String, String)> {
-        Self::with_nat_return(table, packets, duration_s, max_frame, None)
+        Self::with_nat_return(table, packets, duration_s, max_frame, None, false)
     }
 
-    /// Like [`Traffic::from_config`], with NAT-aware return traffic when `nat` is given
+    /// Like [`Traffic::from_config`] (traffic without end allowed when `endless`), with NAT-aware
+    /// return traffic when `nat` is given
     /// ([`pktgen::nat_traffic::nat_bidir`]): the source interleaves return frames for learned flows
     /// with the forward frames, `packets` counts the frames of both directions, and the sink
     /// splits the directions.
@@ -45,12 +48,13 @@ impl Traffic {
         duration_s: f64,
         max_frame: usize,
         nat: Option<&NatReturnConfig>,
+        endless: bool,
     ) -> Result<Self, (String, String)> {
         let mut cfg = generator_config(table, max_frame)?;
         if packets > 0 {
             cfg.count = Some(packets);
         }
-        if cfg.count.is_none() && duration_s <= 0.0 {
+        if cfg.count.is_none() && duration_s <= 0.0 && !endless {
             return Err((
                 "run.packets".into(),
                 "0 (unlimited) with run.duration_s = 0 would run forever; set one of them".into(),

@@ -458,3 +458,39 @@ fn net_pcap_writing_its_own_input_is_refused() {
     }
     assert_eq!(std::fs::read(&input).unwrap(), before);
 }
+
+/// The `dataplane run` configs of DPDK ports as shipped (workers unpinned, as the test machine
+/// may have one core; `configs/dpdk-pcap.toml` with the files its comment says to give): every
+/// frame received is forwarded. `configs/dpdk-ring.toml` runs as shipped in
+/// `dpdk_ring_config_bounces_split_packets` (with fresh ring names, as net_ring keeps its rings).
+#[test]
+fn shipped_dpdk_run_configs_run_clean() {
+    let _g = SERIAL.lock().unwrap_or_else(|e| e.into_inner());
+    let input = tmp("shipped-in.pcap");
+    dataplane::pcap::write_all(&input, golden_frames()).unwrap();
+    let pcap_ports = format!(
+        "dpdk.ports=[{{devargs=\"net_pcap_shipped,rx_pcap={},tx_pcap={}\", tx_port=0}}]",
+        input.display(),
+        tmp("shipped-out.pcap").display()
+    );
+    for (name, packets, extra) in [
+        ("configs/dpdk-null.toml", Some(20_000), None),
+        ("configs/dpdk-pcap.toml", None, Some(pcap_ports)),
+    ] {
+        let mut sets = vec![
+            "run.stats_interval_s=0".to_string(),
+            "dpdk.worker_cores=[]".to_string(),
+        ];
+        sets.extend(extra);
+        let s = run_dpdk(&RunOptions {
+            config: root().join(name),
+            packets,
+            sets,
+            ..RunOptions::default()
+        });
+        let rx = u(&s, "packets_rx");
+        assert!(rx > 0, "{name}");
+        assert_eq!(u(&s, "packets_tx"), rx, "{name}: {}", s["drops"]);
+        assert_pools_back(&s);
+    }
+}

@@ -448,3 +448,41 @@ fn dpdk_tester_sweeps_frame_sizes_on_one_set_of_ports() {
     let e = run_sweep(&bad, &mut factory, &mut NoProgress).unwrap_err();
     assert!(e.0.contains("`mode`"), "{e}");
 }
+
+/// `configs/dpdk-txgen.toml` as shipped (its worker unpinned, as the test machine may have one
+/// core): every frame goes out.
+#[test]
+fn shipped_txgen_config_sends_every_frame() {
+    let _g = serial();
+    let cfg = PathBuf::from(env!("CARGO_MANIFEST_DIR")).join("configs/dpdk-txgen.toml");
+    let s = run(&GenOptions {
+        count: Some(20_000),
+        sets: vec![
+            "dpdk.worker_cores=[]".into(),
+            "run.stats_interval_s=0".into(),
+        ],
+        ..GenOptions::new(&cfg)
+    });
+    assert_eq!(
+        (s.generated, s.sent, s.gen_unsent, s.alloc_failed),
+        (20_000, 20_000, 0, 0),
+        "{s:?}"
+    );
+}
+
+/// `configs/dpdk-tester-ring.toml` as shipped (worker unpinned): a loopback trial loses
+/// nothing.
+#[test]
+fn shipped_tester_config_runs_a_clean_trial() {
+    let _g = serial();
+    let cfg = PathBuf::from(env!("CARGO_MANIFEST_DIR")).join("configs/dpdk-tester-ring.toml");
+    let mut dut = DpdkDut::open(&cfg, &["dpdk.worker_cores=[]".into()], Some(10.0))
+        .expect("tester opens")
+        .expect("a [dpdk] section");
+    let base = dut.base_traffic().expect("the config's traffic");
+    let r = dut
+        .trial(&tester_spec(200_000.0, 5_000, base))
+        .expect("trial");
+    assert_eq!(r.sent + r.gen_unsent, 5_000, "{r:?}");
+    assert_eq!((r.received, r.lost), (r.sent, 0), "{r:?}");
+}

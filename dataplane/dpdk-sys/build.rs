@@ -101,6 +101,10 @@ mod real {
             "rte_dev_(probe|remove)",
             "rte_extmem_(register|unregister)",
             "rte_dev_dma_map",
+            "rte_telemetry_register_cmd",
+            "rte_tel_data_(start_array|start_dict|string|add_array_string|add_array_int|\
+             add_array_u64|add_dict_string|add_dict_int|add_dict_u64|add_dict_container|alloc|\
+             free)",
         ];
         let mut b = bindgen::Builder::default()
             .header(csrc.join("wrapper.h").to_string_lossy())

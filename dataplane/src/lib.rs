@@ -6,6 +6,7 @@
 
 pub mod arena;
 pub mod burst;
+pub mod control;
 pub mod driver;
 pub mod link;
 pub mod mode;
@@ -18,8 +19,10 @@ pub mod port;
 pub mod rss;
 pub mod runloop;
 pub mod steer;
+pub mod telemetry;
 pub mod testkit;
 pub mod textfile;
+pub mod unix;
 pub mod verdict;
 
 pub use burst::{
@@ -27,7 +30,7 @@ pub use burst::{
     PacketMut, PacketsMut, RxPacket, RxWriter, TxView,
 };
 pub use mode::DatapathMode;
-pub use nf::{CounterValue, Counters, NetworkFunction, NfChain, NfContext};
+pub use nf::{CounterValue, Counters, NetworkFunction, NfChain, NfCommand, NfContext};
 pub use packet::{NicPayload, PacketOwner, PayloadLoc, PayloadRef, PayloadRing};
 pub use port::{Capabilities, Port, Queue, QueueStats};
 pub use verdict::{Action, DropCounts, DropReason, Verdict};

@@ -69,6 +69,21 @@ pub trait NetworkFunction: Send {
     /// are counted (sent or dropped by reason) like every other packet.
     fn release(&mut self, _out: &mut Burst, _ctx: &NfContext, _flush: bool) {}
 
+    /// Answers an operator's command between two bursts (the telemetry socket and `dataplane
+    /// ctl` send it to every worker's instance through the worker's mailbox,
+    /// [`crate::control`]): a query (`backends`, `sessions`) or a change (`drain`, `weight`),
+    /// with its arguments as text. The reply is counters (often [`CounterValue::Rows`], one row
+    /// per backend or session); an error says what is wrong and what is allowed. Runs on the
+    /// worker's thread, so it may read and change the instance's state without locks; it may
+    /// allocate (it is not the per-packet path). Functions without commands refuse every one.
+    fn control(&mut self, cmd: &NfCommand, _ctx: &NfContext) -> Result<Counters, String> {
+        Err(format!(
+            "`{}` takes no commands (asked `{}`)",
+            self.name(),
+            cmd.verb
+        ))
+    }
+
     /// Flow steering this instance needs when it runs on Rx queue (worker) `queue`: frames it
     /// must see that RSS would send elsewhere (e.g. a NAT's return traffic to its own port
     /// slice). Ports that steer install them before traffic starts ([`crate::steer`]).
@@ -82,6 +97,27 @@ pub trait NetworkFunction: Send {
     /// subnet holds it.
     fn owned_addresses(&self) -> Vec<(std::net::Ipv4Addr, Option<u16>)> {
         Vec::new()
+    }
+}
+
+/// An operator's command to a network function (see [`NetworkFunction::control`]): a verb and
+/// its arguments, as the telemetry command gave them (`/nmdp/lb/drain,10.180.250.6` is verb
+/// `drain`, argument `10.180.250.6`).
+#[derive(Clone, Debug, Default, PartialEq, Eq)]
+pub struct NfCommand {
+    /// What to do (`backends`, `drain`, `sessions`, ...).
+    pub verb: String,
+    /// Its arguments, in order.
+    pub args: Vec<String>,
+}
+
+impl NfCommand {
+    /// A command `verb` with `args`.
+    pub fn new(verb: impl Into<String>, args: &[&str]) -> Self {
+        Self {
+            verb: verb.into(),
+            args: args.iter().map(|a| a.to_string()).collect(),
+        }
     }
 }
 
@@ -185,22 +221,45 @@ impl NfChain {
 /// One counter of a network function (see [`Counters`]).
 #[derive(Clone, Debug, PartialEq, Eq)]
 pub enum CounterValue {
-    /// A count or a sum: workers' values add up.
+    /// A count or a sum that only grows: workers' values add up (a Prometheus counter).
     Count(u64),
+    /// A level that rises and falls (active flows, ports in use): workers' values add up (a
+    /// Prometheus gauge).
+    Gauge(u64),
+    /// A setting every worker holds the same copy of (a backend's weight): the first worker's
+    /// is kept (a Prometheus gauge).
+    Setting(u64),
     /// Counts per item (e.g. per backend): workers' values add up element-wise.
     Counts(Vec<u64>),
     /// Named counters under one name (e.g. drops by reason).
     Group(Counters),
+    /// A table: one row of counters per item (backend, session), the item's key in the
+    /// column named `label` (`backend`, the Prometheus label of the rows). Workers' rows with
+    /// the same key merge; the others are appended in order.
+    Rows {
+        /// What the key of a row is (`backend`, `address`, `session`).
+        label: Cow<'static, str>,
+        /// `(key, counters)` per item, in order.
+        rows: Vec<(String, Counters)>,
+    },
     /// A text, such as the error of an output the function failed to write: the first worker's
     /// is kept.
     Text(String),
 }
 
 impl CounterValue {
-    /// The count, if this is one.
+    /// The number, if this is one (a count, a gauge or a setting).
     pub fn as_count(&self) -> Option<u64> {
         match self {
-            CounterValue::Count(n) => Some(*n),
+            CounterValue::Count(n) | CounterValue::Gauge(n) | CounterValue::Setting(n) => Some(*n),
+            _ => None,
+        }
+    }
+
+    /// The rows, if this is a table.
+    pub fn as_rows(&self) -> Option<&[(String, Counters)]> {
+        match self {
+            CounterValue::Rows { rows, .. } => Some(rows),
             _ => None,
         }
     }
@@ -223,7 +282,16 @@ impl CounterValue {
 
     fn merge(&mut self, other: &CounterValue) {
         match (self, other) {
-            (CounterValue::Count(a), CounterValue::Count(b)) => *a += b,
+            (CounterValue::Count(a), CounterValue::Count(b))
+            | (CounterValue::Gauge(a), CounterValue::Gauge(b)) => *a += b,
+            (CounterValue::Rows { rows: a, .. }, CounterValue::Rows { rows: b, .. }) => {
+                for (key, c) in b {
+                    match a.iter_mut().find(|(k, _)| k == key) {
+                        Some((_, mine)) => mine.merge(c),
+                        None => a.push((key.clone(), c.clone())),
+                    }
+                }
+            }
             (CounterValue::Counts(a), CounterValue::Counts(b)) => {
                 if a.len() < b.len() {
                     a.resize(b.len(), 0);
@@ -282,6 +350,32 @@ impl Counters {
         self.put(name.into(), CounterValue::Count(v))
     }
 
+    /// Sets the gauge `name` (a level that rises and falls).
+    pub fn gauge(&mut self, name: impl Into<Cow<'static, str>>, v: u64) -> &mut Self {
+        self.put(name.into(), CounterValue::Gauge(v))
+    }
+
+    /// Sets the setting `name` (the same on every worker).
+    pub fn setting(&mut self, name: impl Into<Cow<'static, str>>, v: u64) -> &mut Self {
+        self.put(name.into(), CounterValue::Setting(v))
+    }
+
+    /// Sets the table `name`: one row per item, keyed in column `label`.
+    pub fn rows(
+        &mut self,
+        name: impl Into<Cow<'static, str>>,
+        label: impl Into<Cow<'static, str>>,
+        rows: Vec<(String, Counters)>,
+    ) -> &mut Self {
+        self.put(
+            name.into(),
+            CounterValue::Rows {
+                label: label.into(),
+                rows,
+            },
+        )
+    }
+
     /// Sets the counts per item `name`.
     pub fn counts(&mut self, name: impl Into<Cow<'static, str>>, v: Vec<u64>) -> &mut Self {
         self.put(name.into(), CounterValue::Counts(v))
@@ -297,7 +391,9 @@ impl Counters {
         self.put(name.into(), CounterValue::Text(s.into()))
     }
 
-    /// The counter at a dotted path (`"drops.no_mapping"`), if there is one.
+    /// The counter at a dotted path (`"drops.no_mapping"`), if there is one. In a table the
+    /// step after its name is a row's key, which may itself hold dots (an address): the longest
+    /// key that fits is taken.
     pub fn get(&self, path: &str) -> Option<&CounterValue> {
         let (head, rest) = match path.split_once('.') {
             Some((h, r)) => (h, Some(r)),
@@ -307,6 +403,14 @@ impl Counters {
         match (rest, v) {
             (None, v) => Some(v),
             (Some(r), CounterValue::Group(g)) => g.get(r),
+            (Some(r), CounterValue::Rows { rows, .. }) => rows
+                .iter()
+                .filter_map(|(k, c)| {
+                    let tail = r.strip_prefix(k.as_str())?.strip_prefix('.')?;
+                    Some((k.len(), c.get(tail)?))
+                })
+                .max_by_key(|(n, _)| *n)
+                .map(|(_, v)| v),
             (Some(_), _) => None,
         }
     }
@@ -338,20 +442,31 @@ impl Counters {
     }
 }
 
-/// A count as a number, counts as a sequence, a group as a map, a text as a string (the run
-/// summary's JSON).
+/// A count, gauge or setting as a number, counts as a sequence, a group as a map, a table as a
+/// map from each row's key to its counters, a text as a string (the run summary's JSON).
 impl serde::Serialize for CounterValue {
     fn serialize<S: serde::Serializer>(&self, s: S) -> Result<S::Ok, S::Error> {
         match self {
-            CounterValue::Count(n) => s.serialize_u64(*n),
+            CounterValue::Count(n) | CounterValue::Gauge(n) | CounterValue::Setting(n) => {
+                s.serialize_u64(*n)
+            }
             CounterValue::Counts(v) => v.serialize(s),
             CounterValue::Group(g) => g.serialize(s),
+            CounterValue::Rows { rows, .. } => {
+                use serde::ser::SerializeMap;
+                let mut m = s.serialize_map(Some(rows.len()))?;
+                for (k, c) in rows {
+                    m.serialize_entry(k, c)?;
+                }
+                m.end()
+            }
             CounterValue::Text(t) => s.serialize_str(t),
         }
     }
 }
 
-/// `name=value` pairs in order, groups in braces, counts per item in brackets (for messages).
+/// `name=value` pairs in order, groups in braces, counts per item and tables in brackets (for
+/// messages).
 impl std::fmt::Display for Counters {
     fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
         for (i, (n, v)) in self.0.iter().enumerate() {
@@ -359,7 +474,19 @@ impl std::fmt::Display for Counters {
                 f.write_str(" ")?;
             }
             match v {
-                CounterValue::Count(c) => write!(f, "{n}={c}")?,
+                CounterValue::Count(c) | CounterValue::Gauge(c) | CounterValue::Setting(c) => {
+                    write!(f, "{n}={c}")?
+                }
+                CounterValue::Rows { rows, .. } => {
+                    write!(f, "{n}=[")?;
+                    for (i, (k, c)) in rows.iter().enumerate() {
+                        if i > 0 {
+                            f.write_str(" ")?;
+                        }
+                        write!(f, "{k}:{{{c}}}")?;
+                    }
+                    f.write_str("]")?;
+                }
                 CounterValue::Counts(c) => write!(f, "{n}={c:?}")?,
                 CounterValue::Group(g) => write!(f, "{n}={{{g}}}")?,
                 CounterValue::Text(t) => write!(f, "{n}={t:?}")?,
@@ -551,5 +678,52 @@ mod tests {
         assert!(a.get("drops.nothing").is_none() && a.get("x.y").is_none());
         let names: Vec<&str> = a.iter().map(|(n, _)| n).collect();
         assert_eq!(names, ["x", "v", "drops", "err", "only_b"]);
+    }
+
+    /// Gauges add up over workers, settings keep the first worker's, and table rows merge by
+    /// key; a row's key may hold dots.
+    #[test]
+    fn gauges_settings_and_rows_merge_as_documented() {
+        let row = |p: u64, w: u64| {
+            let mut c = Counters::new();
+            c.count("packets", p).setting("weight", w).gauge("flows", 1);
+            c
+        };
+        let mut a = Counters::new();
+        a.gauge("active", 5).setting("size", 64).rows(
+            "backends",
+            "backend",
+            vec![
+                ("10.0.0.1".into(), row(1, 3)),
+                ("10.0.0.2".into(), row(2, 1)),
+            ],
+        );
+        let mut b = Counters::new();
+        b.gauge("active", 2).setting("size", 64).rows(
+            "backends",
+            "backend",
+            vec![
+                ("10.0.0.2".into(), row(5, 1)),
+                ("10.0.0.3".into(), row(7, 1)),
+            ],
+        );
+        a.merge(&b);
+        assert_eq!(a["active"], 7);
+        assert_eq!(a["size"], 64);
+        assert_eq!(a.count_at("backends.10.0.0.2.packets"), Some(7));
+        assert_eq!(a.count_at("backends.10.0.0.2.weight"), Some(1));
+        assert_eq!(a.count_at("backends.10.0.0.2.flows"), Some(2));
+        assert_eq!(a.count_at("backends.10.0.0.1.weight"), Some(3));
+        assert_eq!(a.count_at("backends.10.0.0.3.packets"), Some(7));
+        let keys: Vec<&str> = a["backends"]
+            .as_rows()
+            .unwrap()
+            .iter()
+            .map(|(k, _)| k.as_str())
+            .collect();
+        assert_eq!(keys, ["10.0.0.1", "10.0.0.2", "10.0.0.3"]);
+        let json = serde_json::to_value(&a).unwrap();
+        assert_eq!(json["backends"]["10.0.0.3"]["packets"], 7);
+        assert_eq!(json["active"], 7);
     }
 }

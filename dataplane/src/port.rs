@@ -60,6 +60,82 @@ pub struct QueueStats {
 }
 
 impl QueueStats {
+    /// The counters' names, in the order of [`QueueStats::to_array`] (the field names: what
+    /// telemetry and extended statistics call them).
+    pub const NAMES: [&'static str; 14] = [
+        "rx_packets",
+        "rx_bytes",
+        "rx_primary",
+        "rx_secondary",
+        "rx_nombuf",
+        "rx_missed",
+        "rx_oversize",
+        "rx_pcie_overrun",
+        "desc_errors",
+        "tx_packets",
+        "tx_bytes",
+        "tx_full",
+        "wire_tx_frames",
+        "tx_foreign",
+    ];
+
+    /// The counters as an array, in the order of [`QueueStats::NAMES`] (for publishing them
+    /// through a fixed set of atomics).
+    pub fn to_array(&self) -> [u64; 14] {
+        [
+            self.rx_packets,
+            self.rx_bytes,
+            self.rx_primary,
+            self.rx_secondary,
+            self.rx_nombuf,
+            self.rx_missed,
+            self.rx_oversize,
+            self.rx_pcie_overrun,
+            self.desc_errors,
+            self.tx_packets,
+            self.tx_bytes,
+            self.tx_full,
+            self.wire_tx_frames,
+            self.tx_foreign,
+        ]
+    }
+
+    /// The counters from an array in the order of [`QueueStats::NAMES`].
+    pub fn from_array(a: [u64; 14]) -> Self {
+        let [
+            rx_packets,
+            rx_bytes,
+            rx_primary,
+            rx_secondary,
+            rx_nombuf,
+            rx_missed,
+            rx_oversize,
+            rx_pcie_overrun,
+            desc_errors,
+            tx_packets,
+            tx_bytes,
+            tx_full,
+            wire_tx_frames,
+            tx_foreign,
+        ] = a;
+        Self {
+            rx_packets,
+            rx_bytes,
+            rx_primary,
+            rx_secondary,
+            rx_nombuf,
+            rx_missed,
+            rx_oversize,
+            rx_pcie_overrun,
+            desc_errors,
+            tx_packets,
+            tx_bytes,
+            tx_full,
+            wire_tx_frames,
+            tx_foreign,
+        }
+    }
+
     /// Adds `o` into `self`.
     pub fn add(&mut self, o: &QueueStats) {
         self.rx_packets += o.rx_packets;
@@ -137,4 +213,19 @@ pub trait Port: Send {
 
     /// Hands out the queue pairs (once). The worker with index `i` gets queue `i`.
     fn take_queues(&mut self) -> Vec<Box<dyn Queue>>;
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn queue_stats_round_trip_through_their_array() {
+        let a: [u64; 14] = std::array::from_fn(|i| 100 + i as u64);
+        let q = QueueStats::from_array(a);
+        assert_eq!(q.to_array(), a);
+        assert_eq!((q.rx_packets, q.tx_foreign), (100, 113));
+        assert_eq!(QueueStats::NAMES[12], "wire_tx_frames");
+        assert_eq!(q.wire_tx_frames, 112);
+    }
 }

@@ -24,14 +24,19 @@
 //! whose next hop resolved) run between bursts, only while it has something pending.
 //!
 //! A worker finishes when every one of its queues is idle (the wire has nothing more to deliver
-//! and nothing is in flight) or when the run is stopped and its queues have drained.
-//! Counters are published to [`LiveStats`] every few milliseconds for the live stats line.
+//! and nothing is in flight) or when the run is stopped and its queues have drained (or the
+//! drain timed out). Counters are published to [`LiveStats`] every [`PUBLISH_EVERY`] iterations,
+//! read as consistent snapshots by the live line, telemetry and metrics; between bursts the
+//! worker answers its mailbox ([`crate::control`]): counters, extended counters, and commands
+//! to its functions. The only per-iteration cost of either is a relaxed load and a counter
+//! test; nothing per packet.
 
 use std::sync::Arc;
-use std::sync::atomic::{AtomicBool, AtomicU64, Ordering};
+use std::sync::atomic::{AtomicBool, AtomicU64, Ordering, fence};
 use std::time::{Duration, Instant};
 
 use crate::burst::Burst;
+use crate::control::{Mailbox, Reply, Request};
 use crate::net::SlowPath;
 use crate::net::slow_path::PortIo;
 use crate::nf::{Counters, NfChain, NfContext};
@@ -101,62 +106,211 @@ pub struct WorkerSetup {
     pub slow: Option<SlowPath>,
 }
 
-/// Counters a worker publishes while it runs (read by the live stats printer).
+/// Where a worker is in its life, as it publishes it ([`LiveStats`]).
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub enum WorkerState {
+    /// Started, nothing published yet.
+    Starting,
+    /// Receiving and processing.
+    Running,
+    /// Told to stop: no more Rx, draining what is in flight.
+    Draining,
+    /// Done; the counters are final.
+    Finished,
+}
+
+impl WorkerState {
+    fn from_u64(v: u64) -> Self {
+        match v {
+            1 => WorkerState::Running,
+            2 => WorkerState::Draining,
+            3 => WorkerState::Finished,
+            _ => WorkerState::Starting,
+        }
+    }
+
+    /// Its name in telemetry (`starting`, `running`, `draining`, `finished`).
+    pub fn as_str(self) -> &'static str {
+        match self {
+            WorkerState::Starting => "starting",
+            WorkerState::Running => "running",
+            WorkerState::Draining => "draining",
+            WorkerState::Finished => "finished",
+        }
+    }
+}
+
+/// Fields of a [`LiveStats`] besides the per-port and per-reason counters.
+const BUSY_NS: usize = 0;
+const UPTIME_NS: usize = 1;
+const BURSTS: usize = 2;
+const IDLE_POLLS: usize = 3;
+const STATE: usize = 4;
+const SCALARS: usize = 5;
+
+/// The counters a worker publishes while it runs, for the live line, telemetry and metrics.
+///
+/// The worker writes them every [`PUBLISH_EVERY`] loop iterations and when it finishes; readers
+/// take a [`LiveSnapshot`] at any time. The write is a sequence lock made of plain atomic
+/// stores (one writer, so no read-modify-write): a reader retries when the sequence changed
+/// under it, so a snapshot is always one consistent publication (a port's received packets
+/// never ahead of its drops), read without a lock.
 #[derive(Debug)]
 pub struct LiveStats {
-    /// Packets received.
-    pub rx_packets: AtomicU64,
-    /// Bytes received.
-    pub rx_bytes: AtomicU64,
-    /// Frames put on the wire.
-    pub tx_packets: AtomicU64,
-    /// Bytes sent.
-    pub tx_bytes: AtomicU64,
-    /// Payloads served from the primary ring.
-    pub rx_primary: AtomicU64,
-    /// Payloads served from the secondary ring.
-    pub rx_secondary: AtomicU64,
-    /// Rx refill allocation failures.
-    pub rx_nombuf: AtomicU64,
-    /// Drops per reason (index = [`DropReason::index`]).
-    pub drops: [AtomicU64; DropReason::MAX],
+    seq: AtomicU64,
+    ports: Box<[[AtomicU64; 14]]>,
+    drops: Box<[AtomicU64]>,
+    scalars: [AtomicU64; SCALARS],
+}
+
+/// One consistent publication of a worker's [`LiveStats`].
+#[derive(Clone, Debug)]
+pub struct LiveSnapshot {
+    /// The worker's queue counters, per port (index = port id).
+    pub ports: Vec<QueueStats>,
+    /// Drops per reason.
+    pub drops: DropCounts,
+    /// Nanoseconds spent in loop iterations that found packets.
+    pub busy_ns: u64,
+    /// Nanoseconds from the worker's start to this publication.
+    pub uptime_ns: u64,
+    /// Bursts processed.
+    pub bursts: u64,
+    /// Loop iterations that received nothing.
+    pub idle_polls: u64,
+    /// Where the worker is.
+    pub state: WorkerState,
+}
+
+impl LiveSnapshot {
+    /// The queue counters summed over the ports.
+    pub fn total(&self) -> QueueStats {
+        let mut t = QueueStats::default();
+        for p in &self.ports {
+            t.add(p);
+        }
+        t
+    }
 }
 
 impl Default for LiveStats {
+    /// For a worker with one queue.
     fn default() -> Self {
-        Self {
-            rx_packets: AtomicU64::new(0),
-            rx_bytes: AtomicU64::new(0),
-            tx_packets: AtomicU64::new(0),
-            tx_bytes: AtomicU64::new(0),
-            rx_primary: AtomicU64::new(0),
-            rx_secondary: AtomicU64::new(0),
-            rx_nombuf: AtomicU64::new(0),
-            drops: std::array::from_fn(|_| AtomicU64::new(0)),
-        }
+        Self::new(1)
     }
 }
 
 impl LiveStats {
-    fn publish(&self, q: &QueueStats, drops: &DropCounts) {
-        self.rx_packets.store(q.rx_packets, Ordering::Relaxed);
-        self.rx_bytes.store(q.rx_bytes, Ordering::Relaxed);
-        self.tx_packets.store(q.tx_packets, Ordering::Relaxed);
-        self.tx_bytes.store(q.tx_bytes, Ordering::Relaxed);
-        self.rx_primary.store(q.rx_primary, Ordering::Relaxed);
-        self.rx_secondary.store(q.rx_secondary, Ordering::Relaxed);
-        self.rx_nombuf.store(q.rx_nombuf, Ordering::Relaxed);
-        for (a, &d) in self.drops.iter().zip(drops.as_array()) {
-            a.store(d, Ordering::Relaxed);
+    /// Counters of a worker with a queue on each of `ports` ports.
+    pub fn new(ports: usize) -> Self {
+        let zero = || AtomicU64::new(0);
+        Self {
+            seq: zero(),
+            ports: (0..ports)
+                .map(|_| std::array::from_fn(|_| zero()))
+                .collect(),
+            drops: (0..DropReason::MAX).map(|_| zero()).collect(),
+            scalars: std::array::from_fn(|_| zero()),
         }
     }
 
-    /// The drop counts published so far.
-    pub fn drops(&self) -> impl Iterator<Item = (DropReason, u64)> + '_ {
-        DropReason::all()
-            .into_iter()
-            .map(|r| (r, self.drops[r.index()].load(Ordering::Relaxed)))
+    /// Publishes one consistent set of counters (the worker, the only writer): each port's
+    /// queue counters from `ports`, and the rest from `pub_`.
+    fn publish(&self, ports: impl IntoIterator<Item = QueueStats>, pub_: &Publication<'_>) {
+        let s = self.seq.load(Ordering::Relaxed);
+        self.seq.store(s.wrapping_add(1), Ordering::Relaxed);
+        fence(Ordering::Release);
+        for (port, q) in self.ports.iter().zip(ports) {
+            for (a, v) in port.iter().zip(q.to_array()) {
+                a.store(v, Ordering::Relaxed);
+            }
+        }
+        let d = pub_.drops.as_array();
+        for (a, &v) in self.drops.iter().zip(&d[..pub_.reasons]) {
+            a.store(v, Ordering::Relaxed);
+        }
+        let sc = [
+            pub_.busy_ns,
+            pub_.uptime_ns,
+            pub_.bursts,
+            pub_.idle_polls,
+            pub_.state as u64,
+        ];
+        for (a, v) in self.scalars.iter().zip(sc) {
+            a.store(v, Ordering::Relaxed);
+        }
+        self.seq.store(s.wrapping_add(2), Ordering::Release);
     }
+
+    /// The latest publication, read without a lock (retried while the worker is writing).
+    pub fn snapshot(&self) -> LiveSnapshot {
+        loop {
+            let s1 = self.seq.load(Ordering::Acquire);
+            if s1 % 2 == 1 {
+                std::hint::spin_loop();
+                continue;
+            }
+            let ports: Vec<QueueStats> = self
+                .ports
+                .iter()
+                .map(|p| {
+                    QueueStats::from_array(std::array::from_fn(|i| p[i].load(Ordering::Relaxed)))
+                })
+                .collect();
+            let mut drops = DropCounts::default();
+            for r in DropReason::all() {
+                drops.add(r, self.drops[r.index()].load(Ordering::Relaxed));
+            }
+            let sc: [u64; SCALARS] =
+                std::array::from_fn(|i| self.scalars[i].load(Ordering::Relaxed));
+            fence(Ordering::Acquire);
+            if self.seq.load(Ordering::Relaxed) == s1 {
+                return LiveSnapshot {
+                    ports,
+                    drops,
+                    busy_ns: sc[BUSY_NS],
+                    uptime_ns: sc[UPTIME_NS],
+                    bursts: sc[BURSTS],
+                    idle_polls: sc[IDLE_POLLS],
+                    state: WorkerState::from_u64(sc[STATE]),
+                };
+            }
+        }
+    }
+}
+
+/// What a worker shares with the rest of the process while it runs: the counters it publishes
+/// and the mailbox it answers (see [`crate::control`]).
+#[derive(Debug, Default)]
+pub struct WorkerShared {
+    /// Its published counters.
+    pub live: LiveStats,
+    /// Its mailbox.
+    pub mailbox: Mailbox,
+}
+
+impl WorkerShared {
+    /// For a worker with a queue on each of `ports` ports.
+    pub fn new(ports: usize) -> Self {
+        Self {
+            live: LiveStats::new(ports),
+            mailbox: Mailbox::new(),
+        }
+    }
+}
+
+/// Loop iterations between two publications of a worker's [`LiveStats`].
+pub const PUBLISH_EVERY: u64 = 1024;
+
+/// What one publication carries.
+struct Publication<'a> {
+    drops: &'a DropCounts,
+    reasons: usize,
+    busy_ns: u64,
+    uptime_ns: u64,
+    bursts: u64,
+    idle_polls: u64,
+    state: WorkerState,
 }
 
 /// What a worker reports when it finishes.
@@ -177,6 +331,8 @@ pub struct WorkerReport {
     pub idle_polls: u64,
     /// Bursts processed.
     pub bursts: u64,
+    /// Seconds spent in loop iterations that found packets.
+    pub busy_s: f64,
     /// Seconds from the worker's start to its last forwarded packet.
     pub active_s: f64,
     /// The worker's NF chain, handed back after [`crate::NetworkFunction::finish`], so a caller
@@ -187,19 +343,43 @@ pub struct WorkerReport {
 /// Run-wide controls shared with the workers.
 #[derive(Clone, Debug, Default)]
 pub struct RunControl {
-    /// Set to stop workers after draining (e.g. at the end of `--duration`).
+    /// Set to stop workers after draining (e.g. at the end of `--duration`, or on SIGINT).
     pub stop: Arc<AtomicBool>,
-    /// Give up waiting for queues to drain after this long once stopped.
-    pub drain_timeout: Duration,
+    /// Give up waiting for queues to drain after this many nanoseconds once stopped (read when
+    /// a worker first finds its queues quiet after the stop, so the one who stops the run may
+    /// shorten it at the same time, as a signal does).
+    pub drain_timeout_ns: Arc<AtomicU64>,
+    /// Keep polling when every queue is idle, until stopped (as on a real port, where more
+    /// traffic may come); false ends the worker when its queues have nothing more to deliver.
+    pub keep_polling: bool,
 }
 
-/// Runs one worker to completion on the calling thread.
+impl RunControl {
+    /// Controls with a drain timeout of `drain`.
+    pub fn new(drain: Duration) -> Self {
+        Self {
+            stop: Arc::new(AtomicBool::new(false)),
+            drain_timeout_ns: Arc::new(AtomicU64::new(drain.as_nanos() as u64)),
+            keep_polling: false,
+        }
+    }
+
+    /// Stops the workers, draining for at most `drain` (or the timeout they have, if shorter).
+    pub fn stop_within(&self, drain: Duration) {
+        self.drain_timeout_ns
+            .fetch_min(drain.as_nanos() as u64, Ordering::AcqRel);
+        self.stop.store(true, Ordering::Release);
+    }
+}
+
+/// Runs one worker to completion on the calling thread, publishing its counters to
+/// `shared.live` and answering `shared.mailbox` between bursts.
 pub fn run_worker(
     worker: u16,
     workers: u16,
     mut setup: WorkerSetup,
     control: &RunControl,
-    live: &LiveStats,
+    shared: &WorkerShared,
 ) -> WorkerReport {
     let nports = setup.queues.len();
     let mut burst = Burst::with_capacity(setup.burst);
@@ -210,6 +390,8 @@ pub fn run_worker(
     let mut released = Burst::with_capacity(setup.burst);
     let mut punted = Burst::with_capacity(setup.burst);
     let mut drops = DropCounts::default();
+    // Every reason is registered when the functions are built, before their workers start.
+    let reasons = DropReason::all().len();
     let start = Instant::now();
     let mut last_active = start;
     let mut ctx = NfContext {
@@ -218,8 +400,33 @@ pub fn run_worker(
         workers,
     };
     let (mut idle_polls, mut bursts, mut iter) = (0u64, 0u64, 0u64);
+    // Busy time: from the first iteration that finds packets to the next that finds none (one
+    // clock read per busy stretch besides the loop clock's own).
+    let (mut busy_ns, mut busy_since) = (0u64, None::<Instant>);
     let mut stopped_at: Option<Instant> = None;
     let mut clock = LoopClock::new(start);
+    let live = &shared.live;
+    let publish = |state: WorkerState,
+                   queues: &[Box<dyn Queue>],
+                   drops: &DropCounts,
+                   busy_ns: u64,
+                   now: Instant,
+                   bursts: u64,
+                   idle_polls: u64| {
+        live.publish(
+            queues.iter().map(|q| q.stats()),
+            &Publication {
+                drops,
+                reasons,
+                busy_ns,
+                uptime_ns: (now - start).as_nanos() as u64,
+                bursts,
+                idle_polls,
+                state,
+            },
+        )
+    };
+    publish(WorkerState::Running, &setup.queues, &drops, 0, start, 0, 0);
     loop {
         iter += 1;
         let mut got_any = false;
@@ -231,6 +438,9 @@ pub fn run_worker(
             if !got_any {
                 clock.busy();
                 ctx.now_ns = clock.ns();
+                if busy_since.is_none() {
+                    busy_since = Some(clock.now);
+                }
             }
             got_any = true;
             bursts += 1;
@@ -259,6 +469,7 @@ pub fn run_worker(
             setup.chain.release(&mut released, &ctx, false);
             if !released.is_empty() {
                 got_any = true;
+                busy_since.get_or_insert(clock.now);
                 dispatch(
                     &mut released,
                     &mut setup.queues,
@@ -285,23 +496,39 @@ pub fn run_worker(
         if got_any {
             last_active = clock.now;
         } else {
+            if let Some(t) = busy_since.take() {
+                busy_ns += t.elapsed().as_nanos() as u64;
+            }
             clock.idle();
             idle_polls += 1;
             for q in &mut setup.queues {
                 q.flush();
             }
-            if setup.queues.iter().all(|q| q.idle()) {
+            let stop = control.stop.load(Ordering::Relaxed);
+            if (stop || !control.keep_polling) && setup.queues.iter().all(|q| q.idle()) {
                 break;
             }
-            if control.stop.load(Ordering::Relaxed) {
+            if stop {
                 let t = *stopped_at.get_or_insert_with(Instant::now);
-                if t.elapsed() > control.drain_timeout {
+                let limit = control.drain_timeout_ns.load(Ordering::Relaxed);
+                if t.elapsed().as_nanos() as u64 > limit {
                     break;
                 }
             }
         }
-        if iter % 1024 == 0 {
-            publish(live, &setup.queues, &drops);
+        if shared.mailbox.has_mail() {
+            let (queues, chain) = (&setup.queues, &mut setup.chain);
+            shared.mailbox.serve(|r| answer(r, queues, chain, &ctx));
+        }
+        if iter % PUBLISH_EVERY == 0 {
+            let state = if stopped_at.is_some() {
+                WorkerState::Draining
+            } else {
+                WorkerState::Running
+            };
+            let now = Instant::now();
+            let busy = busy_ns + busy_since.map_or(0, |t| (now - t).as_nanos() as u64);
+            publish(state, &setup.queues, &drops, busy, now, bursts, idle_polls);
         }
     }
     // Nothing may stay held when the run ends: every held packet leaves, sent or dropped with
@@ -329,7 +556,19 @@ pub fn run_worker(
     for q in &mut setup.queues {
         q.flush();
     }
-    publish(live, &setup.queues, &drops);
+    shared.mailbox.close();
+    if let Some(t) = busy_since.take() {
+        busy_ns += t.elapsed().as_nanos() as u64;
+    }
+    publish(
+        WorkerState::Finished,
+        &setup.queues,
+        &drops,
+        busy_ns,
+        Instant::now(),
+        bursts,
+        idle_polls,
+    );
     let nf_ctx = NfContext {
         now_ns: start.elapsed().as_nanos() as u64,
         ..ctx
@@ -356,6 +595,7 @@ pub fn run_worker(
         nf_errors,
         idle_polls,
         bursts,
+        busy_s: busy_ns as f64 * 1e-9,
         active_s: (last_active - start).as_secs_f64(),
         chain: setup.chain,
     }
@@ -441,10 +681,75 @@ fn send_all(tx: &mut [Burst], queues: &mut [Box<dyn Queue>], drops: &mut DropCou
     }
 }
 
-fn publish(live: &LiveStats, queues: &[Box<dyn Queue>], drops: &DropCounts) {
-    let mut total = QueueStats::default();
-    for q in queues {
-        total.add(&q.stats());
+/// A worker's answer to one request of its mailbox.
+fn answer(r: Request, queues: &[Box<dyn Queue>], chain: &mut NfChain, ctx: &NfContext) -> Reply {
+    match r {
+        Request::Counters => Reply::Counters(
+            chain
+                .functions()
+                .iter()
+                .map(|nf| (nf.name().to_string(), nf.counters()))
+                .collect(),
+        ),
+        Request::XStats => Reply::XStats(queues.iter().map(|q| q.xstats()).collect()),
+        Request::Nf { nf, cmd } => Reply::Nf(match chain.functions_mut().get_mut(nf) {
+            Some(f) => f.control(&cmd, ctx),
+            None => Err(format!("the pipeline has no function {nf}")),
+        }),
     }
-    live.publish(&total, drops);
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    /// A reader never sees half a publication: while one thread publishes counters that always
+    /// satisfy rx = tx + drops on both ports, snapshots taken concurrently satisfy it too.
+    #[test]
+    fn snapshots_are_consistent_publications() {
+        let live = Arc::new(LiveStats::new(2));
+        let done = Arc::new(AtomicBool::new(false));
+        let writer = {
+            let (live, done) = (live.clone(), done.clone());
+            std::thread::spawn(move || {
+                let mut drops = DropCounts::default();
+                for i in 1..=200_000u64 {
+                    drops.add(DropReason::TX_FULL, 1);
+                    let q = QueueStats {
+                        rx_packets: 3 * i,
+                        wire_tx_frames: 2 * i,
+                        ..QueueStats::default()
+                    };
+                    live.publish(
+                        [q, q],
+                        &Publication {
+                            drops: &drops,
+                            reasons: DropReason::all().len(),
+                            busy_ns: i,
+                            uptime_ns: 2 * i,
+                            bursts: i,
+                            idle_polls: 0,
+                            state: WorkerState::Running,
+                        },
+                    );
+                }
+                done.store(true, Ordering::Release);
+            })
+        };
+        let mut seen = 0;
+        while !done.load(Ordering::Acquire) {
+            let s = live.snapshot();
+            let t = s.total();
+            let d = s.drops.get(DropReason::TX_FULL);
+            assert_eq!(t.rx_packets, t.wire_tx_frames + 2 * d, "{s:?}");
+            assert_eq!(s.ports[0], s.ports[1]);
+            assert_eq!((s.uptime_ns, s.bursts), (2 * s.busy_ns, s.busy_ns));
+            seen += 1;
+        }
+        writer.join().unwrap();
+        let s = live.snapshot();
+        assert_eq!(s.total().rx_packets, 2 * 3 * 200_000);
+        assert_eq!(s.state, WorkerState::Running);
+        assert!(seen > 0);
+    }
 }

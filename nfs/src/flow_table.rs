@@ -236,6 +236,13 @@ pub trait TableValue: Copy + Default {
     fn to_raw(self) -> Self::Raw;
     /// Converts from the stored form.
     fn from_raw(raw: Self::Raw) -> Self;
+
+    /// The value as a small index, for tables that count their live entries per value
+    /// ([`FlowTable::count_values`]); `None` (the default) for values that are not one.
+    #[inline(always)]
+    fn count_index(self) -> Option<usize> {
+        None
+    }
 }
 
 macro_rules! plain_values {
@@ -249,6 +256,10 @@ macro_rules! plain_values {
             #[inline(always)]
             fn from_raw(raw: $t) -> $t {
                 raw
+            }
+            #[inline(always)]
+            fn count_index(self) -> Option<usize> {
+                usize::try_from(self).ok()
             }
         })*
     };
@@ -317,6 +328,9 @@ pub struct FlowTable<V: TableValue> {
     scan_cursor: usize,
     bfs: Vec<BfsNode>,
     stats: FlowTableStats,
+    /// Live entries per value, for values below its length (empty: not counted; see
+    /// [`FlowTable::count_values`]).
+    value_counts: Vec<u32>,
 }
 
 /// Bits of a tag that hold the signature (the rest hold the generation).
@@ -394,7 +408,37 @@ impl<V: TableValue> FlowTable<V> {
             scan_cursor: 0,
             bfs: vec![BfsNode::default(); BFS_NODES],
             stats: FlowTableStats::default(),
+            value_counts: Vec::new(),
         })
+    }
+
+    /// Counts live entries per value for values `0..n` from now on (a load balancer's flows
+    /// per backend index): every insert, update, removal, expiry and eviction keeps the counts
+    /// exact, so they reach 0 when the last flow of a value is gone. Call it on an empty table,
+    /// or again with a larger `n` to count more values (a backend added at run time).
+    pub fn count_values(&mut self, n: usize) {
+        if n > self.value_counts.len() {
+            self.value_counts.resize(n, 0);
+        }
+    }
+
+    /// Live entries holding `v` (0 for values not counted, see [`FlowTable::count_values`]).
+    pub fn value_count(&self, v: V) -> u32 {
+        v.count_index()
+            .and_then(|i| self.value_counts.get(i))
+            .copied()
+            .unwrap_or(0)
+    }
+
+    /// Counts one more (`up`) or one less entry holding `v`, when values are counted.
+    #[inline(always)]
+    fn count(&mut self, v: V, up: bool) {
+        if self.value_counts.is_empty() {
+            return;
+        }
+        if let Some(c) = v.count_index().and_then(|i| self.value_counts.get_mut(i)) {
+            *c = if up { *c + 1 } else { c.saturating_sub(1) };
+        }
     }
 
     /// Buckets of a table of `capacity` flows: at most [`MAX_LOAD`] full at capacity, rounded up
@@ -580,6 +624,9 @@ impl<V: TableValue> FlowTable<V> {
 
     #[inline(always)]
     fn clear_slot(&mut self, idx: usize) {
+        if !self.value_counts.is_empty() {
+            self.count(self.entry_value(idx), false);
+        }
         self.sigs[idx / SLOTS][idx % SLOTS] = 0;
         self.len -= 1;
         self.epoch += 1;
@@ -701,6 +748,10 @@ impl<V: TableValue> FlowTable<V> {
     /// Replaces the value in a slot.
     #[inline(always)]
     pub fn set_value(&mut self, slot: u32, val: V) {
+        if !self.value_counts.is_empty() {
+            self.count(self.entry_value(slot as usize), false);
+            self.count(val, true);
+        }
         self.entries[slot as usize].0.2 = val.to_raw();
     }
 
@@ -735,6 +786,7 @@ impl<V: TableValue> FlowTable<V> {
         self.entries[idx] = Align32(((key.a, key.b), now, val.to_raw()));
         self.len += 1;
         self.stats.inserts += 1;
+        self.count(val, true);
     }
 
     /// [`FlowTable::insert`] with a precomputed hash. An existing entry for `key` is updated in
@@ -748,6 +800,10 @@ impl<V: TableValue> FlowTable<V> {
         now: u32,
     ) -> Result<Inserted<V>, TableFull> {
         if let Some(idx) = self.find(&key, h) {
+            if !self.value_counts.is_empty() {
+                self.count(self.entry_value(idx), false);
+                self.count(val, true);
+            }
             let e = &mut self.entries[idx].0;
             e.2 = val.to_raw();
             e.1 = now;
@@ -1037,6 +1093,7 @@ impl<V: TableValue> FlowTable<V> {
         self.len = 0;
         self.scan_cursor = 0;
         self.epoch += 1;
+        self.value_counts.fill(0);
     }
 
     /// Empties the table ([`FlowTable::clear`]) and zeroes its counters: the table then behaves
@@ -1080,6 +1137,20 @@ impl<V: TableValue> FlowTable<V> {
         if keys.windows(2).any(|w| w[0] == w[1]) {
             return Err("duplicate key".into());
         }
+        if !self.value_counts.is_empty() {
+            let mut per = vec![0u32; self.value_counts.len()];
+            for (_, _, _, v) in self.iter() {
+                if let Some(c) = v.count_index().and_then(|i| per.get_mut(i)) {
+                    *c += 1;
+                }
+            }
+            if per != self.value_counts {
+                return Err(format!(
+                    "value counts {:?} but the entries hold {per:?}",
+                    self.value_counts
+                ));
+            }
+        }
         Ok(())
     }
 }
@@ -1087,6 +1158,42 @@ impl<V: TableValue> FlowTable<V> {
 #[cfg(test)]
 mod tests {
     use super::*;
+
+    /// Counting entries per value stays exact through inserts, updates, value changes,
+    /// evictions, lazy and scanned expiry, removal and clearing.
+    #[test]
+    fn value_counts_follow_every_change() {
+        let mut t: FlowTable<u16> = FlowTable::new(64, 10, FullPolicy::Evict, 7);
+        t.count_values(4);
+        let key = |i: u32| FlowKey::new(i, 1, 2, 3, 17);
+        let mut now = 0;
+        for round in 0..4u32 {
+            for i in 0..200u32 {
+                now += 1;
+                let k = key(i * 7 + round);
+                if let Some(slot) = t.lookup(&k, now) {
+                    if i % 3 == 0 {
+                        t.set_value(slot, (i % 4) as u16);
+                    }
+                } else {
+                    let _ = t.insert(k, (i % 3) as u16, now);
+                }
+                if i % 5 == 0 {
+                    t.remove(&key(i));
+                }
+                t.expire_scan(now, 2, |_, _| {});
+                t.check_invariants().unwrap();
+            }
+            now += 50;
+        }
+        let total: u32 = (0..4u16).map(|v| t.value_count(v)).sum();
+        assert_eq!(total as usize, t.len());
+        assert!(!t.is_empty() && t.value_count(9) == 0);
+        t.count_values(8);
+        t.check_invariants().unwrap();
+        t.clear();
+        assert_eq!((0..8u16).map(|v| t.value_count(v)).sum::<u32>(), 0);
+    }
 
     fn key(i: u32) -> FlowKey {
         FlowKey::new(

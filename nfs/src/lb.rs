@@ -22,11 +22,21 @@
 //!   `offset + j·skip mod M` and the backends take turns claiming their next free slot. The
 //!   Maglev hash uses a fixed seed (`maglev_seed`), identical on every worker and node, so any
 //!   worker (or LB instance) maps a new flow to the same backend.
-//! - **Disable/enable** ([`LoadBalancer::set_backend_enabled`]): the Maglev table is rebuilt
-//!   (into preallocated buffers). Flows pinned to a disabled backend are re-assigned on their
-//!   next packet (`remapped`); flows of other backends keep their entry, so they keep their
-//!   backend. [`maglev_disruption`] measures how many flows a removal moves without the flow
-//!   table (about 1/N for 1 of N backends).
+//! - **Weights**: `weights` (default 1 each) set each backend's share of new flows: in
+//!   round robin a backend takes `weight` new flows in a row before the next one's turn; in
+//!   Maglev it claims `weight` slots per turn when the table is populated. A backend of weight 0
+//!   takes no new flow.
+//! - **Backends at run time** ([`NetworkFunction::control`], through the telemetry socket or
+//!   `dataplane ctl`, applied by each worker to its own instance between bursts): `drain` sets
+//!   the weight to 0 (no new flows; existing flows stay until they end), `enable` restores it
+//!   (or re-enables a disabled backend), `weight` sets it, `disable` and `remove` take the
+//!   backend away (its flows are re-assigned on their next packet, `remapped`), `add` appends a
+//!   backend (or brings a removed one back). Each change rebuilds the Maglev table; flows of other
+//!   backends keep their flow-table entry, so they never move, and the reply says how many
+//!   table slots changed owner (Maglev moves about 1/N of them for 1 of N backends, nearly all
+//!   of them the changed backend's). [`maglev_disruption`] measures the same without the flow
+//!   table. `backends` lists every backend: address, state, weight, packets, new flows and
+//!   active flows (kept exact by the flow table's per-value counts).
 //! - **ICMP errors to the VIP** (a router's "fragmentation needed" about a backend's reply,
 //!   which left with the VIP as its source): steered by the flow they quote, reversed, to the
 //!   backend that serves that flow (Katran and IPVS do the same), so path MTU discovery works
@@ -70,7 +80,9 @@
 //! them. No allocation per packet.
 #![forbid(unsafe_code)]
 
-use dataplane::{Burst, DropCounts, DropReason, NetworkFunction, NfContext, PREFETCH_AHEAD};
+use dataplane::{
+    Burst, DropCounts, DropReason, NetworkFunction, NfCommand, NfContext, PREFETCH_AHEAD,
+};
 use serde::{Deserialize, Serialize};
 use wire::checksum::CsumDelta;
 use wire::classify::{Frag, L4, ParseError, Parsed, parse};
@@ -170,6 +182,11 @@ pub const SPEC: NfSpec = NfSpec {
             doc: "backend indices disabled at start",
         },
         Param {
+            name: "weights",
+            doc: "each backend's share of new flows, in backend order (default 1 each; 0: \
+                  draining, no new flows), each 0..=10000",
+        },
+        Param {
             name: "scan_buckets_per_burst",
             doc: "flow-table buckets scanned for expiry per burst",
         },
@@ -258,6 +275,16 @@ pub enum LbMode {
     Maglev,
 }
 
+impl LbMode {
+    /// Its name in configs (`round-robin`, `maglev`).
+    pub fn as_str(self) -> &'static str {
+        match self {
+            LbMode::RoundRobin => "round-robin",
+            LbMode::Maglev => "maglev",
+        }
+    }
+}
+
 /// What to do with packets not addressed to the VIP.
 #[derive(Clone, Copy, Debug, PartialEq, Eq, Deserialize, Serialize)]
 #[serde(rename_all = "kebab-case")]
@@ -309,6 +336,8 @@ pub struct LbConfig {
     pub non_vip: NonVipPolicy,
     /// Backend indices disabled at start.
     pub disabled: Vec<usize>,
+    /// Each backend's share of new flows, in backend order (empty: 1 each).
+    pub weights: Vec<u32>,
     /// The return path.
     #[serde(rename = "return")]
     pub return_mode: ReturnMode,
@@ -340,6 +369,7 @@ impl Default for LbConfig {
             full_policy: FullPolicy::Evict,
             non_vip: NonVipPolicy::Forward,
             disabled: vec![],
+            weights: vec![],
             return_mode: ReturnMode::None,
             tunnel_src: None,
             tunnel_mtu: 1500,
@@ -421,35 +451,61 @@ impl Maglev {
         if !enabled.iter().any(|&e| e) {
             return;
         }
+        self.fill(m, |i| u32::from(enabled.get(i).copied().unwrap_or(false)));
+    }
+
+    /// Fills the table with the backends of non-zero weight: each takes `weights[i]` slots per
+    /// turn (Maglev's weighted variant), so a backend's share of the table is its share of the
+    /// total weight; weight 0 owns nothing. With all weights 1 this is [`Maglev::populate`].
+    pub fn populate_weighted(&mut self, weights: &[u32]) {
+        let m = self.table.len() as u32;
+        self.table.fill(NO_BACKEND);
+        if !weights.iter().any(|&w| w > 0) {
+            return;
+        }
+        self.fill(m, |i| weights.get(i).copied().unwrap_or(0));
+    }
+
+    fn fill(&mut self, m: u32, weight: impl Fn(usize) -> u32) {
         for (p, &o) in self.pos.iter_mut().zip(&self.offset) {
             *p = o;
         }
         let mut filled = 0u32;
         'outer: loop {
-            for (i, &on) in enabled.iter().enumerate().take(self.offset.len()) {
-                if !on {
-                    continue;
-                }
-                let skip = self.skip[i];
-                let mut c = self.pos[i];
-                while self.table[c as usize] != NO_BACKEND {
+            for i in 0..self.offset.len() {
+                for _ in 0..weight(i) {
+                    let skip = self.skip[i];
+                    let mut c = self.pos[i];
+                    while self.table[c as usize] != NO_BACKEND {
+                        c += skip;
+                        if c >= m {
+                            c -= m;
+                        }
+                    }
+                    self.table[c as usize] = i as u16;
                     c += skip;
                     if c >= m {
                         c -= m;
                     }
-                }
-                self.table[c as usize] = i as u16;
-                c += skip;
-                if c >= m {
-                    c -= m;
-                }
-                self.pos[i] = c;
-                filled += 1;
-                if filled == m {
-                    break 'outer;
+                    self.pos[i] = c;
+                    filled += 1;
+                    if filled == m {
+                        break 'outer;
+                    }
                 }
             }
         }
+    }
+
+    /// Adds a backend with address `addr` at the next index (its permutation, like every
+    /// backend's, comes from its address). The table is not repopulated.
+    pub fn push_backend(&mut self, addr: u32) {
+        let mm = self.table.len() as u64;
+        self.offset
+            .push((backend_hash(addr, self.seed ^ 0x6f66_6673) % mm) as u32);
+        self.skip
+            .push((backend_hash(addr, self.seed ^ 0x736b_6970) % (mm - 1) + 1) as u32);
+        self.pos.push(0);
     }
 
     /// The backend for a flow key.
@@ -510,19 +566,59 @@ enum Pending {
     IcmpError(Parsed),
 }
 
+/// Where a backend is in its life (see the module docs).
+#[derive(Clone, Copy, Debug, PartialEq, Eq)]
+pub enum BackendState {
+    /// Takes new flows (in proportion to its weight) and keeps its flows.
+    Active,
+    /// Weight 0: no new flows; its flows stay until they end.
+    Draining,
+    /// Takes nothing; its flows are re-assigned on their next packet.
+    Disabled,
+    /// Gone from the backends; its flows are re-assigned on their next packet (`add` brings it
+    /// back).
+    Removed,
+}
+
+impl BackendState {
+    /// Its name (`active`, `draining`, `disabled`, `removed`).
+    pub fn as_str(self) -> &'static str {
+        match self {
+            BackendState::Active => "active",
+            BackendState::Draining => "draining",
+            BackendState::Disabled => "disabled",
+            BackendState::Removed => "removed",
+        }
+    }
+}
+
+/// The largest weight of a backend.
+pub const MAX_WEIGHT: u32 = 10_000;
+
 /// The load balancer (one instance per worker).
 pub struct LoadBalancer {
     name: String,
     vip: u32,
     backends: Vec<u32>,
     deltas: Vec<CsumDelta>,
+    /// Existing flows may use the backend (active or draining).
     enabled: Vec<bool>,
-    /// `enabled` as built (what [`NetworkFunction::reset`] restores).
+    /// `enabled`, `weights` and `states` as built (what [`NetworkFunction::reset`] restores).
     enabled_at_build: Vec<bool>,
-    n_enabled: usize,
+    weights_at_build: Vec<u32>,
+    states_at_build: Vec<BackendState>,
+    /// Share of new flows (0: none).
+    weights: Vec<u32>,
+    /// The weight `enable` restores after a drain.
+    saved_weights: Vec<u32>,
+    states: Vec<BackendState>,
+    /// Backends that take new flows (enabled, weight > 0).
+    n_pickable: usize,
     mode: LbMode,
     maglev: Maglev,
     rr: usize,
+    /// New flows the round-robin backend has taken in its current turn.
+    rr_used: u32,
     /// `rr` as built.
     rr_at_build: usize,
     non_vip: NonVipPolicy,
@@ -530,6 +626,7 @@ pub struct LoadBalancer {
     scan: usize,
     verifier: Option<ChecksumVerifier>,
     backend_packets: Vec<u64>,
+    backend_new_flows: Vec<u64>,
     c: Counters,
     pending: Vec<Pending>,
     keys: Vec<FlowKey>,
@@ -654,6 +751,27 @@ impl LoadBalancer {
             }
             enabled[d] = false;
         }
+        let weights: Vec<u32> = match cfg.weights.len() {
+            0 => vec![1; backends.len()],
+            n if n == backends.len() => cfg.weights.clone(),
+            n => {
+                return Err(bad_param(
+                    NAME,
+                    "weights",
+                    format!(
+                        "{n} weights for {} backends; give one per backend",
+                        backends.len()
+                    ),
+                ));
+            }
+        };
+        if let Some(w) = weights.iter().find(|&&w| w > MAX_WEIGHT) {
+            return Err(bad_param(
+                NAME,
+                "weights",
+                format!("{w} out of range; allowed 0..={MAX_WEIGHT}"),
+            ));
+        }
         if cfg.flows == 0 {
             return Err(bad_param(NAME, "flows", "must be at least 1"));
         }
@@ -670,10 +788,6 @@ impl LoadBalancer {
                 d
             })
             .collect();
-        let mut maglev = Maglev::new(m, &backends, cfg.maglev_seed);
-        if cfg.mode == LbMode::Maglev {
-            maglev.populate(&enabled);
-        }
         let n = backends.len();
         // With `return = "nat"` every flow also keeps its reply's key.
         let keys = if cfg.return_mode == ReturnMode::Nat {
@@ -681,30 +795,45 @@ impl LoadBalancer {
         } else {
             per_core
         };
-        let table = FlowTable::try_new(
+        let mut table = FlowTable::try_new(
             keys as usize,
             timeout,
             cfg.full_policy,
             mix_seed(cfg.seed, worker, 2),
         )
         .map_err(|e| bad_param(NAME, "flows", format!("flow table: {e}")))?;
-        Ok(Self {
+        table.count_values(n);
+        let states: Vec<BackendState> = (0..n)
+            .map(|i| match (enabled[i], weights[i]) {
+                (false, _) => BackendState::Disabled,
+                (true, 0) => BackendState::Draining,
+                (true, _) => BackendState::Active,
+            })
+            .collect();
+        let mut lb = Self {
             name: NAME.to_string(),
             vip,
-            n_enabled: enabled.iter().filter(|&&e| e).count(),
-            backends,
+            n_pickable: 0,
+            weights_at_build: weights.clone(),
+            states_at_build: states.clone(),
+            saved_weights: weights.iter().map(|&w| w.max(1)).collect(),
+            weights,
+            states,
+            backends: backends.clone(),
             deltas,
             enabled_at_build: enabled.clone(),
             enabled,
             mode: cfg.mode,
-            maglev,
+            maglev: Maglev::new(m, &backends, cfg.maglev_seed),
             rr: usize::from(worker) % n,
             rr_at_build: usize::from(worker) % n,
+            rr_used: 0,
             non_vip: cfg.non_vip,
             table,
             scan: cfg.scan_buckets_per_burst as usize,
             verifier: cfg.verify_checksums.then(ChecksumVerifier::new),
             backend_packets: vec![0; n],
+            backend_new_flows: vec![0; n],
             c: Counters::default(),
             pending: Vec::with_capacity(BULK),
             keys: vec![FlowKey::default(); BULK],
@@ -719,7 +848,9 @@ impl LoadBalancer {
             tunnel_too_big: register_reason(NAME, TUNNEL_TOO_BIG)?,
             no_headroom: register_reason(NAME, NO_HEADROOM)?,
             routed: false,
-        })
+        };
+        lb.rebuild();
+        Ok(lb)
     }
 
     /// Backend addresses, by index.
@@ -727,18 +858,78 @@ impl LoadBalancer {
         &self.backends
     }
 
-    /// Enables or disables backend `i` (no-op for an out-of-range index). Rebuilds the Maglev
-    /// table; flows pinned to a disabled backend move on their next packet, other flows keep
-    /// their backend.
+    /// Enables or disables backend `i` (no-op for an out-of-range or removed index). Rebuilds
+    /// the Maglev table; flows pinned to a disabled backend move on their next packet, other
+    /// flows keep their backend.
     pub fn set_backend_enabled(&mut self, i: usize, on: bool) {
-        if i >= self.enabled.len() || self.enabled[i] == on {
+        if i >= self.states.len() || self.states[i] == BackendState::Removed {
             return;
         }
-        self.enabled[i] = on;
-        self.n_enabled = self.enabled.iter().filter(|&&e| e).count();
-        if self.mode == LbMode::Maglev {
-            self.maglev.populate(&self.enabled);
+        let state = if on {
+            BackendState::Active
+        } else {
+            BackendState::Disabled
+        };
+        self.set_state(i, state, self.saved_weights[i]);
+    }
+
+    /// Puts backend `i` in `state` with weight `weight` (kept for `enable` when non-zero) and
+    /// rebuilds what new flows pick from. Returns how many Maglev slots changed owner and how
+    /// many of those belonged to another backend than `i` before (zeros in round robin).
+    fn set_state(&mut self, i: usize, state: BackendState, weight: u32) -> (u64, u64) {
+        let before = (self.mode == LbMode::Maglev).then(|| self.maglev.slots().to_vec());
+        self.states[i] = state;
+        self.enabled[i] = matches!(state, BackendState::Active | BackendState::Draining);
+        if weight > 0 {
+            self.saved_weights[i] = weight;
         }
+        self.weights[i] = if state == BackendState::Active {
+            weight
+        } else {
+            0
+        };
+        self.rebuild();
+        match before {
+            Some(b) => {
+                let (mut changed, mut others) = (0, 0);
+                for (old, new) in b.iter().zip(self.maglev.slots()) {
+                    if old != new {
+                        changed += 1;
+                        if usize::from(*old) != i {
+                            others += 1;
+                        }
+                    }
+                }
+                (changed, others)
+            }
+            None => (0, 0),
+        }
+    }
+
+    /// Recomputes what new flows pick from after a change of weights or states.
+    fn rebuild(&mut self) {
+        self.n_pickable = (0..self.backends.len())
+            .filter(|&i| self.enabled[i] && self.weights[i] > 0)
+            .count();
+        self.rr_used = 0;
+        if self.mode == LbMode::Maglev {
+            self.maglev.populate_weighted(&self.weights);
+        }
+    }
+
+    /// The state of backend `i`.
+    pub fn backend_state(&self, i: usize) -> Option<BackendState> {
+        self.states.get(i).copied()
+    }
+
+    /// The weight of backend `i` (0 while draining, disabled or removed).
+    pub fn backend_weight(&self, i: usize) -> Option<u32> {
+        self.weights.get(i).copied()
+    }
+
+    /// Flows pinned to backend `i` in this instance's table.
+    pub fn backend_flows(&self, i: usize) -> u32 {
+        self.table.value_count(i as u16)
     }
 
     /// True if backend `i` is enabled.
@@ -759,7 +950,7 @@ impl LoadBalancer {
     /// Picks a backend for a new flow.
     #[inline]
     fn pick(&mut self, key: &FlowKey) -> Option<u16> {
-        if self.n_enabled == 0 {
+        if self.n_pickable == 0 {
             return None;
         }
         match self.mode {
@@ -767,10 +958,16 @@ impl LoadBalancer {
                 let n = self.backends.len();
                 loop {
                     let b = self.rr;
-                    self.rr = if b + 1 == n { 0 } else { b + 1 };
-                    if self.enabled[b] {
+                    if self.enabled[b] && self.rr_used < self.weights[b] {
+                        self.rr_used += 1;
+                        if self.rr_used >= self.weights[b] {
+                            self.rr = if b + 1 == n { 0 } else { b + 1 };
+                            self.rr_used = 0;
+                        }
                         return Some(b as u16);
                     }
+                    self.rr = if b + 1 == n { 0 } else { b + 1 };
+                    self.rr_used = 0;
                 }
             }
             LbMode::Maglev => {
@@ -979,6 +1176,7 @@ impl LoadBalancer {
                         Some(nb) => {
                             self.table.set_value(slot, nb);
                             self.c.remapped += 1;
+                            self.backend_new_flows[usize::from(nb)] += 1;
                             Some(nb)
                         }
                         None => None,
@@ -989,6 +1187,7 @@ impl LoadBalancer {
                     Some(b) => match self.table.insert_hashed(key, h, b, now) {
                         Ok(_) => {
                             self.c.new_flows += 1;
+                            self.backend_new_flows[usize::from(b)] += 1;
                             if self.return_mode == ReturnMode::Nat {
                                 let (sp, dp) = p.ports();
                                 let rk = FlowKey::new(
@@ -1089,7 +1288,7 @@ impl LoadBalancer {
                     v.verify(burst, i);
                 }
             }
-            None if self.n_enabled == 0 => self.drop_pkt(burst, i, self.no_backend_reason),
+            None if self.n_pickable == 0 => self.drop_pkt(burst, i, self.no_backend_reason),
             None => self.drop_pkt(burst, i, self.icmp_no_flow_reason),
         }
     }
@@ -1120,13 +1319,23 @@ impl NetworkFunction for LoadBalancer {
     /// Back to the balancer as built: no affinity entry, zero counters, the backends enabled
     /// as configured (the Maglev table rebuilt only if one changed), round robin where it
     /// started.
+    /// Back to the backends, weights and states as built; an LB whose backend set changed at
+    /// run time (`add`) cannot be reset and is built afresh.
     fn reset(&mut self) -> bool {
-        self.table.reset();
-        for i in 0..self.enabled.len() {
-            self.set_backend_enabled(i, self.enabled_at_build[i]);
+        if self.backends.len() != self.weights_at_build.len() {
+            return false;
         }
+        self.table.reset();
+        self.enabled.copy_from_slice(&self.enabled_at_build);
+        self.weights.copy_from_slice(&self.weights_at_build);
+        self.states.copy_from_slice(&self.states_at_build);
+        for (saved, &w) in self.saved_weights.iter_mut().zip(&self.weights_at_build) {
+            *saved = w.max(1);
+        }
+        self.rebuild();
         self.rr = self.rr_at_build;
         self.backend_packets.fill(0);
+        self.backend_new_flows.fill(0);
         self.c = Counters::default();
         if let Some(v) = &mut self.verifier {
             v.reset();
@@ -1144,9 +1353,10 @@ impl NetworkFunction for LoadBalancer {
             .count("new_flows", c.new_flows)
             .count("remapped", c.remapped)
             .counts("backend_packets", self.backend_packets.clone())
+            .rows("backends", "backend", self.backend_rows())
             .count("not_for_vip", c.not_for_vip)
             .count("flow_table_full", c.flow_table_full)
-            .count("active_flows", self.table.len() as u64)
+            .gauge("active_flows", self.table.len() as u64)
             .count("expired", ts.expired)
             .count("evicted", ts.evictions)
             .count("header_segment_short", c.header_segment_short)
@@ -1175,6 +1385,174 @@ impl NetworkFunction for LoadBalancer {
                 .count("checksum_mismatches", ver.mismatches);
         }
         v
+    }
+
+    fn control(
+        &mut self,
+        cmd: &NfCommand,
+        _ctx: &NfContext,
+    ) -> Result<dataplane::Counters, String> {
+        let args: Vec<&str> = cmd.args.iter().map(String::as_str).collect();
+        match (cmd.verb.as_str(), args.as_slice()) {
+            ("backends", []) => {
+                let mut v = dataplane::Counters::new();
+                v.text("vip", std::net::Ipv4Addr::from(self.vip).to_string())
+                    .text("mode", self.mode.as_str())
+                    .rows("backends", "backend", self.backend_rows());
+                Ok(v)
+            }
+            ("add", [addr]) => self.add_backend(addr, 1),
+            ("add", [addr, w]) => self.add_backend(addr, parse_weight(w)?),
+            ("remove", [addr]) => self.change(addr, |_, _| Ok((BackendState::Removed, 0))),
+            ("drain", [addr]) => self.change(addr, |state, saved| match state {
+                BackendState::Disabled => Err(format!(
+                    "lb: backend {addr} is disabled (its flows have moved); `enable` it first"
+                )),
+                _ => Ok((BackendState::Draining, saved)),
+            }),
+            ("disable", [addr]) => {
+                self.change(addr, |_, saved| Ok((BackendState::Disabled, saved)))
+            }
+            ("enable", [addr]) => self.change(addr, |_, saved| Ok((BackendState::Active, saved))),
+            ("weight", [addr, w]) => {
+                let w = parse_weight(w)?;
+                self.change(addr, move |state, _| match (state, w) {
+                    (BackendState::Removed | BackendState::Disabled, _) => Err(format!(
+                        "backend {addr} is {}; `enable` it (or `add` it) first",
+                        state.as_str()
+                    )),
+                    (_, 0) => Ok((BackendState::Draining, 0)),
+                    (_, w) => Ok((BackendState::Active, w)),
+                })
+            }
+            (verb, _) => Err(format!(
+                "lb: no command `{verb}` with {} argument(s); allowed: backends, add ADDR \
+                 [WEIGHT], remove ADDR, drain ADDR, enable ADDR, disable ADDR, weight ADDR WEIGHT",
+                args.len()
+            )),
+        }
+    }
+}
+
+fn parse_weight(w: &str) -> Result<u32, String> {
+    match w.parse::<u32>() {
+        Ok(n) if n <= MAX_WEIGHT => Ok(n),
+        _ => Err(format!(
+            "lb: weight `{w}` out of range; allowed 0..={MAX_WEIGHT}"
+        )),
+    }
+}
+
+impl LoadBalancer {
+    /// One row per backend (removed ones too, so the packets add up): state, weight, packets,
+    /// new flows, active flows.
+    fn backend_rows(&self) -> Vec<(String, dataplane::Counters)> {
+        (0..self.backends.len())
+            .map(|i| {
+                let mut r = dataplane::Counters::new();
+                r.text("state", self.states[i].as_str())
+                    .setting("weight", u64::from(self.weights[i]))
+                    .count("packets", self.backend_packets[i])
+                    .count("new_flows", self.backend_new_flows[i])
+                    .gauge("active_flows", u64::from(self.backend_flows(i)));
+                (std::net::Ipv4Addr::from(self.backends[i]).to_string(), r)
+            })
+            .collect()
+    }
+
+    fn index_of(&self, addr: &str) -> Result<usize, String> {
+        let a = parse_ipv4(NAME, "backend", addr)?;
+        self.backends.iter().position(|&b| b == a).ok_or_else(|| {
+            format!("lb: {addr} is not a backend (`backends` lists them; `add` adds one)")
+        })
+    }
+
+    /// Applies a change to the backend `addr`: `to(state, saved weight)` gives its new state and
+    /// weight, or why the change is refused.
+    fn change(
+        &mut self,
+        addr: &str,
+        to: impl FnOnce(BackendState, u32) -> Result<(BackendState, u32), String>,
+    ) -> Result<dataplane::Counters, String> {
+        let i = self.index_of(addr)?;
+        let state = self.states[i];
+        if state == BackendState::Removed {
+            return Err(format!(
+                "lb: backend {addr} was removed; `add` brings it back"
+            ));
+        }
+        let (new, w) = to(state, self.saved_weights[i])?;
+        let moved = self.set_state(i, new, w);
+        Ok(self.change_reply(i, moved))
+    }
+
+    fn add_backend(&mut self, addr: &str, weight: u32) -> Result<dataplane::Counters, String> {
+        let a = parse_ipv4(NAME, "backend", addr)?;
+        let i = match self.backends.iter().position(|&b| b == a) {
+            Some(i) if self.states[i] == BackendState::Removed => i,
+            Some(i) => {
+                return Err(format!(
+                    "lb: {addr} is already a backend ({})",
+                    self.states[i].as_str()
+                ));
+            }
+            None => {
+                if self.backends.len() + 1 >= usize::from(NO_BACKEND) {
+                    return Err("lb: at most 65534 backends".into());
+                }
+                if self.return_mode == ReturnMode::Nat
+                    && self.backends.len() + 1 >= usize::from(REPLY)
+                {
+                    return Err("lb: at most 32767 backends with `return = \"nat\"`".into());
+                }
+                if self.backends.len() >= self.maglev.size() {
+                    return Err(format!(
+                        "lb: the Maglev table ({} slots) holds no more backends",
+                        self.maglev.size()
+                    ));
+                }
+                self.backends.push(a);
+                let mut d = CsumDelta::default();
+                d.add32(self.vip, a);
+                self.deltas.push(d);
+                self.enabled.push(false);
+                self.weights.push(0);
+                self.saved_weights.push(weight.max(1));
+                self.states.push(BackendState::Disabled);
+                self.backend_packets.push(0);
+                self.backend_new_flows.push(0);
+                self.maglev.push_backend(a);
+                self.table.count_values(self.backends.len());
+                self.backends.len() - 1
+            }
+        };
+        let state = if weight == 0 {
+            BackendState::Draining
+        } else {
+            BackendState::Active
+        };
+        let moved = self.set_state(i, state, weight);
+        Ok(self.change_reply(i, moved))
+    }
+
+    /// What a change reports: the backend, its new state and weight, its flows here, and (in
+    /// Maglev) how many table slots changed owner and how many of those were another backend's.
+    fn change_reply(&self, i: usize, (changed, others): (u64, u64)) -> dataplane::Counters {
+        let mut r = dataplane::Counters::new();
+        r.text(
+            "backend",
+            std::net::Ipv4Addr::from(self.backends[i]).to_string(),
+        )
+        .text("state", self.states[i].as_str())
+        .setting("weight", u64::from(self.weights[i]))
+        .gauge("active_flows", u64::from(self.backend_flows(i)))
+        .text("mode", self.mode.as_str());
+        if self.mode == LbMode::Maglev {
+            r.setting("table_slots", self.maglev.size() as u64)
+                .setting("slots_changed", changed)
+                .setting("slots_changed_of_other_backends", others);
+        }
+        r
     }
 }
 

@@ -8,7 +8,7 @@
 
 use dataplane::driver::vnic::{VnicConfig, VnicPort};
 use dataplane::link::{CollectSink, Link, VecSource};
-use dataplane::runloop::{LiveStats, RunControl, WorkerSetup, run_worker};
+use dataplane::runloop::{RunControl, WorkerSetup, WorkerShared, run_worker};
 use dataplane::{Counters, DatapathMode, DropCounts, NfChain, Port};
 
 /// What [`run`] saw: the frames the port transmitted, in order, and the run's counts.
@@ -43,7 +43,7 @@ pub fn run(mode: DatapathMode, chain: NfChain, frames: Vec<Vec<u8>>) -> Result<V
         burst: dataplane::DEFAULT_BURST,
         slow: None,
     };
-    let report = run_worker(0, 1, setup, &RunControl::default(), &LiveStats::default());
+    let report = run_worker(0, 1, setup, &RunControl::default(), &WorkerShared::new(1));
     port.join();
     let frames = std::mem::take(&mut *sink.frames.lock().unwrap_or_else(|e| e.into_inner()));
     Ok(VnicRun {

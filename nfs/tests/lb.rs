@@ -3,7 +3,7 @@
 mod common;
 
 use common::{SEC, factory, ip, params, reason, run, run1};
-use dataplane::{DatapathMode, DropReason, NetworkFunction, Verdict};
+use dataplane::{DatapathMode, DropReason, NetworkFunction, NfCommand, Verdict};
 use nfs::flow_table::FlowKey;
 use nfs::lb::{LoadBalancer, maglev_disruption};
 use wire::classify::verify_frame_checksums;
@@ -258,6 +258,160 @@ fn explicit_backends_and_config_errors() {
         let e = LoadBalancer::from_params(&params(p), 0, 1).err().expect(p);
         assert!(e.contains(key) && e.starts_with("lb"), "{p}: {e}");
     }
+}
+
+fn ctl(l: &mut LoadBalancer, verb: &str, args: &[&str]) -> Result<dataplane::Counters, String> {
+    l.control(&NfCommand::new(verb, args), &common::ctx(0))
+}
+
+fn backends_of(l: &mut LoadBalancer, frames: &[Vec<u8>], now: u64) -> Vec<u32> {
+    let f = factory(DatapathMode::Host);
+    run(l, &f, frames, now, 0)
+        .iter()
+        .map(|(o, v)| {
+            assert_eq!(*v, Verdict::tx(1));
+            backend_of(o)
+        })
+        .collect()
+}
+
+fn udp_flows(range: std::ops::Range<u32>) -> Vec<Vec<u8>> {
+    range
+        .map(|i| FrameSpec::udp(client(i), ip(VIP), 4000 + (i % 7) as u16, 80, 20).build())
+        .collect()
+}
+
+/// Weights set the share of new flows: in round robin exactly, in Maglev by table slots.
+#[test]
+fn weights_share_new_flows() {
+    let mut l = lb("backend_count = 3\nweights = [1, 2, 3]\nflows = 4096");
+    let got = backends_of(&mut l, &udp_flows(0..600), SEC);
+    let mut per = [0usize; 3];
+    for b in got {
+        per[backend_index(b)] += 1;
+    }
+    assert_eq!(per, [100, 200, 300]);
+    let mut m = lb("backend_count = 3\nweights = [1, 2, 3]\nmode = \"maglev\"\nflows = 4096");
+    let r = ctl(&mut m, "backends", &[]).unwrap();
+    assert_eq!(r.count_at("backends.10.180.250.7.weight"), Some(3));
+    let mut per = [0usize; 3];
+    for b in backends_of(&mut m, &udp_flows(0..3000), SEC) {
+        per[backend_index(b)] += 1;
+    }
+    let share = |i: usize| per[i] as f64 / 3000.0;
+    assert!((share(0) - 1.0 / 6.0).abs() < 0.04, "{per:?}");
+    assert!((share(2) - 0.5).abs() < 0.04, "{per:?}");
+    let e = LoadBalancer::from_params(&params("backend_count = 3\nweights = [1, 2]"), 0, 1)
+        .err()
+        .unwrap();
+    assert!(
+        e.contains("weights") && e.contains("2 weights for 3 backends"),
+        "{e}"
+    );
+    let e = LoadBalancer::from_params(&params("backend_count = 1\nweights = [10001]"), 0, 1)
+        .err()
+        .unwrap();
+    assert!(e.contains("0..=10000"), "{e}");
+}
+
+/// Draining one of three Maglev backends: its existing flows stay on it, no new flow reaches
+/// it, no flow of another backend moves, and about a third of the table changes owner, nearly
+/// all of it the drained backend's.
+#[test]
+fn draining_a_maglev_backend_moves_only_its_new_flows() {
+    let mut l = lb("backend_count = 3\nmode = \"maglev\"\nflows = 65536");
+    let old = udp_flows(0..3000);
+    let before = backends_of(&mut l, &old, SEC);
+    let drained = ip("10.180.250.6");
+    let on_drained = before.iter().filter(|&&b| b == drained).count();
+    assert!(on_drained > 800, "{on_drained}");
+    let r = ctl(&mut l, "drain", &["10.180.250.6"]).unwrap();
+    assert_eq!(r["state"].as_text(), Some("draining"));
+    assert_eq!(r["weight"], 0);
+    assert_eq!(r["active_flows"], on_drained as u64);
+    let slots = r["table_slots"].as_count().unwrap() as f64;
+    let changed = r["slots_changed"].as_count().unwrap() as f64;
+    let others = r["slots_changed_of_other_backends"].as_count().unwrap();
+    assert!(
+        (changed / slots - 1.0 / 3.0).abs() < 0.01,
+        "{changed} of {slots}"
+    );
+    // Maglev's table moves almost nothing else (10 of 65 537 slots here); the flow table keeps
+    // even those flows where they are.
+    assert!((others as f64) < 0.001 * slots, "{others} of {slots}");
+    // Existing flows, the drained backend's included, keep their backend.
+    assert_eq!(backends_of(&mut l, &old, 2 * SEC), before);
+    // New flows never reach it.
+    let new = backends_of(&mut l, &udp_flows(10_000..13_000), 2 * SEC);
+    assert!(new.iter().all(|&b| b != drained));
+    let rows = ctl(&mut l, "backends", &[]).unwrap();
+    let row = |a: &str, k: &str| rows.count_at(&format!("backends.{a}.{k}")).unwrap();
+    assert_eq!(row("10.180.250.6", "new_flows"), on_drained as u64);
+    assert_eq!(row("10.180.250.6", "packets"), 2 * on_drained as u64);
+    assert_eq!(row("10.180.250.6", "active_flows"), on_drained as u64);
+    assert_eq!(
+        row("10.180.250.5", "new_flows") + row("10.180.250.7", "new_flows"),
+        6000 - on_drained as u64
+    );
+    assert_eq!(l.counters()["remapped"], 0);
+    // Enabled again, it takes new flows again; nothing moved.
+    ctl(&mut l, "enable", &["10.180.250.6"]).unwrap();
+    let again = backends_of(&mut l, &udp_flows(20_000..23_000), 3 * SEC);
+    assert!(again.iter().filter(|&&b| b == drained).count() > 800);
+    assert_eq!(backends_of(&mut l, &old, 3 * SEC), before);
+}
+
+/// Remove re-assigns the backend's flows on their next packet; add brings a backend in (a new
+/// address, or a removed one back); bad commands say what is allowed.
+#[test]
+fn backends_are_added_removed_and_weighted_at_run_time() {
+    let mut l = lb("backend_count = 2\nflows = 4096");
+    let flows = udp_flows(0..100);
+    let before = backends_of(&mut l, &flows, SEC);
+    let gone = ip("10.180.250.5");
+    let r = ctl(&mut l, "remove", &["10.180.250.5"]).unwrap();
+    assert_eq!(r["state"].as_text(), Some("removed"));
+    let after = backends_of(&mut l, &flows, 2 * SEC);
+    assert!(after.iter().all(|&b| b != gone));
+    assert_eq!(l.counters()["remapped"], 50);
+    assert_eq!(l.backend_flows(0), 0, "its flows have all moved");
+    for (b, a) in before.iter().zip(&after) {
+        if *b != gone {
+            assert_eq!(a, b);
+        }
+    }
+    let r = ctl(&mut l, "add", &["10.9.9.9", "2"]).unwrap();
+    assert_eq!(r["state"].as_text(), Some("active"));
+    assert_eq!(r["weight"], 2);
+    let new = backends_of(&mut l, &udp_flows(1000..1030), 3 * SEC);
+    let to_new = new.iter().filter(|&&b| b == ip("10.9.9.9")).count();
+    assert_eq!(to_new, 20, "weight 2 of 3: two of every three new flows");
+    for f in &new {
+        assert!([ip("10.9.9.9"), ip("10.180.250.6")].contains(f));
+    }
+    let e = ctl(&mut l, "drain", &["10.180.250.5"]).unwrap_err();
+    assert!(e.contains("removed") && e.contains("`add`"), "{e}");
+    ctl(&mut l, "add", &["10.180.250.5"]).unwrap();
+    assert_eq!(l.backend_weight(0), Some(1));
+    let e = ctl(&mut l, "add", &["10.9.9.9"]).unwrap_err();
+    assert!(e.contains("already a backend"), "{e}");
+    let e = ctl(&mut l, "weight", &["10.9.9.9", "x"]).unwrap_err();
+    assert!(e.contains("0..=10000"), "{e}");
+    let e = ctl(&mut l, "drain", &["10.1.1.1"]).unwrap_err();
+    assert!(e.contains("not a backend"), "{e}");
+    let e = ctl(&mut l, "drain", &["nowhere"]).unwrap_err();
+    assert!(e.contains("not an IPv4 address"), "{e}");
+    let e = ctl(&mut l, "explode", &[]).unwrap_err();
+    assert!(e.contains("allowed: backends, add ADDR"), "{e}");
+    ctl(&mut l, "weight", &["10.9.9.9", "0"]).unwrap();
+    assert_eq!(
+        l.backend_state(2),
+        Some(nfs::lb::BackendState::Draining),
+        "weight 0 drains"
+    );
+    ctl(&mut l, "disable", &["10.9.9.9"]).unwrap();
+    let e = ctl(&mut l, "weight", &["10.9.9.9", "3"]).unwrap_err();
+    assert!(e.contains("disabled") && e.contains("`enable`"), "{e}");
 }
 
 /// A router's "fragmentation needed" about a backend's reply to `c:cport` (the reply left with

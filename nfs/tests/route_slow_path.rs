@@ -11,7 +11,7 @@ use std::time::{Duration, Instant};
 use dataplane::driver::vnic::{VnicConfig, VnicPort};
 use dataplane::link::{CollectSink, FrameSource, Link};
 use dataplane::net::{ArpConfig, MacAddr, Network, PortAddr, SlowPath};
-use dataplane::runloop::{LiveStats, RunControl, WorkerSetup, run_worker};
+use dataplane::runloop::{RunControl, WorkerSetup, WorkerShared, run_worker};
 use dataplane::{DatapathMode, DropReason, NfChain, Port};
 use etherparse::{ArpOperation, ArpPacketSlice, Icmpv4Type, NetSlice, PacketBuilder, SlicedPacket};
 
@@ -155,7 +155,7 @@ fn arp_resolution_ttl_and_owned_addresses_on_the_slow_path() {
     };
     let control = RunControl::default();
     let report = std::thread::scope(|s| {
-        let w = s.spawn(|| run_worker(0, 1, setup, &control, &LiveStats::default()));
+        let w = s.spawn(|| run_worker(0, 1, setup, &control, &WorkerShared::new(2)));
         // Gratuitous ARP for every owned address at start.
         let garp = wait_for(&out0, |f| {
             arp_of(f).is_some_and(|a| a.target_ipv4 == ip("10.0.1.100"))

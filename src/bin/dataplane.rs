@@ -1,10 +1,11 @@
 //! `dataplane`: run the nicmem dataplane from a config file.
 //!
 //! `dataplane run <config.toml>` builds the virtual NIC, pools, datapath mode and NF chain from the
-//! file and runs it; `dataplane model` prints the analytical per-packet PCIe breakdown of a
-//! hardware profile; `dataplane nfs` prints the reference of every network function;
-//! `dataplane calibrate <config.toml>` measures the config's NFs on this machine and prints their
-//! cost in the profile's terms; see `--help` for the flags.
+//! file and runs it (SIGINT/SIGTERM stop it cleanly, with the summary); `dataplane ctl` talks to
+//! a running one through its telemetry socket; `dataplane model` prints the analytical
+//! per-packet PCIe breakdown of a hardware profile; `dataplane nfs` prints the reference of
+//! every network function; `dataplane calibrate <config.toml>` measures the config's NFs on this
+//! machine and prints their cost in the profile's terms; see `--help` for the flags.
 
 use std::path::PathBuf;
 use std::process::ExitCode;
@@ -13,6 +14,8 @@ use clap::{Parser, Subcommand};
 use dataplane::DatapathMode;
 use dataplane::pcie_model::{Breakdown, BreakdownInput, render_text, to_json};
 use nmdp::calibrate::{CalibrateOptions, calibrate};
+use nmdp::ops::ctl::{CtlOptions, run as ctl};
+use nmdp::run::lifecycle::install_signal_handlers;
 use nmdp::run::{RunOptions, print_summary, run};
 
 #[derive(Parser)]
@@ -24,14 +27,22 @@ struct Cli {
 
 #[derive(Subcommand)]
 enum Cmd {
-    /// Run a pipeline from a config file on the virtual NIC.
+    /// Run a pipeline from a config file (virtual NIC, or DPDK ports with a [dpdk] section).
+    /// SIGINT or SIGTERM stops it cleanly: Rx stops, in-flight packets drain (at most 100 ms),
+    /// the summary is printed and exports written, exit status 0; a second signal exits at once
+    /// (status 130). While it runs, its telemetry socket answers dpdk-telemetry.py and
+    /// `dataplane ctl` (run.telemetry_prefix, default nmdp).
     Run {
         /// The run config (TOML), e.g. configs/default.toml.
         config: PathBuf,
-        /// Packets the embedded generator sends (overrides run.packets).
+        /// Packets the embedded generator sends (0: no limit; with no duration either, until
+        /// SIGINT/SIGTERM). Replaces the config's stop condition: without --duration, the
+        /// config's run.duration_s is ignored too.
         #[arg(long)]
         packets: Option<u64>,
-        /// Stop after this many seconds (overrides run.duration_s).
+        /// Stop after this many seconds (0: no limit). Replaces the config's stop condition:
+        /// without --packets, the config's run.packets is ignored too (with both, the first
+        /// reached ends the run).
         #[arg(long)]
         duration: Option<f64>,
         /// Datapath mode: host, split, nic-payload, nic-inline (overrides datapath.mode).
@@ -40,7 +51,8 @@ enum Cmd {
         /// Worker threads, one per core (overrides run.workers).
         #[arg(long)]
         workers: Option<u16>,
-        /// Override any config key, e.g. --set vnic.rx_ring=256 (repeatable).
+        /// Override any config key, e.g. --set vnic.rx_ring=256; a pipeline entry by name or
+        /// index: --set pipeline.nat.nat_ip=10.0.0.2, --set pipeline[1].flows=65536 (repeatable).
         #[arg(long = "set", value_name = "KEY=VALUE")]
         sets: Vec<String>,
         /// Read the wire's frames from this pcap file instead of the generator.
@@ -55,6 +67,28 @@ enum Cmd {
         /// No live stats line.
         #[arg(long, short)]
         quiet: bool,
+        /// Serve Prometheus metrics at this address, e.g. 127.0.0.1:9100 or 9100 (127.0.0.1)
+        /// (overrides run.metrics).
+        #[arg(long, value_name = "ADDR")]
+        metrics: Option<String>,
+    },
+    /// Ask a running `dataplane run` something, or change it, through its telemetry socket:
+    /// `summary`, `workers`, `pipeline`, `nf lb`, `lb backends`, `lb drain 10.180.250.6`,
+    /// `lb weight 10.180.250.6 2`, `nat sessions 20`, `ethdev stats 0`, or any command as the
+    /// socket names it (`/ethdev/xstats 0`); `help` lists them, `help lb drain` explains one.
+    Ctl {
+        /// The run's file prefix (run.telemetry_prefix; on DPDK ports, EAL's --file-prefix).
+        #[arg(long, short = 'f', default_value = nmdp::config::DEFAULT_TELEMETRY_PREFIX)]
+        prefix: String,
+        /// The instance of that prefix (a second process with the same prefix is 1, ...).
+        #[arg(long, short, default_value_t = 0)]
+        instance: u32,
+        /// Print the reply as the socket sent it (JSON).
+        #[arg(long)]
+        json: bool,
+        /// The command and its parameters.
+        #[arg(trailing_var_arg = true, allow_hyphen_values = true)]
+        command: Vec<String>,
     },
     /// Measure the CPU cost per packet of each network function of a config on this machine
     /// (the config's traffic, warm tables, the clock read around every NF on every burst, the
@@ -146,6 +180,26 @@ fn main() -> ExitCode {
                 }
             }
         }
+        Cmd::Ctl {
+            prefix,
+            instance,
+            json,
+            command,
+        } => match ctl(&CtlOptions {
+            prefix,
+            instance,
+            json,
+            words: command,
+        }) {
+            Ok(out) => {
+                print!("{out}");
+                ExitCode::SUCCESS
+            }
+            Err(e) => {
+                eprintln!("error: {}", e.msg);
+                ExitCode::from(e.code)
+            }
+        },
         Cmd::Nfs => {
             print!("{}", nfs::reference_markdown());
             ExitCode::SUCCESS
@@ -195,7 +249,12 @@ fn main() -> ExitCode {
             tx_pcap,
             json,
             quiet,
+            metrics,
         } => {
+            if let Err(e) = install_signal_handlers() {
+                eprintln!("error: {e}");
+                return ExitCode::from(2);
+            }
             let opts = RunOptions {
                 config,
                 sets,
@@ -206,6 +265,9 @@ fn main() -> ExitCode {
                 rx_pcap,
                 tx_pcap,
                 live_stats: !quiet,
+                serve: true,
+                metrics,
+                until_stopped: true,
             };
             match run(&opts) {
                 Ok(summary) => {

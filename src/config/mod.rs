@@ -8,6 +8,7 @@
 //! routes, neighbours and ARP.
 
 use std::fmt;
+use std::net::SocketAddr;
 use std::path::{Path, PathBuf};
 
 use dataplane::DatapathMode;
@@ -70,6 +71,23 @@ pub struct RunSection {
     /// hardware profile's `[host.cycles.nf]`) or `measured` (measured on this machine when the
     /// run starts, as `dataplane calibrate` measures it).
     pub nf_cycles: NfCyclesSource,
+    /// End the run when the traffic has ended (the wire has nothing more to deliver); false
+    /// keeps the workers polling, as on a real port, until `duration_s` or a stop signal.
+    pub stop_when_idle: bool,
+    /// Serve the telemetry socket (DPDK's telemetry v2 protocol; on DPDK ports the commands
+    /// are registered with EAL's own telemetry instead).
+    pub telemetry: bool,
+    /// The file prefix of the telemetry socket: it is made in DPDK's runtime directory of this
+    /// prefix, where `dpdk-telemetry.py -f <prefix>` and `dataplane ctl --prefix` look.
+    pub telemetry_prefix: String,
+    /// A group whose members may read the telemetry socket too (name or number; the socket
+    /// becomes 0660). Unset: the run's user only (0600).
+    #[serde(deserialize_with = "text_or_number")]
+    pub telemetry_group: Option<String>,
+    /// Serve Prometheus metrics at this address (`127.0.0.1:9100`; a bare port, `9100`,
+    /// binds 127.0.0.1). Unset: no endpoint.
+    #[serde(deserialize_with = "text_or_number")]
+    pub metrics: Option<String>,
 }
 
 /// Where a virtual-time run takes its NFs' CPU cost per packet from (`run.nf_cycles`).
@@ -104,6 +122,11 @@ impl Default for RunSection {
             drain_timeout_s: 2.0,
             clock: ClockMode::Wall,
             nf_cycles: NfCyclesSource::Profile,
+            stop_when_idle: true,
+            telemetry: true,
+            telemetry_prefix: DEFAULT_TELEMETRY_PREFIX.into(),
+            telemetry_group: None,
+            metrics: None,
         }
     }
 }
@@ -308,6 +331,19 @@ impl RunConfig {
                     format!("{secs} s out of range; allowed 0..={max} seconds"),
                 );
             }
+        }
+        if let Err(m) = dataplane::telemetry::check_prefix(&r.telemetry_prefix) {
+            return bad("run.telemetry_prefix", m);
+        }
+        if let Some(g) = &r.telemetry_group
+            && let Err(m) = group_id(g)
+        {
+            return bad("run.telemetry_group", m);
+        }
+        if let Some(m) = &r.metrics
+            && let Err(e) = metrics_addr(m)
+        {
+            return bad("run.metrics", e);
         }
         let v = &self.vnic;
         if !(60..=9018).contains(&v.max_frame) {
@@ -978,6 +1014,59 @@ pub const MAX_STATS_INTERVAL_S: f64 = 86_400.0;
 /// Longest `run.drain_timeout_s`: one hour; a queue that has not drained by then never will.
 pub const MAX_DRAIN_TIMEOUT_S: f64 = 3_600.0;
 
+/// A text, or a number taken as its text (`metrics = 9100`, `telemetry_group = 1000`).
+fn text_or_number<'de, D: serde::Deserializer<'de>>(d: D) -> Result<Option<String>, D::Error> {
+    #[derive(Deserialize)]
+    #[serde(untagged)]
+    enum Text {
+        Text(String),
+        Number(u64),
+    }
+    Ok(match Text::deserialize(d) {
+        Ok(Text::Text(s)) => Some(s),
+        Ok(Text::Number(n)) => Some(n.to_string()),
+        Err(_) => return Err(serde::de::Error::custom("give a text or a number")),
+    })
+}
+
+/// The address to bind for `run.metrics` = `spec`: `host:port` as given (`0.0.0.0:9100` to listen everywhere),
+/// or a bare port (`9100`, `:9100`) on 127.0.0.1.
+pub fn metrics_addr(spec: &str) -> Result<SocketAddr, String> {
+    let s = spec.trim();
+    if let Ok(a) = s.parse::<SocketAddr>() {
+        return Ok(a);
+    }
+    match s.trim_start_matches(':').parse::<u16>() {
+        Ok(port) => Ok(SocketAddr::from(([127, 0, 0, 1], port))),
+        Err(_) => Err(format!(
+            "`{spec}` is not an address; give e.g. \"127.0.0.1:9100\", \"9100\" (on 127.0.0.1) \
+             or \"0.0.0.0:9100\" (every interface)"
+        )),
+    }
+}
+
+/// The telemetry socket's file prefix when `run.telemetry_prefix` is not set.
+pub const DEFAULT_TELEMETRY_PREFIX: &str = "nmdp";
+
+/// The id of group `g`: a number, or a name in `/etc/group`.
+pub fn group_id(g: &str) -> Result<u32, String> {
+    if let Ok(n) = g.parse::<u32>() {
+        return Ok(n);
+    }
+    let groups = std::fs::read_to_string("/etc/group").unwrap_or_default();
+    groups
+        .lines()
+        .filter_map(|l| {
+            let mut f = l.split(':');
+            let name = f.next()?;
+            let gid = f.nth(1)?.parse::<u32>().ok()?;
+            Some((name, gid))
+        })
+        .find(|(n, _)| *n == g)
+        .map(|(_, gid)| gid)
+        .ok_or_else(|| format!("no group `{g}` in /etc/group; give a group name or number"))
+}
+
 /// The hardware profile used when `nic.profile` is not set.
 pub const DEFAULT_PROFILE: &str = "cx5-gen3x16-100g";
 
@@ -1090,6 +1179,77 @@ mod tests {
             e.to_string().contains("pipeline[0]") && e.msg.contains("macswap"),
             "{e}"
         );
+    }
+
+    /// `--set` reaches one parameter of one pipeline entry, by name or index; a bad key or
+    /// value is the same error as in the file (the entry, the key, what is allowed).
+    #[test]
+    fn overrides_reach_pipeline_entries() {
+        let p = Path::new("t.toml");
+        let two = "[[pipeline]]\nname = \"lb\"\n[[pipeline]]\nname = \"macswap\"\n";
+        let c = load_str(
+            two,
+            &["pipeline.lb.backend_count=3", "pipeline[0].mode=maglev"],
+        )
+        .unwrap();
+        assert_eq!(c.pipeline[0]["backend_count"], toml::Value::Integer(3));
+        assert_eq!(c.pipeline[0]["mode"], toml::Value::String("maglev".into()));
+        assert!(c.build_chain(p, 0, 1).is_ok());
+        let c = load_str(two, &["pipeline.lb.vipp=10.0.0.1"]).unwrap();
+        let e = c.build_chain(p, 0, 1).err().unwrap();
+        assert_eq!(e.key, "pipeline[0]");
+        assert!(
+            e.msg.contains("vipp") && e.msg.contains("backend_count"),
+            "{e}"
+        );
+        let c = load_str(two, &["pipeline.1.mode=maglevv"]).unwrap();
+        let e = c.build_chain(p, 0, 1).err().unwrap();
+        assert_eq!(e.key, "pipeline[1]", "{e}");
+        let c = load_str(two, &["pipeline.lb.mode=maglevv"]).unwrap();
+        let e = c.build_chain(p, 0, 1).err().unwrap();
+        assert!(
+            e.msg.contains("maglevv") && e.msg.contains("round-robin"),
+            "{e}"
+        );
+        let dir = std::env::temp_dir().join(format!("nmdp-config-set-{}", std::process::id()));
+        std::fs::create_dir_all(&dir).unwrap();
+        let f = dir.join("c.toml");
+        std::fs::write(&f, two).unwrap();
+        let e = RunConfig::load(&f, &["pipeline.nat.nat_ip=10.0.0.9".into()]).unwrap_err();
+        assert_eq!(e.key, "pipeline.nat.nat_ip");
+        assert!(
+            e.to_string().contains("c.toml") && e.msg.contains("lb ([0]), macswap ([1])"),
+            "{e}"
+        );
+        std::fs::remove_dir_all(&dir).unwrap();
+    }
+
+    /// The operation keys: a prefix that names a directory, a known group, an address; errors
+    /// name the key and what is allowed.
+    #[test]
+    fn operation_keys_are_checked() {
+        let c = load_str("", &[]).unwrap();
+        assert!(c.run.telemetry && c.run.stop_when_idle && c.run.metrics.is_none());
+        assert_eq!(c.run.telemetry_prefix, "nmdp");
+        let c = load_str("", &["run.metrics=9100", "run.telemetry_group=0"]).unwrap();
+        assert_eq!(c.run.metrics.as_deref(), Some("9100"));
+        for (set, key, allowed) in [
+            (
+                "run.telemetry_prefix=\"a/b\"",
+                "run.telemetry_prefix",
+                "letters, digits",
+            ),
+            (
+                "run.telemetry_group=no-such-group-x",
+                "run.telemetry_group",
+                "/etc/group",
+            ),
+            ("run.metrics=localhost", "run.metrics", "127.0.0.1:9100"),
+        ] {
+            let e = load_str("", &[set]).unwrap_err();
+            assert_eq!(e.key, key, "{set}: {e}");
+            assert!(e.msg.contains(allowed), "{set}: {e}");
+        }
     }
 
     /// Durations far beyond any run (1e20 s does not fit a `Duration`, which panicked when the

@@ -4,7 +4,9 @@
 //! constant (`--set nic.pcie.mps=128`) without editing the file. The override is applied to the
 //! parsed [`toml::Table`] *before* it is deserialised into a typed config, so the typed layer's
 //! validation (unknown keys, allowed values) still runs on the result. This module is generic
-//! over any table and knows nothing about profiles.
+//! over any table and knows nothing about profiles. Arrays of tables are reached by index or by
+//! an element's `name` (`--set pipeline[0].nat_ip=...`, `--set pipeline.nat.nat_ip=...`), so one
+//! parameter of one network function is one override, not a retyped pipeline.
 
 use toml::{Table, Value};
 
@@ -43,40 +45,182 @@ pub fn parse_value(raw: &str) -> Value {
     Value::String(s.to_string())
 }
 
+/// One step of an override's path: a key of a table, or an element of an array.
+#[derive(Clone, Debug, PartialEq, Eq)]
+enum Step {
+    /// `name`: the key of a table; in an array of tables, the first table whose `name` is it.
+    Key(String),
+    /// `[i]`, or a number after a dot: element `i` of an array.
+    Index(usize),
+}
+
+/// Splits a dotted key into its steps: `pipeline[1].flows` and `pipeline.1.flows` both give
+/// `pipeline`, element 1, `flows`; `pipeline.nat.flows` gives `pipeline`, `nat`, `flows`.
+fn steps(key: &str) -> Result<Vec<Step>, String> {
+    let mut out = Vec::new();
+    for part in key.split('.').map(str::trim) {
+        let (name, mut rest) = match part.find('[') {
+            Some(i) => (&part[..i], &part[i..]),
+            None => (part, ""),
+        };
+        if name.is_empty() && (rest.is_empty() || out.is_empty()) {
+            return Err(format!("invalid key `{key}`: empty path segment"));
+        }
+        if !name.is_empty() {
+            out.push(match name.parse::<usize>() {
+                Ok(i) => Step::Index(i),
+                Err(_) => Step::Key(name.to_string()),
+            });
+        }
+        while !rest.is_empty() {
+            let close = rest.find(']').ok_or_else(|| {
+                format!("invalid key `{key}`: `[` without `]` (write e.g. `pipeline[0].flows`)")
+            })?;
+            let i = rest[1..close].trim().parse::<usize>().map_err(|_| {
+                format!(
+                    "invalid key `{key}`: `{}` is not an index (write e.g. `pipeline[0].flows`)",
+                    &rest[..=close]
+                )
+            })?;
+            out.push(Step::Index(i));
+            rest = &rest[close + 1..];
+            if !rest.is_empty() && !rest.starts_with('[') {
+                return Err(format!(
+                    "invalid key `{key}`: `{rest}` after an index (separate keys with `.`)"
+                ));
+            }
+        }
+    }
+    Ok(out)
+}
+
+/// The element of array `a` (reached by `path`) that `step` selects: an index, or the first
+/// table whose `name` is the step's key. Errors say what the array holds.
+fn element<'a>(
+    a: &'a mut [Value],
+    step: &Step,
+    path: &str,
+    key: &str,
+) -> Result<&'a mut Value, String> {
+    let n = a.len();
+    let i = match step {
+        Step::Index(i) if *i < n => *i,
+        Step::Index(i) => {
+            return Err(if n == 0 {
+                format!("cannot set `{key}`: `{path}` is empty, so it has no element {i}")
+            } else {
+                format!(
+                    "cannot set `{key}`: `{path}` has {n} entries; allowed indices 0..={}",
+                    n - 1
+                )
+            });
+        }
+        Step::Key(name) => {
+            let name_of = |v: &Value| v.get("name").and_then(Value::as_str).map(str::to_string);
+            match a.iter().position(|v| name_of(v).as_deref() == Some(name)) {
+                Some(i) => i,
+                None => {
+                    let names: Vec<String> = a
+                        .iter()
+                        .enumerate()
+                        .map(|(i, v)| match name_of(v) {
+                            Some(nm) => format!("{nm} ([{i}])"),
+                            None => format!("[{i}]"),
+                        })
+                        .collect();
+                    return Err(format!(
+                        "cannot set `{key}`: no entry of `{path}` is named `{name}`; it holds {}",
+                        if names.is_empty() {
+                            "nothing".to_string()
+                        } else {
+                            names.join(", ")
+                        }
+                    ));
+                }
+            }
+        }
+    };
+    Ok(&mut a[i])
+}
+
 /// Sets the dotted `key` (e.g. `nic.pcie.mps`) in `table` to the parsed `value`
 /// (see [`parse_value`]), creating missing intermediate tables.
 ///
+/// Inside an array of tables (the `[[pipeline]]` of a run config) a step selects an element:
+/// by index (`pipeline[0].nat_ip` or `pipeline.0.nat_ip`) or by its `name` key, the first table
+/// with that name (`pipeline.nat.nat_ip`).
+///
 /// Errors (naming the key) when a path segment is empty, when the path crosses a value that is
-/// not a table, or when the final key currently holds a table (replacing a whole section with a
-/// scalar is almost always a typo).
+/// not a table, when an index is out of range or no element has the name (listing what the
+/// array holds), or when the final key currently holds a table (replacing a whole section with
+/// a scalar is almost always a typo).
 pub fn apply_set(table: &mut Table, key: &str, value: &str) -> Result<(), String> {
-    let parts: Vec<&str> = key.split('.').map(str::trim).collect();
-    if parts.iter().any(|p| p.is_empty()) {
-        return Err(format!("invalid key `{key}`: empty path segment"));
-    }
-    let (last, parents) = parts.split_last().expect("split always yields one part");
+    let steps = steps(key)?;
+    let (last, parents) = steps.split_last().expect("steps yields at least one");
+    let Step::Key(last) = last else {
+        return Err(format!(
+            "cannot set `{key}`: it names a whole entry; set one of its keys (e.g. `{key}.<name>=...`)"
+        ));
+    };
     let mut cur = table;
-    for (i, part) in parents.iter().enumerate() {
-        let entry = cur
-            .entry(part.to_string())
+    let mut path = String::new();
+    let mut i = 0;
+    while i < parents.len() {
+        let Step::Key(k) = &parents[i] else {
+            return Err(format!(
+                "cannot set `{key}`: `{path}` is a table, not an array; drop the index"
+            ));
+        };
+        if !path.is_empty() {
+            path.push('.');
+        }
+        path.push_str(k);
+        i += 1;
+        let mut v = cur
+            .entry(k.clone())
             .or_insert_with(|| Value::Table(Table::new()));
-        cur = match entry {
+        // Through arrays: each following step picks an element.
+        while let Value::Array(a) = v {
+            let Some(step) = parents.get(i) else {
+                return Err(format!(
+                    "cannot set `{key}`: `{path}` is an array; pick an entry, e.g. \
+                     `{path}[0].{last}` or `{path}.<name>.{last}`"
+                ));
+            };
+            v = element(a, step, &path, key)?;
+            path.push_str(&match step {
+                Step::Index(n) => format!("[{n}]"),
+                Step::Key(n) => format!(".{n}"),
+            });
+            i += 1;
+        }
+        cur = match v {
             Value::Table(t) => t,
             other => {
                 return Err(format!(
-                    "cannot set `{key}`: `{}` is a {}, not a table",
-                    parts[..=i].join("."),
+                    "cannot set `{key}`: `{path}` is a {}, not a table",
                     other.type_str()
                 ));
             }
         };
     }
-    if let Some(Value::Table(_)) = cur.get(*last) {
-        return Err(format!(
-            "cannot set `{key}`: it is a table; set one of its keys (e.g. `{key}.<name>=...`)"
-        ));
+    let new = parse_value(value);
+    match cur.get(last) {
+        Some(Value::Table(_)) => {
+            return Err(format!(
+                "cannot set `{key}`: it is a table; set one of its keys (e.g. `{key}.<name>=...`)"
+            ));
+        }
+        Some(Value::Array(a)) if a.iter().any(Value::is_table) && !new.is_array() => {
+            return Err(format!(
+                "cannot set `{key}`: it is an array of tables; set a key of one entry \
+                 (`{key}[0].<name>=...` or `{key}.<entry name>.<name>=...`) or give a whole \
+                 array (`{key}=[{{...}}, ...]`)"
+            ));
+        }
+        _ => {}
     }
-    cur.insert(last.to_string(), parse_value(value));
+    cur.insert(last.to_string(), new);
     Ok(())
 }
 
@@ -141,6 +285,64 @@ mod tests {
         assert!(e.contains("nic..mps"), "{e}");
         // The table is unchanged by failed sets.
         assert_eq!(t["nic"]["pcie"]["mps"], Value::Integer(256));
+    }
+
+    /// A pipeline entry is reached by index or by name, and the errors list what the array
+    /// holds.
+    #[test]
+    fn pipeline_entries_by_index_and_by_name() {
+        let mut t = table(
+            "[[pipeline]]\nname = \"nat\"\n[[pipeline]]\nname = \"flow_counter\"\n\
+             [[pipeline]]\nname = \"nat\"\n",
+        );
+        apply_set(&mut t, "pipeline[0].nat_ip", "10.9.9.9").unwrap();
+        apply_set(&mut t, "pipeline.1.flows", "64").unwrap();
+        apply_set(&mut t, "pipeline.flow_counter.top_k", "3").unwrap();
+        apply_set(&mut t, "pipeline.nat.flows", "7").unwrap();
+        let p = t["pipeline"].as_array().unwrap();
+        assert_eq!(p[0]["nat_ip"], Value::String("10.9.9.9".into()));
+        assert_eq!(
+            p[0]["flows"],
+            Value::Integer(7),
+            "the first entry of that name"
+        );
+        assert!(p[2].get("flows").is_none());
+        assert_eq!(p[1]["flows"], Value::Integer(64));
+        assert_eq!(p[1]["top_k"], Value::Integer(3));
+        apply_set(&mut t, "pipeline[2].flows", "9").unwrap();
+        assert_eq!(t["pipeline"][2]["flows"], Value::Integer(9));
+
+        let e = apply_set(&mut t, "pipeline[3].flows", "1").unwrap_err();
+        assert!(
+            e.contains("pipeline[3].flows") && e.contains("0..=2"),
+            "{e}"
+        );
+        let e = apply_set(&mut t, "pipeline.lb.vip", "1").unwrap_err();
+        assert!(
+            e.contains("named `lb`") && e.contains("nat ([0]), flow_counter ([1]), nat ([2])"),
+            "{e}"
+        );
+        let e = apply_set(&mut t, "pipeline.nat_ip", "1").unwrap_err();
+        assert!(e.contains("pick an entry"), "{e}");
+        let e = apply_set(&mut t, "pipeline", "1").unwrap_err();
+        assert!(
+            e.contains("array of tables") && e.contains("pipeline[0]"),
+            "{e}"
+        );
+        let mut whole = t.clone();
+        apply_set(&mut whole, "pipeline", "[{name = \"macswap\"}]").unwrap();
+        assert_eq!(whole["pipeline"].as_array().unwrap().len(), 1);
+        let e = apply_set(&mut t, "pipeline[0]", "1").unwrap_err();
+        assert!(e.contains("whole entry"), "{e}");
+        let e = apply_set(&mut t, "pipeline[x].flows", "1").unwrap_err();
+        assert!(e.contains("`[x]` is not an index"), "{e}");
+        let e = apply_set(&mut t, "pipeline[0.flows", "1").unwrap_err();
+        assert!(e.contains("without `]`"), "{e}");
+        let e = apply_set(&mut t, "nic[0].mps", "1").unwrap_err();
+        assert!(e.contains("`nic` is a table, not an array"), "{e}");
+        let mut empty = table("pipeline = []\n");
+        let e = apply_set(&mut empty, "pipeline[0].flows", "1").unwrap_err();
+        assert!(e.contains("is empty"), "{e}");
     }
 
     #[test]

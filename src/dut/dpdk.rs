@@ -74,6 +74,7 @@ impl DpdkDut {
             rx_pcap: None,
             tx_pcap: None,
             live_stats: false,
+            ..RunOptions::default()
         };
         let Some((mut cfg, d)) = dpdk_run::load(&opts).map_err(|e| DutError(e.to_string()))? else {
             return Ok(None);

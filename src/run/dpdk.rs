@@ -8,6 +8,7 @@
 //! (split across its queues) and `run.duration_s` stops Rx after that many seconds; finite
 //! sources (a pcap file) end the run when drained.
 
+use dataplane::driver::dpdk::telemetry::{EalTelemetry, file_prefix};
 use dataplane::driver::dpdk::{
     DpdkPort, DpdkPortConfig, Eal, NicmemSource, PortStatsHandle, RxStop,
 };
@@ -17,8 +18,8 @@ use dataplane::{Burst, DropCounts, Port, Queue, QueueStats};
 use serde_json::{Value, json};
 
 use super::options::{RunError, RunOptions};
-use super::summary::{counter_keys, nf_counters, nf_output_errors, print_warnings};
-use super::workers::{Finished, Supervision, Workers, live_interval};
+use super::summary::{counter_keys, nf_counters, nf_output_errors, per_worker, print_warnings};
+use super::workers::{Finished, Supervision, Workers, live_interval, run_info, serve};
 use crate::config::dpdk::DpdkSection;
 use crate::config::{ConfigError, RunConfig};
 
@@ -235,7 +236,7 @@ pub fn run(cfg: &RunConfig, d: &DpdkSection, opts: &RunOptions) -> Result<Value,
             worker_queues[w].push(q);
         }
     }
-    let setups = worker_queues
+    let setups: Vec<WorkerSetup> = worker_queues
         .into_iter()
         .zip(chains)
         .enumerate()
@@ -253,8 +254,17 @@ pub fn run(cfg: &RunConfig, d: &DpdkSection, opts: &RunOptions) -> Result<Value,
             })
         })
         .collect::<Result<Vec<_>, RunError>>()?;
-    let running = Workers::spawn(setups, cfg.run.drain_timeout_s)?;
-    running.supervise(
+    let names = handles.iter().map(|h| h.name().to_string()).collect();
+    let prepared = Workers::prepare(&setups, run_info(cfg, "dpdk", names));
+    let serving = serve(cfg, opts, &prepared.0, true)?;
+    let eal_telemetry = eal_telemetry(cfg, d, opts, &prepared.0)?;
+    let running = Workers::spawn(
+        setups,
+        prepared,
+        cfg.run.drain_timeout_s,
+        !cfg.run.stop_when_idle,
+    )?;
+    let stopped_by = running.supervise(
         cfg.run.duration_s,
         live_interval(cfg, opts),
         &mut DpdkSupervision { stops: &stops },
@@ -272,7 +282,41 @@ pub fn run(cfg: &RunConfig, d: &DpdkSection, opts: &RunOptions) -> Result<Value,
         }
     }
     out["warnings"] = json!(warnings);
+    out["stopped_by"] = json!(stopped_by.as_str());
+    out["per_worker"] = per_worker(&reports, true);
+    drop((serving, eal_telemetry));
     Ok(out)
+}
+
+/// Registers the run's telemetry commands with EAL's telemetry when the run serves (`run.telemetry`),
+/// saying where the socket is, or that EAL runs without one (`--no-telemetry`).
+fn eal_telemetry(
+    cfg: &RunConfig,
+    d: &DpdkSection,
+    opts: &RunOptions,
+    view: &std::sync::Arc<crate::ops::RunView>,
+) -> Result<Option<EalTelemetry>, RunError> {
+    if !opts.serve || !cfg.run.telemetry {
+        return Ok(None);
+    }
+    let t = EalTelemetry::install(
+        &crate::ops::commands::nmdp_commands(),
+        crate::ops::commands::handler(view.clone()),
+    )
+    .map_err(RunError::Setup)?;
+    let args = Eal::get().map_or(&d.eal_args[..], |e| e.args());
+    if args.iter().any(|a| a == "--no-telemetry") {
+        eprintln!(
+            "telemetry: EAL runs with --no-telemetry, so no socket serves the /nmdp commands; \
+             remove it from dpdk.eal_args"
+        );
+    } else {
+        eprintln!(
+            "telemetry: EAL's socket (dpdk-telemetry.py -f {p}, dataplane ctl --prefix {p})",
+            p = file_prefix(args)
+        );
+    }
+    Ok(Some(t))
 }
 
 fn summary(

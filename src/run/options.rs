@@ -28,13 +28,34 @@ pub struct RunOptions {
     pub tx_pcap: Option<PathBuf>,
     /// Print the live stats line (to stderr).
     pub live_stats: bool,
+    /// Serve the operation surfaces the config asks for (telemetry socket, metrics endpoint):
+    /// what `dataplane run` does; runs made by other code (tests, RFC 2544 trials) serve
+    /// nothing unless they say so.
+    pub serve: bool,
+    /// `--metrics ADDR`: serve Prometheus metrics there (overrides `run.metrics`).
+    pub metrics: Option<String>,
+    /// The run may go on until it is stopped from outside (`dataplane run`, which stops on
+    /// SIGINT/SIGTERM): traffic with neither `run.packets` nor `run.duration_s` is allowed.
+    pub until_stopped: bool,
 }
 
 impl RunOptions {
     /// The `--set` overrides with `--mode`, `--packets`, `--duration` and `--workers` folded in as
     /// the keys they stand for (applied last, so they win), for every driver's config loader.
+    ///
+    /// `--packets` and `--duration` *replace* the config's stop condition rather than race it:
+    /// one given alone clears the other's key (`--duration 5` on a config with `run.packets`
+    /// runs 5 s, not until the config's packet count); given together, the run ends at
+    /// whichever comes first.
     pub fn override_sets(&self) -> Vec<String> {
-        let mut sets = self.sets.clone();
+        // The config file's other stop condition is cleared first, so an explicit `--set
+        // run.packets=...` next to `--duration` still counts.
+        let mut sets = match (self.packets, self.duration_s) {
+            (Some(_), None) => vec!["run.duration_s=0".to_string()],
+            (None, Some(_)) => vec!["run.packets=0".to_string()],
+            _ => Vec::new(),
+        };
+        sets.extend(self.sets.iter().cloned());
         if let Some(m) = self.mode {
             sets.push(format!("datapath.mode={}", m.as_str()));
         }
@@ -46,6 +67,9 @@ impl RunOptions {
         }
         if let Some(w) = self.workers {
             sets.push(format!("run.workers={w}"));
+        }
+        if let Some(m) = &self.metrics {
+            sets.push(format!("run.metrics=\"{m}\""));
         }
         sets
     }
@@ -93,5 +117,34 @@ impl std::error::Error for RunError {}
 impl From<ConfigError> for RunError {
     fn from(e: ConfigError) -> Self {
         RunError::Config(e)
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    /// A stop condition on the command line replaces the config's instead of racing it.
+    #[test]
+    fn command_line_stop_conditions_replace_the_configs() {
+        let with = |packets, duration_s| RunOptions {
+            packets,
+            duration_s,
+            ..RunOptions::default()
+        };
+        let sets = with(None, Some(3.0)).override_sets();
+        assert_eq!(sets, ["run.packets=0", "run.duration_s=3"]);
+        let sets = with(Some(10), None).override_sets();
+        assert_eq!(sets, ["run.duration_s=0", "run.packets=10"]);
+        let sets = with(Some(10), Some(2.5)).override_sets();
+        assert_eq!(sets, ["run.packets=10", "run.duration_s=2.5"]);
+        assert!(with(None, None).override_sets().is_empty());
+        // An explicit --set of the other key still counts: both conditions, as asked.
+        let mut o = with(None, Some(3.0));
+        o.sets = vec!["run.packets=500".into()];
+        assert_eq!(
+            o.override_sets(),
+            ["run.packets=0", "run.packets=500", "run.duration_s=3"]
+        );
     }
 }

@@ -9,6 +9,52 @@ use serde_json::{Value, json};
 use super::options::RunError;
 use crate::config::RunConfig;
 
+/// Each worker's own counters (the summary's `per_worker`): packets and bytes, drops by reason,
+/// bursts, idle polls, its functions' counters, and with `host_times` its busy and active
+/// seconds. Those are the host's wall clock, so a virtual-clock run leaves them out: its summary
+/// is the model's, the same on every run of the same config.
+pub fn per_worker(reports: &[WorkerReport], host_times: bool) -> Value {
+    Value::Array(
+        reports
+            .iter()
+            .enumerate()
+            .map(|(w, r)| {
+                let mut q = QueueStats::default();
+                for s in &r.queue_stats {
+                    q.add(s);
+                }
+                let drops: serde_json::Map<String, Value> = DropReason::all()
+                    .into_iter()
+                    .map(|d| (d.name().to_string(), json!(r.drops.get(d))))
+                    .collect();
+                let nfs: serde_json::Map<String, Value> = r
+                    .nf_counters
+                    .iter()
+                    .map(|(n, c)| (n.clone(), json!(c)))
+                    .collect();
+                let mut v = json!({
+                    "worker": w,
+                    "packets_rx": q.rx_packets,
+                    "packets_tx": q.wire_tx_frames,
+                    "bytes_rx": q.rx_bytes,
+                    "bytes_tx": q.tx_bytes,
+                    "drops": drops,
+                    "rx_nombuf": q.rx_nombuf,
+                    "rx_missed": q.rx_missed,
+                    "bursts": r.bursts,
+                    "idle_polls": r.idle_polls,
+                    "nfs": nfs,
+                });
+                if host_times {
+                    v["busy_s"] = json!(r.busy_s);
+                    v["active_s"] = json!(r.active_s);
+                }
+                v
+            })
+            .collect(),
+    )
+}
+
 /// The network functions' counters merged over the workers, one object per function name
 /// (the summary's `nfs`).
 pub fn nf_counters(reports: &[WorkerReport]) -> Value {
@@ -91,7 +137,16 @@ pub fn counter_keys(
 
 /// Prints a human-readable summary (stderr when JSON goes to stdout).
 pub fn print_summary(s: &Value, to: &mut dyn std::io::Write) -> std::io::Result<()> {
-    writeln!(to, "summary: mode {} workers {}", s["mode"], s["workers"])?;
+    writeln!(
+        to,
+        "summary: mode {} workers {}{}",
+        s["mode"],
+        s["workers"],
+        match s["stopped_by"].as_str() {
+            Some(r) => format!(", stopped by {r}"),
+            None => String::new(),
+        }
+    )?;
     let secs = s["elapsed_s"].as_f64().unwrap_or(0.0).max(1e-9);
     let per_s = |k: &str| s[k].as_u64().unwrap_or(0) as f64 / secs;
     let clock = s["clock"].as_str().unwrap_or("wall");
@@ -237,6 +292,13 @@ pub fn print_summary(s: &Value, to: &mut dyn std::io::Write) -> std::io::Result<
             writeln!(to, "    first record not delivered: {e}")?;
         }
     }
+    if let Some(nfs) = s["nfs"].as_object() {
+        for (name, c) in nfs {
+            for line in nf_essentials(name, c) {
+                writeln!(to, "  {line}")?;
+            }
+        }
+    }
     let drops: Vec<String> = s["drops"]
         .as_object()
         .map(|m| {
@@ -256,6 +318,169 @@ pub fn print_summary(s: &Value, to: &mut dyn std::io::Write) -> std::io::Result<
         }
     )?;
     Ok(())
+}
+
+/// Backends listed one per line in the text summary; more are summed up in one line.
+const SUMMARY_BACKEND_LINES: usize = 64;
+
+fn n(v: &Value, k: &str) -> u64 {
+    v[k].as_u64().unwrap_or(0)
+}
+
+/// The nonzero drops of a function's `drops` object, `reason=n ...` (or `none`).
+fn nf_drops(c: &Value) -> String {
+    let d: Vec<String> = c["drops"]
+        .as_object()
+        .map(|m| {
+            m.iter()
+                .filter(|(_, v)| v.as_u64().unwrap_or(0) > 0)
+                .map(|(k, v)| format!("{k}={v}"))
+                .collect()
+        })
+        .unwrap_or_default();
+    if d.is_empty() {
+        "none".into()
+    } else {
+        d.join(" ")
+    }
+}
+
+/// What an operator reads first about a function, from its counters in the summary's JSON
+/// (`name` as the summary keys it): a line or a few (a load balancer's per-backend table).
+pub fn nf_essentials(name: &str, c: &Value) -> Vec<String> {
+    let canonical = nfs::lookup(name).map_or(name, |s| s.name);
+    match canonical {
+        "lb" => {
+            let mut out = vec![format!(
+                "{name}: {} VIP packets, {} new flows, {} active flows, {} remapped, drops {}",
+                n(c, "vip_packets"),
+                n(c, "new_flows"),
+                n(c, "active_flows"),
+                n(c, "remapped"),
+                nf_drops(c)
+            )];
+            if let Some(b) = c["backends"].as_object() {
+                let b = by_address(b);
+                out.push(format!(
+                    "  {:<16} {:<9} {:>6} {:>12} {:>12} {:>12}",
+                    "backend", "state", "weight", "packets", "new_flows", "active_flows"
+                ));
+                for (addr, r) in b.iter().take(SUMMARY_BACKEND_LINES) {
+                    let r = *r;
+                    out.push(format!(
+                        "  {addr:<16} {:<9} {:>6} {:>12} {:>12} {:>12}",
+                        r["state"].as_str().unwrap_or("?"),
+                        n(r, "weight"),
+                        n(r, "packets"),
+                        n(r, "new_flows"),
+                        n(r, "active_flows"),
+                    ));
+                }
+                if b.len() > SUMMARY_BACKEND_LINES {
+                    let rest: u64 = b
+                        .iter()
+                        .skip(SUMMARY_BACKEND_LINES)
+                        .map(|(_, r)| n(r, "packets"))
+                        .sum();
+                    out.push(format!(
+                        "  ... {} more backends with {rest} packets (--json has them all)",
+                        b.len() - SUMMARY_BACKEND_LINES
+                    ));
+                }
+            }
+            out
+        }
+        "nat" => vec![format!(
+            "{name}: {} active sessions ({} created), {} translated, port_exhausted {}, \
+             no_mapping {}, drops {}",
+            n(c, "active_mappings"),
+            n(c, "new_mappings"),
+            n(c, "translations"),
+            n(c, "port_exhausted"),
+            n(c, "no_mapping"),
+            nf_drops(c)
+        )],
+        "flow_counter" => vec![format!(
+            "{name}: {} flows ({} new, {} expired, {} evicted), table_full {}",
+            n(c, "flows"),
+            n(c, "new_flows"),
+            n(c, "expired"),
+            n(c, "evicted"),
+            n(c, "table_full")
+        )],
+        _ => {
+            let counts: Vec<String> = c
+                .as_object()
+                .map(|m| {
+                    m.iter()
+                        .filter(|(_, v)| v.as_u64().is_some_and(|x| x > 0))
+                        .take(6)
+                        .map(|(k, v)| format!("{k} {v}"))
+                        .collect()
+                })
+                .unwrap_or_default();
+            vec![format!(
+                "{name}: {}",
+                if counts.is_empty() {
+                    "no counts".to_string()
+                } else {
+                    counts.join(", ")
+                }
+            )]
+        }
+    }
+}
+
+/// The rows of a table keyed by address, in address order (JSON objects come sorted as text).
+fn by_address(m: &serde_json::Map<String, Value>) -> Vec<(&str, &Value)> {
+    let mut v: Vec<(&str, &Value)> = m.iter().map(|(k, v)| (k.as_str(), v)).collect();
+    v.sort_by_key(|(k, _)| (k.parse::<std::net::Ipv4Addr>().ok(), k.to_string()));
+    v
+}
+
+/// A function's essentials in a few words, for the live line.
+pub fn nf_live(name: &str, c: &Value) -> String {
+    let canonical = nfs::lookup(name).map_or(name, |s| s.name);
+    match canonical {
+        "lb" => {
+            let mut s = format!("{name} flows {}", n(c, "active_flows"));
+            if let Some(b) = c["backends"].as_object() {
+                let b = by_address(b);
+                if b.len() <= 4 {
+                    for (addr, r) in &b {
+                        s.push_str(&format!(" {addr} {}", n(r, "packets")));
+                    }
+                } else {
+                    let (mut lo, mut hi) = ((u64::MAX, ""), (0, ""));
+                    for (addr, r) in &b {
+                        let p = n(r, "packets");
+                        if p < lo.0 {
+                            lo = (p, addr);
+                        }
+                        if p >= hi.0 {
+                            hi = (p, addr);
+                        }
+                    }
+                    s.push_str(&format!(
+                        ", {} backends: packets min {} ({}) max {} ({})",
+                        b.len(),
+                        lo.0,
+                        lo.1,
+                        hi.0,
+                        hi.1
+                    ));
+                }
+            }
+            s
+        }
+        "nat" => format!(
+            "{name} sessions {} exhausted {}",
+            n(c, "active_mappings"),
+            n(c, "port_exhausted")
+        ),
+        "flow_counter" => format!("{name} flows {}", n(c, "flows")),
+        _ => String::new(),
+    }
 }
 
 /// Prints the config's warnings ([`RunConfig::warnings`]) to stderr and returns them (for the

@@ -11,7 +11,9 @@ use std::sync::atomic::{AtomicU64, Ordering};
 
 use std::sync::Arc;
 
-use dataplane::driver::vnic::{Item, LiveModel, ModelSink, PortModel, QueueModelReport, VnicPort};
+use dataplane::driver::vnic::{
+    ClockMode, Item, LiveModel, ModelSink, PortModel, QueueModelReport, VnicPort,
+};
 use dataplane::link::fd::KernelLinkCounters;
 use dataplane::link::{FrameSink, FrameSource, Link};
 use dataplane::net::{MacAddr, PortAddr, SlowPath};
@@ -22,8 +24,8 @@ use pktgen::nat_traffic::{NatBidirReport, NatReturnConfig};
 use serde_json::{Value, json};
 
 use super::options::{RunError, RunOptions, load_config};
-use super::summary::{counter_keys, nf_counters, nf_output_errors, print_warnings};
-use super::workers::{Finished, Supervision, Workers, live_interval};
+use super::summary::{counter_keys, nf_counters, nf_output_errors, per_worker, print_warnings};
+use super::workers::{Finished, Supervision, Workers, live_interval, run_info, serve};
 use crate::config::net::VnicLink;
 use crate::config::{ConfigError, RunConfig, same_file};
 use crate::kept_chains::KeptChains;
@@ -102,6 +104,7 @@ pub fn run_keeping(opts: &RunOptions, kept: &mut KeptChains) -> Result<Value, Ru
                 cfg.run.duration_s,
                 cfg.vnic.max_frame,
                 nat.as_ref(),
+                opts.until_stopped,
             )
             .map_err(|(key, msg)| ConfigError {
                 file: path.to_path_buf(),
@@ -159,7 +162,7 @@ pub fn run_keeping(opts: &RunOptions, kept: &mut KeptChains) -> Result<Value, Ru
         .iter_mut()
         .map(|p| p.take_queues().into_iter())
         .collect();
-    let setups = chains
+    let setups: Vec<WorkerSetup> = chains
         .into_iter()
         .enumerate()
         .map(|(w, chain)| {
@@ -177,14 +180,28 @@ pub fn run_keeping(opts: &RunOptions, kept: &mut KeptChains) -> Result<Value, Ru
             })
         })
         .collect::<Result<Vec<_>, RunError>>()?;
-    let running = Workers::spawn(setups, cfg.run.drain_timeout_s)?;
+    let prepared = Workers::prepare(
+        &setups,
+        run_info(
+            &cfg,
+            "vnic",
+            ports.iter().map(|p| p.name().to_string()).collect(),
+        ),
+    );
+    let serving = serve(&cfg, opts, &prepared.0, false)?;
+    let running = Workers::spawn(
+        setups,
+        prepared,
+        cfg.run.drain_timeout_s,
+        !cfg.run.stop_when_idle,
+    )?;
     let mut sup = VnicSupervision {
         traffic: traffic.as_ref(),
         tx_pcap: tx_pcap.as_deref(),
         model: &model_sink,
         last_pcie: (0, 0, 0),
     };
-    running.supervise(cfg.run.duration_s, live_interval(&cfg, opts), &mut sup);
+    let stopped_by = running.supervise(cfg.run.duration_s, live_interval(&cfg, opts), &mut sup);
     let Finished {
         mut reports,
         elapsed_s: elapsed,
@@ -238,6 +255,10 @@ pub fn run_keeping(opts: &RunOptions, kept: &mut KeptChains) -> Result<Value, Ru
     }
     out["warnings"] = json!(warnings);
     out["nf_cycles"] = nf_cycles.report;
+    out["stopped_by"] = json!(stopped_by.as_str());
+    out["per_worker"] = per_worker(&reports, cfg.run.clock != ClockMode::Virtual);
+    // The surfaces stop (and the socket goes) once the summary is complete.
+    drop(serving);
     Ok(out)
 }
 

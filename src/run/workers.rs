@@ -1,7 +1,9 @@
 //! The workers of a run, whatever the driver: one thread per worker running
 //! [`dataplane::runloop::run_worker`] over its queues and NF chain, the supervision loop that
-//! enforces `run.duration_s` and prints the live stats line, and the join that collects their
-//! reports.
+//! ends the run (`run.duration_s`, a stop signal, the driver; see [`super::lifecycle`]), keeps
+//! the rates the operation surfaces report and prints the live stats line, and the join that
+//! collects their reports. [`Workers::view`] is what the telemetry socket, the metrics
+//! endpoint and `dataplane ctl` see of them ([`crate::ops`]).
 //!
 //! A driver's run builds the [`WorkerSetup`]s (its queues, one NF chain each), hands them to
 //! [`Workers::spawn`], and supervises them with a [`Supervision`] of its own: what stops its
@@ -9,14 +11,17 @@
 //! what it adds to the live line (the virtual NIC's PCIe utilisation).
 
 use std::sync::Arc;
-use std::sync::atomic::{AtomicU64, Ordering};
 use std::thread::JoinHandle;
 use std::time::{Duration, Instant};
 
-use dataplane::DropReason;
-use dataplane::runloop::{LiveStats, RunControl, WorkerReport, WorkerSetup, run_worker};
+use dataplane::runloop::{
+    LiveSnapshot, RunControl, WorkerReport, WorkerSetup, WorkerShared, run_worker,
+};
+use dataplane::{DropCounts, QueueStats};
 
+use super::lifecycle::{SIGNAL_DRAIN, StopReason, stop_signal};
 use super::options::RunError;
+use crate::ops::{RunInfo, RunView};
 
 /// What a driver's run adds to the supervision loop.
 pub trait Supervision {
@@ -37,7 +42,7 @@ pub trait Supervision {
 /// Running workers (see the module docs).
 pub struct Workers {
     handles: Vec<JoinHandle<WorkerReport>>,
-    live: Arc<Vec<LiveStats>>,
+    view: Arc<RunView>,
     control: RunControl,
     start: Instant,
 }
@@ -51,66 +56,138 @@ pub struct Finished {
 }
 
 impl Workers {
-    /// Starts one thread per setup (worker `i` runs `setups[i]`), each named `worker<i>`.
-    pub fn spawn(setups: Vec<WorkerSetup>, drain_timeout_s: f64) -> Result<Self, RunError> {
+    /// The view the operation surfaces will have of the workers of `setups` (so they can be
+    /// started before the workers are), and the workers' shared state to spawn them with.
+    pub fn prepare(setups: &[WorkerSetup], info: RunInfo) -> (Arc<RunView>, Arc<[WorkerShared]>) {
+        let shared: Arc<[WorkerShared]> = setups
+            .iter()
+            .map(|s| WorkerShared::new(s.queues.len()))
+            .collect();
+        let view = Arc::new(RunView::new(info, shared.clone(), Instant::now()));
+        (view, shared)
+    }
+
+    /// Starts one thread per setup (worker `i` runs `setups[i]` with `shared[i]`, from
+    /// [`Workers::prepare`]), each named `worker<i>`; they drain for at most `drain_timeout_s`
+    /// once stopped, and keep polling when their queues are idle if `keep_polling` (until
+    /// stopped).
+    pub fn spawn(
+        setups: Vec<WorkerSetup>,
+        (view, shared): (Arc<RunView>, Arc<[WorkerShared]>),
+        drain_timeout_s: f64,
+        keep_polling: bool,
+    ) -> Result<Self, RunError> {
         let workers = setups.len() as u16;
-        let live: Arc<Vec<LiveStats>> =
-            Arc::new((0..workers).map(|_| LiveStats::default()).collect());
-        let control = RunControl {
-            stop: Arc::new(Default::default()),
-            drain_timeout: Duration::from_secs_f64(drain_timeout_s),
-        };
+        let mut control = RunControl::new(Duration::from_secs_f64(drain_timeout_s));
+        control.keep_polling = keep_polling;
         let start = Instant::now();
         let handles = setups
             .into_iter()
             .enumerate()
             .map(|(w, setup)| {
                 let control = control.clone();
-                let live = live.clone();
+                let shared = shared.clone();
                 std::thread::Builder::new()
                     .name(format!("worker{w}"))
-                    .spawn(move || run_worker(w as u16, workers, setup, &control, &live[w]))
+                    .spawn(move || run_worker(w as u16, workers, setup, &control, &shared[w]))
                     .map_err(|e| RunError::Setup(format!("cannot start worker {w}: {e}")))
             })
             .collect::<Result<_, _>>()?;
         Ok(Self {
             handles,
-            live,
+            view,
             control,
             start,
         })
     }
 
-    /// Waits for the workers to finish, stopping them once `duration_s` (0: no limit) has passed
-    /// or `sup` asks to, and printing the live line to stderr every `interval` (none: no line).
+    /// What the operation surfaces see of the workers.
+    pub fn view(&self) -> Arc<RunView> {
+        self.view.clone()
+    }
+
+    /// Waits for the workers to finish, stopping them once `duration_s` (0: no limit) has passed,
+    /// a stop signal came (draining for at most [`SIGNAL_DRAIN`]) or `sup` asks to, and printing
+    /// the live line to stderr every `interval` (none: no line). Returns why the run ended.
     pub fn supervise(
         &self,
         duration_s: f64,
         interval: Option<Duration>,
         sup: &mut dyn Supervision,
-    ) {
+    ) -> StopReason {
         let mut next_print = interval.unwrap_or(Duration::ZERO);
         let mut rates = LiveRates::new(self.start);
+        let mut reason: Option<StopReason> = None;
         while !self.handles.iter().all(|h| h.is_finished()) {
             std::thread::sleep(Duration::from_millis(20));
             let el = self.start.elapsed();
-            if sup.must_stop() || (duration_s > 0.0 && el.as_secs_f64() >= duration_s) {
+            self.view.sample_rates();
+            let now = if let Some(sig) = stop_signal() {
+                Some(StopReason::Signal(sig))
+            } else if sup.must_stop() {
+                Some(StopReason::Driver)
+            } else if duration_s > 0.0 && el.as_secs_f64() >= duration_s {
+                Some(StopReason::Duration)
+            } else {
+                None
+            };
+            if let Some(r) = now {
+                if reason.is_none() {
+                    reason = Some(r);
+                    if let StopReason::Signal(sig) = r {
+                        eprintln!(
+                            "{sig}: stopping (draining at most {} ms; send it again to exit at \
+                             once)",
+                            SIGNAL_DRAIN.as_millis()
+                        );
+                    }
+                }
                 sup.stop();
-                self.control.stop.store(true, Ordering::Relaxed);
+                match r {
+                    StopReason::Signal(_) => self.control.stop_within(SIGNAL_DRAIN),
+                    _ => self
+                        .control
+                        .stop
+                        .store(true, std::sync::atomic::Ordering::Release),
+                }
             }
             if let Some(iv) = interval
                 && el >= next_print
             {
                 next_print += iv;
-                let line = rates.line(&self.live);
+                let snaps = self.view.snapshots();
+                let line = rates.line(&snaps);
                 eprintln!(
-                    "[{:6.1}s] {line}{} | {}",
+                    "[{:6.1}s] {line}{} | {}{}",
                     el.as_secs_f64(),
                     sup.live_extra(),
-                    counts_line(&self.live)
+                    counts_line(&snaps),
+                    self.nf_line()
                 );
             }
         }
+        reason.unwrap_or(StopReason::TrafficEnd)
+    }
+
+    /// The functions' essentials for the live line (` | lb flows 12 ...`), asked of the
+    /// workers between bursts; empty once they have finished.
+    fn nf_line(&self) -> String {
+        if self.view.finished() {
+            return String::new();
+        }
+        let Ok(per_worker) = self.view.nf_counters() else {
+            return String::new();
+        };
+        let mut out = String::new();
+        for (i, name) in self.view.info.pipeline.iter().enumerate() {
+            let c = crate::ops::commands::merged(&per_worker, i);
+            let s = super::summary::nf_live(name, &serde_json::json!(c));
+            if !s.is_empty() {
+                out.push_str(" | ");
+                out.push_str(&s);
+            }
+        }
+        out
     }
 
     /// Collects every worker's report; a worker that panicked fails the run.
@@ -122,7 +199,8 @@ impl Workers {
                 h.join()
                     .map_err(|_| RunError::Setup("a worker panicked".into()))
             })
-            .collect::<Result<_, _>>()?;
+            .collect::<Result<Vec<WorkerReport>, _>>()?;
+        self.view.set_final(&reports);
         Ok(Finished {
             reports,
             elapsed_s: self.start.elapsed().as_secs_f64(),
@@ -130,28 +208,78 @@ impl Workers {
     }
 }
 
-fn sum(live: &[LiveStats], f: fn(&LiveStats) -> &AtomicU64) -> u64 {
-    live.iter().map(|l| f(l).load(Ordering::Relaxed)).sum()
+/// What the operation surfaces say the run is: `driver`, the config's mode and pipeline
+/// (canonical names), and the ports' names.
+pub fn run_info(
+    cfg: &crate::config::RunConfig,
+    driver: &'static str,
+    ports: Vec<String>,
+) -> RunInfo {
+    RunInfo {
+        driver,
+        mode: cfg.datapath.mode.as_str(),
+        ports,
+        pipeline: cfg
+            .pipeline
+            .iter()
+            .map(|e| {
+                let n = e.get("name").and_then(|v| v.as_str()).unwrap_or("");
+                nfs::lookup(n).map_or(n, |s| s.name).to_string()
+            })
+            .collect(),
+    }
+}
+
+/// Starts what the config asks the run to serve (`opts.serve`: the telemetry socket unless
+/// `eal_serves_telemetry`, the metrics endpoint), saying where on stderr.
+pub fn serve(
+    cfg: &crate::config::RunConfig,
+    opts: &super::options::RunOptions,
+    view: &Arc<RunView>,
+    eal_serves_telemetry: bool,
+) -> Result<Option<crate::ops::Serving>, RunError> {
+    if !opts.serve {
+        return Ok(None);
+    }
+    let s = crate::ops::serve(cfg, view, eal_serves_telemetry)
+        .map_err(|e| RunError::Setup(format!("config {}: {e}", opts.config.display())))?;
+    if let Some(t) = &s.telemetry {
+        eprintln!(
+            "telemetry: {} (dpdk-telemetry.py -f {p}, dataplane ctl --prefix {p})",
+            t.path().display(),
+            p = cfg.run.telemetry_prefix
+        );
+    }
+    if let Some(m) = &s.metrics {
+        eprintln!("metrics: http://{}/metrics", m.addr());
+    }
+    Ok(Some(s))
+}
+
+/// The queue counters and drops of every worker, summed.
+fn totals(snaps: &[LiveSnapshot]) -> (QueueStats, DropCounts) {
+    let mut q = QueueStats::default();
+    let mut d = DropCounts::default();
+    for s in snaps {
+        q.add(&s.total());
+        d.merge(&s.drops);
+    }
+    (q, d)
 }
 
 /// `rx N | primary P secondary S | nombuf M | drops r=n ...` over every worker.
-fn counts_line(live: &[LiveStats]) -> String {
+fn counts_line(snaps: &[LiveSnapshot]) -> String {
+    let (q, d) = totals(snaps);
     let mut drops = String::new();
-    for r in DropReason::all() {
-        let n: u64 = live
-            .iter()
-            .map(|l| l.drops[r.index()].load(Ordering::Relaxed))
-            .sum();
-        if n > 0 {
-            drops.push_str(&format!(" {}={n}", r.name()));
-        }
+    for (r, n) in d.nonzero() {
+        drops.push_str(&format!(" {}={n}", r.name()));
     }
     format!(
         "rx {} | primary {} secondary {} | nombuf {} | drops{}",
-        sum(live, |l| &l.rx_packets),
-        sum(live, |l| &l.rx_primary),
-        sum(live, |l| &l.rx_secondary),
-        sum(live, |l| &l.rx_nombuf),
+        q.rx_packets,
+        q.rx_primary,
+        q.rx_secondary,
+        q.rx_nombuf,
         if drops.is_empty() { " 0" } else { &drops },
     )
 }
@@ -173,13 +301,9 @@ impl LiveRates {
     }
 
     /// `rx X Mpps Y Gb/s | tx X Mpps Y Gb/s` since the previous call.
-    pub fn line(&mut self, live: &[LiveStats]) -> String {
-        let now_counts = [
-            sum(live, |l| &l.rx_packets),
-            sum(live, |l| &l.rx_bytes),
-            sum(live, |l| &l.tx_packets),
-            sum(live, |l| &l.tx_bytes),
-        ];
+    pub fn line(&mut self, snaps: &[LiveSnapshot]) -> String {
+        let (q, _) = totals(snaps);
+        let now_counts = [q.rx_packets, q.rx_bytes, q.tx_packets, q.tx_bytes];
         let now = Instant::now();
         let dt = (now - self.at).as_secs_f64().max(1e-9);
         let d = |i: usize| now_counts[i].saturating_sub(self.last[i]) as f64 / dt;

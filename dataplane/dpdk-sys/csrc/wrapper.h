@@ -18,6 +18,7 @@
 #include <rte_malloc.h>
 #include <rte_ethdev.h>
 #include <rte_version.h>
+#include <rte_telemetry.h>
 
 /* RTE_BIT64() flags are function-like macros bindgen does not evaluate; these constants are. */
 static const uint64_t NMDP_RX_OFFLOAD_SCATTER = RTE_ETH_RX_OFFLOAD_SCATTER;

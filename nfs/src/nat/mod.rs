@@ -104,6 +104,7 @@ mod config;
 mod frag;
 mod icmp;
 mod pool;
+mod sessions;
 mod state;
 mod tcp;
 
@@ -112,7 +113,8 @@ pub use config::{
 };
 
 use dataplane::{
-    Burst, Counters, DropCounts, DropReason, NetworkFunction, NfContext, PREFETCH_AHEAD, Verdict,
+    Burst, Counters, DropCounts, DropReason, NetworkFunction, NfCommand, NfContext, PREFETCH_AHEAD,
+    Verdict,
 };
 use wire::checksum::CsumDelta;
 use wire::classify::{Frag, L4, ParseError, Parsed, parse};
@@ -1877,6 +1879,10 @@ impl NetworkFunction for Nat {
 
     fn held(&self) -> usize {
         self.frags.held()
+    }
+
+    fn control(&mut self, cmd: &NfCommand, ctx: &NfContext) -> Result<Counters, String> {
+        self.command(cmd, ctx)
     }
 
     fn release(&mut self, out: &mut Burst, ctx: &NfContext, flush: bool) {

@@ -59,6 +59,7 @@ mod port;
 mod queue;
 mod shared;
 mod spill;
+pub mod telemetry;
 mod txgen;
 
 #[cfg(test)]

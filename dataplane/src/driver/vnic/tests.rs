@@ -634,7 +634,7 @@ fn paced_wall_clock_queue_resumes_after_its_source_stalls() {
 /// port 1, byte for byte, in every mode (one or two workers), and no buffer is lost.
 #[test]
 fn a_packet_received_on_one_port_leaves_by_another() {
-    use crate::runloop::{LiveStats, RunControl, WorkerSetup, run_worker};
+    use crate::runloop::{RunControl, WorkerSetup, WorkerShared, run_worker};
     for mode in DatapathMode::ALL {
         for queues in [1u16, 2] {
             let frames: Vec<Vec<u8>> = sizes()
@@ -678,7 +678,7 @@ fn a_packet_received_on_one_port_leaves_by_another() {
                 for (w, (qi, qo)) in ins.into_iter().zip(outs).enumerate() {
                     let control = &control;
                     s.spawn(move || {
-                        let live = LiveStats::default();
+                        let shared = WorkerShared::new(2);
                         let setup = WorkerSetup {
                             queues: vec![qi, qo],
                             chain: crate::nf::NfChain::new(),
@@ -686,7 +686,7 @@ fn a_packet_received_on_one_port_leaves_by_another() {
                             burst: 32,
                             slow: None,
                         };
-                        let r = run_worker(w as u16, queues, setup, control, &live);
+                        let r = run_worker(w as u16, queues, setup, control, &shared);
                         assert_eq!(r.drops.total(), 0, "{mode}");
                     });
                 }

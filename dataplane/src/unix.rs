@@ -1,0 +1,205 @@
+//! The few Unix calls the run's operation surface needs and `std` does not offer: handlers for
+//! SIGINT and SIGTERM, `SOCK_SEQPACKET` sockets (DPDK's telemetry protocol is spoken over them,
+//! and its client refuses a stream socket), and the credentials of a socket's peer (to refuse
+//! commands that change state to other users).
+//!
+//! This is FFI to libc: each call is one small safe function with its `unsafe` block and
+//! `// SAFETY:` comment here, and nowhere else.
+
+use std::io;
+use std::os::fd::{AsRawFd, FromRawFd, OwnedFd};
+use std::os::unix::ffi::OsStrExt;
+use std::os::unix::net::{UnixListener, UnixStream};
+use std::path::Path;
+use std::sync::atomic::{AtomicI32, AtomicU32, Ordering};
+
+/// Stop signals received so far (SIGINT and SIGTERM together).
+static STOP_SIGNALS: AtomicU32 = AtomicU32::new(0);
+/// The last stop signal received (0: none).
+static LAST_SIGNAL: AtomicI32 = AtomicI32::new(0);
+
+/// The process exit status of a second stop signal (128 + SIGINT, as shells report an
+/// interrupted command).
+pub const EXIT_AT_ONCE: i32 = 130;
+
+extern "C" fn on_stop_signal(sig: libc::c_int) {
+    LAST_SIGNAL.store(sig, Ordering::Relaxed);
+    if STOP_SIGNALS.fetch_add(1, Ordering::AcqRel) >= 1 {
+        let msg = b"second stop signal: exiting at once, without a summary\n";
+        // SAFETY: write(2) and _exit(2) are async-signal-safe; `msg` is a valid buffer of the
+        // length given.
+        unsafe {
+            libc::write(2, msg.as_ptr().cast(), msg.len());
+            libc::_exit(EXIT_AT_ONCE);
+        }
+    }
+}
+
+/// Installs the handler of SIGINT and SIGTERM: the first one only counts (the run polls
+/// [`stop_signals`] and stops cleanly), a second one ends the process at once with status
+/// [`EXIT_AT_ONCE`].
+pub fn install_stop_handlers() -> io::Result<()> {
+    for sig in [libc::SIGINT, libc::SIGTERM] {
+        // SAFETY: a zeroed sigaction is a valid "no flags, empty mask" value; the handler is an
+        // `extern "C" fn(c_int)` that only touches atomics and async-signal-safe calls.
+        let rc = unsafe {
+            let mut sa: libc::sigaction = std::mem::zeroed();
+            sa.sa_sigaction = on_stop_signal as *const () as libc::sighandler_t;
+            sa.sa_flags = libc::SA_RESTART;
+            libc::sigemptyset(&mut sa.sa_mask);
+            libc::sigaction(sig, &sa, std::ptr::null_mut())
+        };
+        if rc != 0 {
+            return Err(io::Error::last_os_error());
+        }
+    }
+    Ok(())
+}
+
+/// Stop signals (SIGINT, SIGTERM) received since the handlers were installed.
+pub fn stop_signals() -> u32 {
+    STOP_SIGNALS.load(Ordering::Acquire)
+}
+
+/// The name of the last stop signal received, if any.
+pub fn last_stop_signal() -> Option<&'static str> {
+    match LAST_SIGNAL.load(Ordering::Relaxed) {
+        libc::SIGINT => Some("SIGINT"),
+        libc::SIGTERM => Some("SIGTERM"),
+        _ => None,
+    }
+}
+
+/// The process's effective user id.
+pub fn effective_uid() -> u32 {
+    // SAFETY: geteuid cannot fail and takes no arguments.
+    unsafe { libc::geteuid() }
+}
+
+/// A `sockaddr_un` for `path`, or an error when the path does not fit one.
+fn unix_addr(path: &Path) -> io::Result<(libc::sockaddr_un, libc::socklen_t)> {
+    // SAFETY: all-zero bytes are a valid sockaddr_un.
+    let mut addr: libc::sockaddr_un = unsafe { std::mem::zeroed() };
+    addr.sun_family = libc::AF_UNIX as libc::sa_family_t;
+    let bytes = path.as_os_str().as_bytes();
+    if bytes.len() >= addr.sun_path.len() || bytes.contains(&0) {
+        return Err(io::Error::new(
+            io::ErrorKind::InvalidInput,
+            format!(
+                "socket path {} is longer than {} bytes (or holds a NUL)",
+                path.display(),
+                addr.sun_path.len() - 1
+            ),
+        ));
+    }
+    for (d, &s) in addr.sun_path.iter_mut().zip(bytes) {
+        *d = s as libc::c_char;
+    }
+    let len = std::mem::size_of::<libc::sa_family_t>() + bytes.len() + 1;
+    Ok((addr, len as libc::socklen_t))
+}
+
+/// A new `AF_UNIX`, `SOCK_SEQPACKET`, close-on-exec socket.
+fn seqpacket_socket() -> io::Result<OwnedFd> {
+    // SAFETY: plain socket(2) call; the result is checked before it is owned.
+    let fd = unsafe { libc::socket(libc::AF_UNIX, libc::SOCK_SEQPACKET | libc::SOCK_CLOEXEC, 0) };
+    if fd < 0 {
+        return Err(io::Error::last_os_error());
+    }
+    // SAFETY: `fd` is a new descriptor nobody else owns.
+    Ok(unsafe { OwnedFd::from_raw_fd(fd) })
+}
+
+/// A `SOCK_SEQPACKET` socket listening at `path` (which must not exist), as a [`UnixListener`]:
+/// its `accept` works on any socket type, and each accepted [`UnixStream`] reads and writes
+/// whole messages.
+pub fn seqpacket_listen(path: &Path, backlog: i32) -> io::Result<UnixListener> {
+    let (addr, len) = unix_addr(path)?;
+    let fd = seqpacket_socket()?;
+    // SAFETY: `addr` is a valid sockaddr_un of `len` bytes; `fd` is an open socket.
+    let rc = unsafe {
+        libc::bind(
+            fd.as_raw_fd(),
+            (&addr as *const libc::sockaddr_un).cast(),
+            len,
+        )
+    };
+    if rc != 0 {
+        return Err(io::Error::last_os_error());
+    }
+    // SAFETY: `fd` is a bound socket.
+    if unsafe { libc::listen(fd.as_raw_fd(), backlog) } != 0 {
+        return Err(io::Error::last_os_error());
+    }
+    Ok(UnixListener::from(fd))
+}
+
+/// A `SOCK_SEQPACKET` connection to the socket at `path`, as a [`UnixStream`].
+pub fn seqpacket_connect(path: &Path) -> io::Result<UnixStream> {
+    let (addr, len) = unix_addr(path)?;
+    let fd = seqpacket_socket()?;
+    // SAFETY: `addr` is a valid sockaddr_un of `len` bytes; `fd` is an open socket.
+    let rc = unsafe {
+        libc::connect(
+            fd.as_raw_fd(),
+            (&addr as *const libc::sockaddr_un).cast(),
+            len,
+        )
+    };
+    if rc != 0 {
+        return Err(io::Error::last_os_error());
+    }
+    Ok(UnixStream::from(fd))
+}
+
+/// The user id of the process at the other end of a Unix socket (`SO_PEERCRED`).
+pub fn peer_uid(s: &UnixStream) -> io::Result<u32> {
+    // SAFETY: all-zero bytes are a valid ucred.
+    let mut cred: libc::ucred = unsafe { std::mem::zeroed() };
+    let mut len = std::mem::size_of::<libc::ucred>() as libc::socklen_t;
+    // SAFETY: `cred` and `len` are valid out-pointers of the size passed; `s` is an open socket.
+    let rc = unsafe {
+        libc::getsockopt(
+            s.as_raw_fd(),
+            libc::SOL_SOCKET,
+            libc::SO_PEERCRED,
+            (&mut cred as *mut libc::ucred).cast(),
+            &mut len,
+        )
+    };
+    if rc != 0 {
+        return Err(io::Error::last_os_error());
+    }
+    Ok(cred.uid)
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use std::io::{Read, Write};
+
+    /// Messages keep their boundaries, and the peer is this process's user.
+    #[test]
+    fn seqpacket_messages_and_peer_credentials() {
+        let dir = std::env::temp_dir().join(format!("nmdp-unix-{}", std::process::id()));
+        std::fs::create_dir_all(&dir).unwrap();
+        let path = dir.join("s");
+        let _ = std::fs::remove_file(&path);
+        let l = seqpacket_listen(&path, 4).unwrap();
+        let mut c = seqpacket_connect(&path).unwrap();
+        let (mut s, _) = l.accept().unwrap();
+        c.write_all(b"/one").unwrap();
+        c.write_all(b"/two,2").unwrap();
+        let mut buf = [0u8; 64];
+        let n = s.read(&mut buf).unwrap();
+        assert_eq!(&buf[..n], b"/one");
+        let n = s.read(&mut buf).unwrap();
+        assert_eq!(&buf[..n], b"/two,2");
+        assert_eq!(peer_uid(&s).unwrap(), effective_uid());
+        assert!(seqpacket_listen(&path, 4).is_err(), "the path is taken");
+        let long = dir.join("x".repeat(200));
+        let e = seqpacket_listen(&long, 4).unwrap_err();
+        assert!(e.to_string().contains("longer than"), "{e}");
+        std::fs::remove_dir_all(&dir).unwrap();
+    }
+}
