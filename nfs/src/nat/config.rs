@@ -172,6 +172,15 @@ pub struct NatConfig {
     pub fragments_held: u32,
     /// Hash seed (mixed with the worker index).
     pub seed: u64,
+    /// IPFIX collector (`"127.0.0.1:4739"`) for NAT event logging (session create and delete,
+    /// port exhaustion); unset: no logging.
+    pub log_ipfix: Option<String>,
+    /// The most a logged event waits in the worker's buffer before it is sent, ms (sent after
+    /// the next burst; everything is sent at the end of the run).
+    pub log_flush_ms: u32,
+    /// Port-exhaustion records logged per second per worker; the rest are counted as
+    /// `log.exhaustion_suppressed`.
+    pub log_exhaustion_per_s: u32,
 }
 
 /// Every key of [`NatConfig`] with what it sets, for the NAT's registration (`dataplane nfs`
@@ -333,6 +342,22 @@ pub(super) const PARAMS: &[Param] = &[
         name: "seed",
         doc: "hash seed (mixed with the worker index)",
     },
+    Param {
+        name: "log_ipfix",
+        doc: "IPFIX collector `address:port` for NAT event logging (RFC 7011 messages, RFC 8158 \
+              elements: session create and delete, ports exhausted); unset: no logging; \
+              docs/operating-nat-logging.md",
+    },
+    Param {
+        name: "log_flush_ms",
+        doc: "the most a logged event waits before it is sent (after the next burst), ms, \
+              1..=60000",
+    },
+    Param {
+        name: "log_exhaustion_per_s",
+        doc: "port-exhaustion records logged per second per worker (the rest are counted as \
+              `log.exhaustion_suppressed`)",
+    },
 ];
 
 /// The default TCP transitory timeout (RFC 5382 REQ-5's minimum, VPP's default), seconds.
@@ -380,6 +405,9 @@ impl Default for NatConfig {
             fragment_timeout_ms: 1000,
             fragments_held: 64,
             seed: 0x6e6d_6470_6e61_7400,
+            log_ipfix: None,
+            log_flush_ms: 100,
+            log_exhaustion_per_s: 10,
         }
     }
 }
@@ -427,6 +455,8 @@ pub(super) struct Settings {
     pub timeouts: Timeouts,
     pub hold_ms: u32,
     pub fragment_timeout_ms: u32,
+    /// Where NAT events are logged over IPFIX.
+    pub log_ipfix: Option<std::net::SocketAddr>,
 }
 
 /// Timeouts in ms by session state.
@@ -538,6 +568,19 @@ impl NatConfig {
                 format!("must be 0..={}", dataplane::MAX_BURST),
             ));
         }
+        let log_ipfix = match &self.log_ipfix {
+            None => None,
+            Some(a) => Some(a.parse::<std::net::SocketAddr>().map_err(|_| {
+                bad_param(
+                    NAME,
+                    "log_ipfix",
+                    format!("`{a}` is not an `address:port` (e.g. \"127.0.0.1:4739\")"),
+                )
+            })?),
+        };
+        if self.log_flush_ms == 0 || self.log_flush_ms > 60_000 {
+            return Err(bad_param(NAME, "log_flush_ms", "must be 1..=60000"));
+        }
         let transitory = self.tcp_transitory_timeout_s.unwrap_or(TCP_TRANSITORY_S);
         let (open_key, open_s) = match self.tcp_opening_timeout_s {
             Some(s) => ("tcp_opening_timeout_s", s),
@@ -566,6 +609,7 @@ impl NatConfig {
             timeouts,
             hold_ms: timeout_ms(NAME, "port_reuse_hold_s", self.port_reuse_hold_s, true)?,
             fragment_timeout_ms: self.fragment_timeout_ms,
+            log_ipfix,
         })
     }
 }

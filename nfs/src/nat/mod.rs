@@ -103,6 +103,7 @@ mod alloc;
 mod config;
 mod frag;
 mod icmp;
+mod ipfix;
 mod pool;
 mod state;
 mod tcp;
@@ -130,6 +131,7 @@ use crate::verify::ChecksumVerifier;
 use alloc::PortAllocator;
 use config::{Prefix, Timeouts};
 use frag::{Fragments, Outcome};
+use ipfix::NatLog;
 use pool::AddressPool;
 use state::{
     MAP_HOLD, MAP_LIVE, Mappings, ST_FREE, ST_HOLD, ST_ICMP, ST_TCP_CLOSING, ST_TCP_ESTABLISHED,
@@ -439,6 +441,8 @@ pub struct Nat {
     slots: Vec<u32>,
     /// Packets of the current burst to hold (later fragments waiting for their first).
     to_hold: Vec<usize>,
+    /// NAT event logging over IPFIX (`log_ipfix`), written where sessions start and end.
+    log: Option<Box<NatLog>>,
 }
 
 impl Nat {
@@ -558,6 +562,13 @@ impl Nat {
             None
         };
         let reasons = Reasons::register()?;
+        let log = match st.log_ipfix {
+            Some(a) => Some(Box::new(
+                NatLog::new(a, worker, cfg.log_flush_ms, cfg.log_exhaustion_per_s)
+                    .map_err(|e| bad_param(NAME, "log_ipfix", e))?,
+            )),
+            None => None,
+        };
         Ok(Self {
             name: NAME.to_string(),
             alloc: PortAllocator::new(
@@ -612,6 +623,7 @@ impl Nat {
             hashes: vec![0; BULK],
             slots: vec![0; BULK],
             to_hold: Vec::with_capacity(dataplane::MAX_BURST),
+            log,
         })
     }
 
@@ -763,6 +775,9 @@ impl Nat {
         }
         self.table.remove(&s.out_key);
         self.active -= 1;
+        if let Some(l) = self.log.as_deref_mut() {
+            l.session(false, &s.out_key, s.nat_ip, s.nat_port, ended);
+        }
         let sub = s.out_key.src();
         if self.eim {
             self.table.remove(&s.in_key());
@@ -1048,6 +1063,9 @@ impl Nat {
         self.sessions.set(idx, &s);
         self.active += 1;
         self.c.new_mappings += 1;
+        if let Some(l) = self.log.as_deref_mut() {
+            l.session(true, &out, nat_ip, nat_port, now);
+        }
         Ok(idx)
     }
 
@@ -1140,8 +1158,7 @@ impl Nat {
     ) -> Result<u32, DropReason> {
         let (nat_ip, aidx) = self.pool.paired(inside);
         if self.alloc.full(aidx, proto) {
-            self.c.port_exhausted += 1;
-            return Err(self.reasons.port_exhausted);
+            return Err(self.port_exhausted(nat_ip, proto));
         }
         let cands = self.alloc.candidates(port);
         let mut found = None;
@@ -1153,8 +1170,7 @@ impl Nat {
             }
         }
         let Some(out_port) = found else {
-            self.c.port_exhausted += 1;
-            return Err(self.reasons.port_exhausted);
+            return Err(self.port_exhausted(nat_ip, proto));
         };
         if out_port == port {
             self.c.ports_preserved += 1;
@@ -1270,8 +1286,16 @@ impl Nat {
                 return Ok(c);
             }
         }
+        Err(self.port_exhausted(nat_ip, k.proto()))
+    }
+
+    /// No port left for a new mapping on `nat_ip`: counted and logged (rate limited).
+    fn port_exhausted(&mut self, nat_ip: u32, proto: u8) -> DropReason {
         self.c.port_exhausted += 1;
-        Err(self.reasons.port_exhausted)
+        if let Some(l) = self.log.as_deref_mut() {
+            l.exhausted(nat_ip, proto);
+        }
+        self.reasons.port_exhausted
     }
 
     /// An inbound packet with key `k` (remote -> outside endpoint) and no session: with
@@ -1852,6 +1876,9 @@ impl NetworkFunction for Nat {
 
     fn process(&mut self, burst: &mut Burst, ctx: &NfContext) {
         let now = ms_ticks(ctx.now_ns);
+        if let Some(l) = self.log.as_deref_mut() {
+            l.sync(ctx.now_ns);
+        }
         self.expire_scan(now);
         let n = burst.len();
         burst.prefetch_first();
@@ -1864,6 +1891,18 @@ impl NetworkFunction for Nat {
         if !self.to_hold.is_empty() {
             self.hold_fragments(burst, now);
         }
+        if let Some(l) = self.log.as_deref_mut() {
+            l.flush(false);
+        }
+    }
+
+    /// Sends every NAT event still buffered.
+    fn finish(&mut self, ctx: &NfContext) -> Result<(), String> {
+        if let Some(l) = self.log.as_deref_mut() {
+            l.sync(ctx.now_ns);
+            l.flush(true);
+        }
+        Ok(())
     }
 
     fn held(&self) -> usize {
@@ -1985,6 +2024,9 @@ impl NetworkFunction for Nat {
         if let Some(ver) = &self.verifier {
             v.count("verify_slow_path", ver.verified)
                 .count("checksum_mismatches", ver.mismatches);
+        }
+        if let Some(l) = &self.log {
+            v.group("log", l.counters());
         }
         v
     }
