@@ -146,6 +146,10 @@ const DST_ADDR: u16 = 12;
 const DST_PORT: u16 = 11;
 const PROTO: u16 = 4;
 const TIME_MS: u16 = 323;
+const PORT_RANGE_START: u16 = 361;
+const PORT_RANGE_END: u16 = 362;
+const PORT_RANGE_STEP: u16 = 363;
+const PORT_RANGE_PORTS: u16 = 364;
 
 /// Runs `dataplane run` on a small NAT config logging to a collector; returns the JSON summary
 /// and the messages received.
@@ -304,23 +308,14 @@ fn write_pcap(msgs: &[Vec<u8>], path: &Path) {
     std::fs::write(path, f).unwrap();
 }
 
-/// tshark's cflow dissector must read the same session records as the in-test decoder.
-fn tshark_agrees(msgs: &[Vec<u8>], recs: &[(u16, Record)], pcap: &Path) {
+/// The values of `fields` in every data record tshark's cflow dissector reads from the
+/// messages written as a capture, or `None` (said why) without tshark.
+fn tshark_fields(msgs: &[Vec<u8>], pcap: &Path, fields: &[&str]) -> Option<Vec<Vec<String>>> {
     if Command::new("tshark").arg("--version").output().is_err() {
         println!("skipped the tshark decode: tshark is not installed (apt-get install tshark)");
-        return;
+        return None;
     }
     write_pcap(msgs, pcap);
-    let fields = [
-        "cflow.nat_event",
-        "cflow.srcaddr",
-        "cflow.srcport",
-        "cflow.post_natsource_ipv4_address",
-        "cflow.post_naptsource_transport_port",
-        "cflow.dstaddr",
-        "cflow.dstport",
-        "cflow.protocol",
-    ];
     let mut cmd = Command::new("tshark");
     cmd.arg("-r")
         .arg(pcap)
@@ -336,7 +331,7 @@ fn tshark_agrees(msgs: &[Vec<u8>], recs: &[(u16, Record)], pcap: &Path) {
         String::from_utf8_lossy(&out.stderr)
     );
     let text = String::from_utf8(out.stdout).unwrap();
-    let mut from_tshark = Vec::new();
+    let mut rows = Vec::new();
     for line in text.lines() {
         let cols: Vec<Vec<&str>> = line.split('\t').map(|c| c.split(';').collect()).collect();
         assert_eq!(cols.len(), fields.len(), "{line}");
@@ -344,9 +339,27 @@ fn tshark_agrees(msgs: &[Vec<u8>], recs: &[(u16, Record)], pcap: &Path) {
             if cols[0][i].is_empty() {
                 continue;
             }
-            from_tshark.push(cols.iter().map(|c| c[i].to_string()).collect::<Vec<_>>());
+            rows.push(cols.iter().map(|c| c[i].to_string()).collect::<Vec<_>>());
         }
     }
+    Some(rows)
+}
+
+/// tshark's cflow dissector must read the same session records as the in-test decoder.
+fn tshark_agrees(msgs: &[Vec<u8>], recs: &[(u16, Record)], pcap: &Path) {
+    let fields = [
+        "cflow.nat_event",
+        "cflow.srcaddr",
+        "cflow.srcport",
+        "cflow.post_natsource_ipv4_address",
+        "cflow.post_naptsource_transport_port",
+        "cflow.dstaddr",
+        "cflow.dstport",
+        "cflow.protocol",
+    ];
+    let Some(from_tshark) = tshark_fields(msgs, pcap, &fields) else {
+        return;
+    };
     let ip = |v: u64| Ipv4Addr::from(v as u32).to_string();
     let from_decoder: Vec<Vec<String>> = recs
         .iter()
@@ -416,4 +429,91 @@ fn port_exhaustion_is_logged_rate_limited_and_counted() {
         .filter(|(t, r)| *t == 256 && r[&NAT_EVENT] == 4)
         .count() as u64;
     assert_eq!(creates, count(nat, "new_mappings"));
+}
+
+/// Port blocks: one allocation record per block (natEvent 16) and one release record when its
+/// last mapping ends (17), no per-session records; blocks are aligned, owned by one subscriber
+/// at a time, and the records agree with the NAT's counters. Paced like the session test, with
+/// no port reuse hold, so blocks are released and allocated again during the run.
+#[test]
+fn port_blocks_are_logged_once_per_block() {
+    let (s, msgs) = run_logged(
+        "blocks",
+        "rate_gbps = 0.001\nflows = 1000\ndst_ip_count = 2",
+        "udp_timeout_s = 1\nport_reuse_hold_s = 0\nport_block = 64\nport_block_limit = 2",
+    );
+    let nat = &s["nfs"]["nat"];
+    let allocated = count(nat, "port_blocks_allocated");
+    let released = count(nat, "port_blocks_released");
+    assert!(allocated > 1000 && released > 0, "{allocated} {released}");
+    assert_eq!(count(nat, "log.lost"), 0);
+    let recs = decode(&msgs);
+    let mut owner: HashMap<u64, u64> = HashMap::new();
+    let (mut allocs, mut frees) = (0, 0);
+    for (tpl, r) in &recs {
+        assert_eq!(*tpl, 258, "only port block records: {r:?}");
+        let (first, last) = (r[&PORT_RANGE_START], r[&PORT_RANGE_END]);
+        assert_eq!((first - 1024) % 64, 0, "aligned: {r:?}");
+        assert_eq!(last, first + 63);
+        assert_eq!((r[&PORT_RANGE_STEP], r[&PORT_RANGE_PORTS]), (1, 64));
+        assert_eq!(
+            r[&POST_NAT_SRC_ADDR],
+            u64::from(u32::from(Ipv4Addr::new(10, 0, 0, 1)))
+        );
+        match r[&NAT_EVENT] {
+            16 => {
+                allocs += 1;
+                let was = owner.insert(first, r[&SRC_ADDR]);
+                assert_eq!(was, None, "block {first} allocated while owned");
+            }
+            17 => {
+                frees += 1;
+                assert_eq!(owner.remove(&first), Some(r[&SRC_ADDR]), "{r:?}");
+            }
+            e => panic!("natEvent {e}"),
+        }
+    }
+    assert_eq!((allocs, frees), (allocated, released));
+    assert_eq!(
+        owner.len() as u64,
+        allocated - released,
+        "blocks held at the end"
+    );
+    // Each subscriber sends one flow: it never needs a second block.
+    let mut subs: Vec<u64> = owner.values().copied().collect();
+    subs.sort_unstable();
+    subs.dedup();
+    assert_eq!(subs.len(), owner.len());
+
+    tshark_agrees_on_blocks(&msgs, &recs, &tmp_dir("blocks").join("export.pcap"));
+}
+
+/// tshark reads the same port block records.
+fn tshark_agrees_on_blocks(msgs: &[Vec<u8>], recs: &[(u16, Record)], pcap: &Path) {
+    let fields = [
+        "cflow.nat_event",
+        "cflow.srcaddr",
+        "cflow.post_natsource_ipv4_address",
+        "cflow.port_range_start",
+        "cflow.port_range_end",
+        "cflow.port_range_num_ports",
+    ];
+    let Some(from_tshark) = tshark_fields(msgs, pcap, &fields) else {
+        return;
+    };
+    let ip = |v: u64| Ipv4Addr::from(v as u32).to_string();
+    let from_decoder: Vec<Vec<String>> = recs
+        .iter()
+        .map(|(_, r)| {
+            vec![
+                r[&NAT_EVENT].to_string(),
+                ip(r[&SRC_ADDR]),
+                ip(r[&POST_NAT_SRC_ADDR]),
+                r[&PORT_RANGE_START].to_string(),
+                r[&PORT_RANGE_END].to_string(),
+                r[&PORT_RANGE_PORTS].to_string(),
+            ]
+        })
+        .collect();
+    assert_eq!(from_tshark, from_decoder);
 }

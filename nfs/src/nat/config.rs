@@ -181,6 +181,12 @@ pub struct NatConfig {
     /// Port-exhaustion records logged per second per worker; the rest are counted as
     /// `log.exhaustion_suppressed`.
     pub log_exhaustion_per_s: u32,
+    /// Port blocks: a subscriber gets outside ports in blocks of this many (logged once per
+    /// block, not per session); 0: per-mapping allocation.
+    pub port_block: u32,
+    /// Blocks one inside address may hold (per worker); more mappings are refused as
+    /// `subscriber_limit`.
+    pub port_block_limit: u32,
 }
 
 /// Every key of [`NatConfig`] with what it sets, for the NAT's registration (`dataplane nfs`
@@ -358,6 +364,18 @@ pub(super) const PARAMS: &[Param] = &[
         doc: "port-exhaustion records logged per second per worker (the rest are counted as \
               `log.exhaustion_suppressed`)",
     },
+    Param {
+        name: "port_block",
+        doc: "port blocks: a subscriber gets outside ports in blocks of this many consecutive \
+              ports of its paired address, logged once per block allocated and released \
+              (natEvent 16/17) instead of per session; 0: per-mapping allocation; needs \
+              endpoint-independent mapping",
+    },
+    Param {
+        name: "port_block_limit",
+        doc: "blocks one inside address may hold on a worker (`port_block`), at least 1; \
+              more mappings drop as `subscriber_limit`",
+    },
 ];
 
 /// The default TCP transitory timeout (RFC 5382 REQ-5's minimum, VPP's default), seconds.
@@ -408,6 +426,8 @@ impl Default for NatConfig {
             log_ipfix: None,
             log_flush_ms: 100,
             log_exhaustion_per_s: 10,
+            port_block: 0,
+            port_block_limit: 8,
         }
     }
 }
@@ -578,6 +598,20 @@ impl NatConfig {
                 )
             })?),
         };
+        if self.port_block > 0 && self.mapping != Mapping::EndpointIndependent {
+            return Err(bad_param(
+                NAME,
+                "port_block",
+                "needs `mapping = \"endpoint-independent\"` (a block holds a subscriber's \
+                 mappings, each exclusive to it)",
+            ));
+        }
+        if self.port_block > 65535 {
+            return Err(bad_param(NAME, "port_block", "must be 0..=65535"));
+        }
+        if self.port_block_limit == 0 {
+            return Err(bad_param(NAME, "port_block_limit", "must be at least 1"));
+        }
         if self.log_flush_ms == 0 || self.log_flush_ms > 60_000 {
             return Err(bad_param(NAME, "log_flush_ms", "must be 1..=60000"));
         }

@@ -46,6 +46,10 @@ pub const EV_SESSION_CREATE: u8 = 4;
 pub const EV_SESSION_DELETE: u8 = 5;
 /// natEvent: NAT ports exhausted.
 pub const EV_PORTS_EXHAUSTED: u8 = 12;
+/// natEvent: port block allocation.
+pub const EV_BLOCK_ALLOC: u8 = 16;
+/// natEvent: port block de-allocation.
+pub const EV_BLOCK_FREE: u8 = 17;
 
 /// Template ID of session records.
 pub const TPL_SESSION: u16 = 256;
@@ -303,6 +307,22 @@ impl NatLog {
             r[8] = EV_PORTS_EXHAUSTED;
             r[9..13].copy_from_slice(&nat_ip.to_be_bytes());
             r[13] = proto;
+        }
+    }
+
+    /// Port block `first..=last` of outside address `nat_ip` allocated to (`alloc`) or released
+    /// by subscriber `inside`, now.
+    pub fn block(&mut self, alloc: bool, inside: u32, nat_ip: u32, first: u16, last: u16) {
+        let t = self.now_ms;
+        if let Some(r) = self.record(TPL_BLOCK, 2) {
+            r[0..8].copy_from_slice(&t.to_be_bytes());
+            r[8] = if alloc { EV_BLOCK_ALLOC } else { EV_BLOCK_FREE };
+            r[9..13].copy_from_slice(&inside.to_be_bytes());
+            r[13..17].copy_from_slice(&nat_ip.to_be_bytes());
+            r[17..19].copy_from_slice(&first.to_be_bytes());
+            r[19..21].copy_from_slice(&last.to_be_bytes());
+            r[21..23].copy_from_slice(&1u16.to_be_bytes());
+            r[23..25].copy_from_slice(&(last - first + 1).to_be_bytes());
         }
     }
 
