@@ -461,7 +461,7 @@ pub struct Nat {
     /// NAT event logging over IPFIX (`log_ipfix`), written where sessions start and end.
     log: Option<Box<NatLog>>,
     /// Port blocks (`port_block`): where new mappings take their ports, logged per block.
-    blocks: Option<PortBlocks>,
+    blocks: Option<Box<PortBlocks>>,
     /// Ports of a block tried per new mapping before another block is taken.
     block_tries: u32,
 }
@@ -584,7 +584,7 @@ impl Nat {
         };
         let reasons = Reasons::register()?;
         let blocks = if cfg.port_block > 0 {
-            Some(
+            Some(Box::new(
                 PortBlocks::new(
                     pool.len(),
                     lo as u16,
@@ -594,7 +594,7 @@ impl Nat {
                     mix_seed(cfg.seed, worker, 7),
                 )
                 .map_err(|e| bad_param(NAME, "port_block", e))?,
-            )
+            ))
         } else {
             None
         };
