@@ -66,6 +66,32 @@ pub struct RunSection {
     /// `wall` (CPU time measured) or `virtual` (CPU time from the profile's cycle model;
     /// deterministic: same config, same JSON).
     pub clock: ClockMode,
+    /// Where a virtual-time run takes its NFs' CPU cost per packet from: `profile` (the
+    /// hardware profile's `[host.cycles.nf]`) or `measured` (measured on this machine when the
+    /// run starts, as `dataplane calibrate` measures it).
+    pub nf_cycles: NfCyclesSource,
+}
+
+/// Where a virtual-time run takes its NFs' CPU cost per packet from (`run.nf_cycles`).
+#[derive(Debug, Clone, Copy, Default, Deserialize, PartialEq, Eq)]
+#[serde(rename_all = "lowercase")]
+pub enum NfCyclesSource {
+    /// The hardware profile's `[host.cycles.nf]`, one key per function (the default).
+    #[default]
+    Profile,
+    /// The NF code measured on this machine over the run's traffic, converted to the profile's
+    /// CPU clock (the `calibrate` module of this crate; once per process and traffic).
+    Measured,
+}
+
+impl NfCyclesSource {
+    /// The config name (`profile`, `measured`).
+    pub fn as_str(self) -> &'static str {
+        match self {
+            NfCyclesSource::Profile => "profile",
+            NfCyclesSource::Measured => "measured",
+        }
+    }
 }
 
 impl Default for RunSection {
@@ -77,6 +103,7 @@ impl Default for RunSection {
             stats_interval_s: 1.0,
             drain_timeout_s: 2.0,
             clock: ClockMode::Wall,
+            nf_cycles: NfCyclesSource::Profile,
         }
     }
 }
@@ -89,8 +116,9 @@ pub struct DatapathSection {
     pub mode: DatapathMode,
     /// Header segment size in the split modes (bytes).
     pub split_offset: usize,
-    /// Header bytes inlined into Tx descriptors in `nic-inline`.
-    pub tx_inline: usize,
+    /// Header bytes inlined into Tx descriptors in `nic-inline`; unset = the whole header
+    /// segment (`split_offset`), as nmNFV inlines it (see [`DatapathSection::tx_inline`]).
+    pub tx_inline: Option<usize>,
     /// Packets per burst.
     pub burst: usize,
 }
@@ -100,9 +128,17 @@ impl Default for DatapathSection {
         Self {
             mode: DatapathMode::NicInline,
             split_offset: 64,
-            tx_inline: 64,
+            tx_inline: None,
             burst: 32,
         }
+    }
+}
+
+impl DatapathSection {
+    /// The Tx inline size: `tx_inline` when set, else the header segment (`split_offset`), so
+    /// that moving the split point moves the inlined header with it.
+    pub fn tx_inline(&self) -> usize {
+        self.tx_inline.unwrap_or(self.split_offset)
     }
 }
 
@@ -131,6 +167,9 @@ pub struct VnicSection {
     pub flow_control: bool,
     /// Alias nicmem payload buffers (performance-only; payload bytes are not preserved).
     pub nicmem_alias: bool,
+    /// In the nicmem modes, only the first K queues get nicmem payload pools; the others run
+    /// `split` (0..=`run.workers`; unset = all).
+    pub nicmem_queues: Option<u16>,
     /// `[[vnic.ports]]`: the ports of the NIC with their links and addresses; none: one port
     /// fed by the embedded generator (or `--rx-pcap`).
     pub ports: Vec<net::VnicPortSection>,
@@ -150,6 +189,7 @@ impl Default for VnicSection {
             cache_size: d.cache_size,
             flow_control: d.flow_control,
             nicmem_alias: d.nicmem_alias,
+            nicmem_queues: d.nicmem_queues,
             ports: Vec::new(),
         }
     }
@@ -289,14 +329,14 @@ impl RunConfig {
                 ),
             );
         }
-        if d.tx_inline > dataplane::driver::vnic::MAX_TX_INLINE {
+        if d.tx_inline() > dataplane::driver::vnic::MAX_TX_INLINE {
             return bad(
                 "datapath.tx_inline",
                 format!(
                     "{} out of range; allowed 0..={} (a Tx descriptor holds at most 60 16-byte \
                      segments: control, Ethernet, the inline continuation and up to two data \
                      pointers)",
-                    d.tx_inline,
+                    d.tx_inline(),
                     dataplane::driver::vnic::MAX_TX_INLINE
                 ),
             );
@@ -404,6 +444,17 @@ impl RunConfig {
                      multi-queue port the NIC's front-end thread interleaves the generator and \
                      the sink by thread timing, so the return traffic would not be \
                      deterministic; use one worker, or run.clock = \"wall\"",
+                    r.workers
+                ),
+            );
+        }
+        if let Some(k) = v.nicmem_queues
+            && k > r.workers
+        {
+            return bad(
+                "vnic.nicmem_queues",
+                format!(
+                    "{k} out of range; allowed 0..={} (run.workers: one queue per worker)",
                     r.workers
                 ),
             );
@@ -536,11 +587,13 @@ impl RunConfig {
     pub fn warnings(&self, path: &Path) -> Vec<String> {
         let mut w = Vec::new();
         let d = &self.datapath;
-        if d.mode == DatapathMode::NicInline && d.tx_inline > d.split_offset {
+        if d.mode == DatapathMode::NicInline && d.tx_inline() > d.split_offset {
             w.push(format!(
                 "datapath.tx_inline = {} exceeds the header segment (datapath.split_offset = {}): \
                  nic-inline inlines {} B per packet",
-                d.tx_inline, d.split_offset, d.split_offset
+                d.tx_inline(),
+                d.split_offset,
+                d.split_offset
             ));
         }
         if self.file_sets_nothing {
@@ -717,8 +770,21 @@ impl RunConfig {
     /// first; see [`nfs::NfSpec::cost_key`]). A function the registry does not know, or one the
     /// profile gives no cost, is an error naming the key: nothing is charged 0 by omission.
     pub fn nf_cycles(&self, path: &Path, profile: &HardwareProfile) -> Result<u32, ConfigError> {
+        Ok(self
+            .nf_cycles_each(path, profile)?
+            .iter()
+            .fold(0u32, |t, (_, c)| t.saturating_add(*c)))
+    }
+
+    /// The profile's cycles per packet of each pipeline entry, in pipeline order, under its
+    /// canonical name (what [`RunConfig::nf_cycles`] adds up; the same errors).
+    pub fn nf_cycles_each(
+        &self,
+        path: &Path,
+        profile: &HardwareProfile,
+    ) -> Result<Vec<(&'static str, u32)>, ConfigError> {
         let costs = &profile.host.cycles.nf;
-        let mut total = 0u32;
+        let mut each = Vec::with_capacity(self.pipeline.len());
         for (i, e) in self.pipeline.iter().enumerate() {
             let name = e.get("name").and_then(|v| v.as_str()).unwrap_or("");
             let spec = nfs::lookup(name).ok_or_else(|| ConfigError {
@@ -740,30 +806,57 @@ impl RunConfig {
                     spec.cost_key()
                 ),
             })?;
-            total = total.saturating_add(*cost);
+            each.push((spec.name, *cost));
         }
-        Ok(total)
+        Ok(each)
+    }
+
+    /// DRAM reads per packet of the pipeline's own state under the profile's
+    /// `[host.cycles.nf_dram_reads]` (canonical names; a function not listed reads none), which
+    /// a virtual-time run charges at the loaded DRAM latency.
+    pub fn nf_dram_reads(&self, profile: &HardwareProfile) -> u32 {
+        self.pipeline
+            .iter()
+            .filter_map(|e| nfs::lookup(e.get("name")?.as_str()?))
+            .filter_map(|spec| profile.host.cycles.nf_dram_reads.get(spec.name))
+            .fold(0u32, |a, n| a.saturating_add(*n))
+    }
+
+    /// The traffic's frame size in bytes with FCS when `[traffic]` gives one
+    /// (`traffic.frame_size`).
+    pub fn frame_hint(&self) -> Option<u32> {
+        match self.traffic.get("frame_size") {
+            Some(toml::Value::Integer(i)) => u32::try_from(*i).ok(),
+            _ => None,
+        }
     }
 
     /// The virtual NIC parameters this config describes on `profile`, paced at `offered_gbps`.
-    /// The CPU cost per packet of the NFs is charged only in virtual time, so only there does
-    /// a missing cost fail ([`RunConfig::nf_cycles`]).
+    /// The CPU cost per packet of the NFs is charged only in virtual time: `measured` cycles
+    /// when given (`run.nf_cycles = "measured"`, which the run measures), else the profile's,
+    /// so only there does a missing cost fail ([`RunConfig::nf_cycles`]).
     pub fn vnic_config(
         &self,
         path: &Path,
         profile: &HardwareProfile,
         offered_gbps: Option<f64>,
+        measured: Option<u32>,
     ) -> Result<dataplane::driver::vnic::VnicConfig, ConfigError> {
         let v = &self.vnic;
         let d = &self.datapath;
-        let nf_cycles = match self.run.clock {
-            ClockMode::Virtual => self.nf_cycles(path, profile)?,
-            ClockMode::Wall => 0,
+        // A measured NF cost already includes the memory accesses the NFs made on this machine,
+        // so only the profile's cost adds the NFs' DRAM reads at the loaded latency.
+        let (nf_cycles, nf_dram_reads) = match (self.run.clock, measured) {
+            (ClockMode::Virtual, Some(m)) => (m, 0),
+            (ClockMode::Virtual, None) => {
+                (self.nf_cycles(path, profile)?, self.nf_dram_reads(profile))
+            }
+            (ClockMode::Wall, _) => (0, 0),
         };
         Ok(dataplane::driver::vnic::VnicConfig {
             mode: d.mode,
             split_offset: d.split_offset,
-            tx_inline: d.tx_inline,
+            tx_inline: d.tx_inline(),
             queues: self.run.workers,
             rx_ring: v.rx_ring,
             tx_ring: v.tx_ring,
@@ -779,11 +872,14 @@ impl RunConfig {
             burst: d.burst,
             flow_control: v.flow_control,
             nicmem_alias: v.nicmem_alias,
+            nicmem_queues: v.nicmem_queues,
             profile: profile.clone(),
             timing: Some(VnicTiming {
                 clock: self.run.clock,
                 offered_gbps,
                 nf_cycles,
+                nf_dram_reads,
+                frame_hint: self.frame_hint(),
             }),
             steering: Vec::new(),
         })
@@ -1162,10 +1258,13 @@ mod tests {
         assert!(e.msg.contains("--set host.cycles.nf.lb="), "{e}");
         // ... which a wall-clock run does not need.
         let c = RunConfig::load(&cfg, &["run.clock=wall".into()]).unwrap();
-        assert!(c.vnic_config(&cfg, &c.profile(&cfg).unwrap(), None).is_ok());
+        assert!(
+            c.vnic_config(&cfg, &c.profile(&cfg).unwrap(), None, None)
+                .is_ok()
+        );
         let c = RunConfig::load(&cfg, &["run.clock=virtual".into()]).unwrap();
         let e = c
-            .vnic_config(&cfg, &c.profile(&cfg).unwrap(), None)
+            .vnic_config(&cfg, &c.profile(&cfg).unwrap(), None, None)
             .unwrap_err();
         assert_eq!(e.key, "host.cycles.nf.lb");
         std::fs::remove_dir_all(&dir).unwrap();

@@ -125,8 +125,17 @@ pub fn print_summary(s: &Value, to: &mut dyn std::io::Write) -> std::io::Result<
     )?;
     writeln!(
         to,
-        "  payload from primary (nicmem) {} secondary (host) {}  rx_nombuf {}  rx_missed {}  desc_errors {}",
-        s["rx_primary"], s["rx_secondary"], s["rx_nombuf"], s["rx_missed"], s["desc_errors"]
+        "  payload from primary (nicmem) {} secondary (host, spilled) {}{}  rx_nombuf {}  rx_missed {}  desc_errors {}",
+        s["rx_primary"],
+        s["rx_secondary"],
+        match s["nicmem"]["aliased"].as_bool() {
+            Some(true) => "  nicmem aliased (payload bytes not kept)",
+            Some(false) => "  nicmem not aliased",
+            None => "",
+        },
+        s["rx_nombuf"],
+        s["rx_missed"],
+        s["desc_errors"]
     )?;
     if let Some(fs) = s.get("frame_size") {
         writeln!(
@@ -194,6 +203,23 @@ pub fn print_summary(s: &Value, to: &mut dyn std::io::Write) -> std::io::Result<
             s["throughput_mpps"].as_f64().unwrap_or(0.0),
             s["throughput_gbps"].as_f64().unwrap_or(0.0),
             s["virtual_time_ns"],
+        )?;
+    }
+    let n = &s["nf_cycles"];
+    if let Some(each) = n["each"].as_array() {
+        let parts: Vec<String> = each
+            .iter()
+            .map(|e| format!("{} {}", e["nf"].as_str().unwrap_or("?"), e["cycles"]))
+            .collect();
+        let from = match n["source"].as_str() {
+            Some("measured") => "measured on this machine (run.nf_cycles = \"measured\")",
+            _ => "from the profile's host.cycles.nf",
+        };
+        writeln!(
+            to,
+            "  model CPU: NF cycles per packet {from}: {} = {}",
+            parts.join(" + "),
+            n["total"]
         )?;
     }
     let p = &s["pcap"];

@@ -2067,6 +2067,24 @@ impl NetworkFunction for Nat {
         }
     }
 
+    /// Back to a fresh NAT: no session, mapping or fragment ([`Nat::clear`]), zero counters
+    /// (its own and its tables'), the port allocator's random state as built.
+    fn reset(&mut self) -> bool {
+        self.clear();
+        self.table.reset();
+        self.map_table.reset();
+        if let Some(t) = self.subscribers.as_mut() {
+            t.reset();
+        }
+        self.alloc.reset();
+        self.frags.reset();
+        self.c = NatCounters::default();
+        if let Some(v) = &mut self.verifier {
+            v.reset();
+        }
+        true
+    }
+
     /// Return traffic (to an outside address, destination port in this instance's slice) must
     /// reach the worker that owns the sessions of that slice: one rule per outside address.
     /// ICMP queries are not steered (their identifier is not a port a NIC matches on) and
