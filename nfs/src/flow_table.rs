@@ -657,7 +657,9 @@ impl<V: TableValue> FlowTable<V> {
     /// Looks up a burst of keys with their precomputed hashes (see [`FlowTable::hash_bulk`]),
     /// writing each key's slot or [`NO_SLOT`] to `out`. Same semantics as calling
     /// [`FlowTable::lookup_hashed`] per key, but the memory accesses of all keys of a phase are
-    /// issued together (see the module docs).
+    /// issued together (see the module docs). Always inlined: it is each NF's per-burst loop,
+    /// and whether the compiler inlines it on its own changed with unrelated code in the NF.
+    #[inline(always)]
     pub fn lookup_bulk(&mut self, keys: &[FlowKey], hashes: &[u64], now: u32, out: &mut [u32]) {
         let n = keys.len().min(hashes.len()).min(out.len());
         let mut start = 0;

@@ -1111,3 +1111,41 @@ fn config_errors_name_the_key() {
     assert!(err("fragments_held = 1000").contains("fragments_held"));
     assert!(err("filtering = \"open\"").contains("filtering"));
 }
+
+/// RFC 6888 REQ-14 (log volume) with `port_block`: a subscriber's ports come from blocks of
+/// consecutive ports it owns alone, at most `port_block_limit` blocks; a block goes back when
+/// its last mapping ends.
+#[test]
+fn rfc6888_req14_port_blocks() {
+    let cfg = "flows = 256\nport_min = 2000\nport_max = 2063\nport_block = 16\n\
+               port_block_limit = 2\nport_reuse_hold_s = 0\nudp_timeout_s = 1";
+    for mut l in labs(cfg) {
+        let mut ports = Vec::new();
+        for k in 0..32u16 {
+            let o = l.pass(&udp("100.64.0.1", 5000 + k, "8.8.8.8", 53), 1);
+            ports.push(t4(&o).1);
+        }
+        ports.sort_unstable();
+        ports.dedup();
+        assert_eq!(ports.len(), 32, "{}: distinct ports", l.mode);
+        let mut blocks: Vec<u16> = ports.iter().map(|p| (p - 2000) / 16).collect();
+        blocks.dedup();
+        assert_eq!(blocks.len(), 2, "{}: two whole blocks {ports:?}", l.mode);
+        l.refused(
+            &udp("100.64.0.1", 6000, "8.8.8.8", 53),
+            1,
+            "subscriber_limit",
+        );
+        assert_eq!(l.stat("port_blocks_allocated"), 2);
+        // Another subscriber gets a block of its own.
+        let o = l.pass(&udp("100.64.0.2", 5000, "8.8.8.8", 53), 1);
+        assert!(!blocks.contains(&((t4(&o).1 - 2000) / 16)), "{}", l.mode);
+        assert_eq!(l.stat("port_blocks_allocated"), 3);
+        // Once every mapping of the first subscriber has expired, its blocks are released.
+        for t in 3..8 {
+            l.pass(&udp("100.64.0.2", 5000, "8.8.8.8", 53), t);
+        }
+        assert!(l.stat("port_blocks_released") >= 2, "{}", l.mode);
+        l.pass(&udp("100.64.0.1", 6000, "8.8.8.8", 53), 8);
+    }
+}

@@ -24,8 +24,9 @@
 //!   without a probe.
 //!
 //! What a candidate is checked against (a free port, a port held for another subscriber, an
-//! expired session's port) is the NAT's business ([`Candidates`] only proposes). Port blocks and
-//! deterministic NAT plug in here: they narrow the candidate range per subscriber.
+//! expired session's port) is the NAT's business ([`Candidates`] only proposes). With
+//! `port_block`, a subscriber's ports come from its blocks instead (`nfs/src/nat/blocks.rs`);
+//! the per-address counts here still refuse a full address at once.
 
 use wire::ipv4::{PROTO_TCP, PROTO_UDP};
 

@@ -172,6 +172,21 @@ pub struct NatConfig {
     pub fragments_held: u32,
     /// Hash seed (mixed with the worker index).
     pub seed: u64,
+    /// IPFIX collector (`"127.0.0.1:4739"`) for NAT event logging (session create and delete,
+    /// port exhaustion); unset: no logging.
+    pub log_ipfix: Option<String>,
+    /// The most a logged event waits in the worker's buffer before it is sent, ms (sent after
+    /// the next burst; everything is sent at the end of the run).
+    pub log_flush_ms: u32,
+    /// Port-exhaustion records logged per second per worker; the rest are counted as
+    /// `log.exhaustion_suppressed`.
+    pub log_exhaustion_per_s: u32,
+    /// Port blocks: a subscriber gets outside ports in blocks of this many (logged once per
+    /// block, not per session); 0: per-mapping allocation.
+    pub port_block: u32,
+    /// Blocks one inside address may hold (per worker); more mappings are refused as
+    /// `subscriber_limit`.
+    pub port_block_limit: u32,
 }
 
 /// Every key of [`NatConfig`] with what it sets, for the NAT's registration (`dataplane nfs`
@@ -333,6 +348,34 @@ pub(super) const PARAMS: &[Param] = &[
         name: "seed",
         doc: "hash seed (mixed with the worker index)",
     },
+    Param {
+        name: "log_ipfix",
+        doc: "IPFIX collector `address:port` for NAT event logging (RFC 7011 messages, RFC 8158 \
+              elements: session create and delete, ports exhausted); unset: no logging; \
+              docs/operating-nat-logging.md",
+    },
+    Param {
+        name: "log_flush_ms",
+        doc: "the most a logged event waits before it is sent (after the next burst), ms, \
+              1..=60000",
+    },
+    Param {
+        name: "log_exhaustion_per_s",
+        doc: "port-exhaustion records logged per second per worker (the rest are counted as \
+              `log.exhaustion_suppressed`)",
+    },
+    Param {
+        name: "port_block",
+        doc: "port blocks: a subscriber gets outside ports in blocks of this many consecutive \
+              ports of its paired address, logged once per block allocated and released \
+              (natEvent 16/17) instead of per session; 0: per-mapping allocation; needs \
+              endpoint-independent mapping",
+    },
+    Param {
+        name: "port_block_limit",
+        doc: "blocks one inside address may hold on a worker (`port_block`), at least 1; \
+              more mappings drop as `subscriber_limit`",
+    },
 ];
 
 /// The default TCP transitory timeout (RFC 5382 REQ-5's minimum, VPP's default), seconds.
@@ -380,6 +423,11 @@ impl Default for NatConfig {
             fragment_timeout_ms: 1000,
             fragments_held: 64,
             seed: 0x6e6d_6470_6e61_7400,
+            log_ipfix: None,
+            log_flush_ms: 100,
+            log_exhaustion_per_s: 10,
+            port_block: 0,
+            port_block_limit: 8,
         }
     }
 }
@@ -427,6 +475,8 @@ pub(super) struct Settings {
     pub timeouts: Timeouts,
     pub hold_ms: u32,
     pub fragment_timeout_ms: u32,
+    /// Where NAT events are logged over IPFIX.
+    pub log_ipfix: Option<std::net::SocketAddr>,
 }
 
 /// Timeouts in ms by session state.
@@ -538,6 +588,33 @@ impl NatConfig {
                 format!("must be 0..={}", dataplane::MAX_BURST),
             ));
         }
+        let log_ipfix = match &self.log_ipfix {
+            None => None,
+            Some(a) => Some(a.parse::<std::net::SocketAddr>().map_err(|_| {
+                bad_param(
+                    NAME,
+                    "log_ipfix",
+                    format!("`{a}` is not an `address:port` (e.g. \"127.0.0.1:4739\")"),
+                )
+            })?),
+        };
+        if self.port_block > 0 && self.mapping != Mapping::EndpointIndependent {
+            return Err(bad_param(
+                NAME,
+                "port_block",
+                "needs `mapping = \"endpoint-independent\"` (a block holds a subscriber's \
+                 mappings, each exclusive to it)",
+            ));
+        }
+        if self.port_block > 65535 {
+            return Err(bad_param(NAME, "port_block", "must be 0..=65535"));
+        }
+        if self.port_block_limit == 0 {
+            return Err(bad_param(NAME, "port_block_limit", "must be at least 1"));
+        }
+        if self.log_flush_ms == 0 || self.log_flush_ms > 60_000 {
+            return Err(bad_param(NAME, "log_flush_ms", "must be 1..=60000"));
+        }
         let transitory = self.tcp_transitory_timeout_s.unwrap_or(TCP_TRANSITORY_S);
         let (open_key, open_s) = match self.tcp_opening_timeout_s {
             Some(s) => ("tcp_opening_timeout_s", s),
@@ -566,6 +643,7 @@ impl NatConfig {
             timeouts,
             hold_ms: timeout_ms(NAME, "port_reuse_hold_s", self.port_reuse_hold_s, true)?,
             fragment_timeout_ms: self.fragment_timeout_ms,
+            log_ipfix,
         })
     }
 }

@@ -68,6 +68,13 @@
 //!   probes; `table_full` when no session record or table slot is left, or with `full_policy =
 //!   "evict"` an expired, held or transitory session is taken first (never an established or a
 //!   live UDP/ICMP one, RFC 6888 REQ-11).
+//! - **Port blocks** (`port_block`, `nfs/src/nat/blocks.rs`): a subscriber's endpoint-independent
+//!   mappings take ports from blocks of consecutive ports it owns (at most `port_block_limit`
+//!   per worker, beyond that `subscriber_limit`); a block returns when its last mapping ends.
+//! - **Logging** (`log_ipfix`, `nfs/src/nat/ipfix.rs`): session create and delete (or, with port
+//!   blocks, block allocation and release) and port exhaustion, as IPFIX records written into a
+//!   preallocated per-worker buffer where sessions, mappings and blocks start and end, and sent
+//!   after the burst; `docs/operating-nat-logging.md`.
 //! - **Timeouts** (VPP's defaults, RFC 4787/5382/5508): UDP 300 s, TCP established 7440 s, TCP
 //!   opening and closing 240 s, ICMP 60 s. Expiry is lazy (a lookup that finds an expired session
 //!   ends it) plus an incremental scan of `scan_per_burst` sessions per burst (and as many
@@ -100,9 +107,11 @@
 #![forbid(unsafe_code)]
 
 mod alloc;
+mod blocks;
 mod config;
 mod frag;
 mod icmp;
+mod ipfix;
 mod pool;
 mod sessions;
 mod state;
@@ -130,8 +139,10 @@ use crate::registry::{
 use crate::verify::ChecksumVerifier;
 
 use alloc::PortAllocator;
+use blocks::{NoBlock, PortBlocks};
 use config::{Prefix, Timeouts};
 use frag::{Fragments, Outcome};
+use ipfix::NatLog;
 use pool::AddressPool;
 use state::{
     MAP_HOLD, MAP_LIVE, Mappings, ST_FREE, ST_HOLD, ST_ICMP, ST_TCP_CLOSING, ST_TCP_ESTABLISHED,
@@ -163,6 +174,14 @@ pub fn memory_for(cfg: &NatConfig, workers: u16) -> u64 {
     }
     if cfg.subscriber_port_limit > 0 || cfg.subscriber_session_limit > 0 {
         bytes = bytes.saturating_add(FlowTable::<u64>::memory_for(n));
+    }
+    if cfg.port_block > 0 {
+        let addresses = cfg.check(cfg.nat_ips.is_none()).map_or(1, |st| {
+            st.pool.iter().map(|p| u64::from(!p.1) + 1).sum::<u64>()
+        });
+        let ports = (u64::from(cfg.port_max) + 1).saturating_sub(u64::from(cfg.port_min));
+        let per_worker = ports / u64::from(workers.max(1)) / u64::from(cfg.port_block);
+        bytes = bytes.saturating_add(PortBlocks::memory_for(addresses * per_worker));
     }
     bytes
 }
@@ -441,6 +460,12 @@ pub struct Nat {
     slots: Vec<u32>,
     /// Packets of the current burst to hold (later fragments waiting for their first).
     to_hold: Vec<usize>,
+    /// NAT event logging over IPFIX (`log_ipfix`), written where sessions start and end.
+    log: Option<Box<NatLog>>,
+    /// Port blocks (`port_block`): where new mappings take their ports, logged per block.
+    blocks: Option<Box<PortBlocks>>,
+    /// Ports of a block tried per new mapping before another block is taken.
+    block_tries: u32,
 }
 
 impl Nat {
@@ -560,6 +585,28 @@ impl Nat {
             None
         };
         let reasons = Reasons::register()?;
+        let blocks = if cfg.port_block > 0 {
+            Some(Box::new(
+                PortBlocks::new(
+                    pool.len(),
+                    lo as u16,
+                    hi as u16,
+                    cfg.port_block as u16,
+                    cfg.port_block_limit,
+                    mix_seed(cfg.seed, worker, 7),
+                )
+                .map_err(|e| bad_param(NAME, "port_block", e))?,
+            ))
+        } else {
+            None
+        };
+        let log = match st.log_ipfix {
+            Some(a) => Some(Box::new(
+                NatLog::new(a, worker, cfg.log_flush_ms, cfg.log_exhaustion_per_s)
+                    .map_err(|e| bad_param(NAME, "log_ipfix", e))?,
+            )),
+            None => None,
+        };
         Ok(Self {
             name: NAME.to_string(),
             alloc: PortAllocator::new(
@@ -614,6 +661,9 @@ impl Nat {
             hashes: vec![0; BULK],
             slots: vec![0; BULK],
             to_hold: Vec::with_capacity(dataplane::MAX_BURST),
+            log,
+            blocks,
+            block_tries: cfg.port_attempts,
         })
     }
 
@@ -673,6 +723,9 @@ impl Nat {
         self.mappings.clear();
         self.alloc.clear();
         self.frags.clear();
+        if let Some(b) = self.blocks.as_mut() {
+            b.clear();
+        }
         self.active = 0;
         self.active_maps = 0;
         self.held_maps = 0;
@@ -765,6 +818,11 @@ impl Nat {
         }
         self.table.remove(&s.out_key);
         self.active -= 1;
+        if let Some(l) = self.log.as_deref_mut()
+            && self.blocks.is_none()
+        {
+            l.session(false, &s.out_key, s.nat_ip, s.nat_port, ended);
+        }
         let sub = s.out_key.src();
         if self.eim {
             self.table.remove(&s.in_key());
@@ -834,6 +892,7 @@ impl Nat {
         ));
         if let Some(a) = self.pool.index_of(map.outside) {
             self.alloc.give(a, map.proto);
+            self.block_give(a, map.outside, map.outside_port);
         }
         self.mappings.free(m);
     }
@@ -1050,6 +1109,11 @@ impl Nat {
         self.sessions.set(idx, &s);
         self.active += 1;
         self.c.new_mappings += 1;
+        if let Some(l) = self.log.as_deref_mut()
+            && self.blocks.is_none()
+        {
+            l.session(true, &out, nat_ip, nat_port, now);
+        }
         Ok(idx)
     }
 
@@ -1142,31 +1206,38 @@ impl Nat {
     ) -> Result<u32, DropReason> {
         let (nat_ip, aidx) = self.pool.paired(inside);
         if self.alloc.full(aidx, proto) {
-            self.c.port_exhausted += 1;
-            return Err(self.reasons.port_exhausted);
+            return Err(self.port_exhausted(nat_ip, proto));
         }
-        let cands = self.alloc.candidates(port);
-        let mut found = None;
-        for c in cands {
-            self.c.port_probes += 1;
-            if self.eim_port_free(nat_ip, c, proto, inside, now) {
-                found = Some(c);
-                break;
+        let out_port = if self.blocks.is_some() {
+            self.block_port(inside, nat_ip, aidx, proto, now)?
+        } else {
+            let cands = self.alloc.candidates(port);
+            let mut found = None;
+            for c in cands {
+                self.c.port_probes += 1;
+                if self.eim_port_free(nat_ip, c, proto, inside, now) {
+                    found = Some(c);
+                    break;
+                }
             }
-        }
-        let Some(out_port) = found else {
-            self.c.port_exhausted += 1;
-            return Err(self.reasons.port_exhausted);
+            let Some(out_port) = found else {
+                return Err(self.port_exhausted(nat_ip, proto));
+            };
+            out_port
         };
         if out_port == port {
             self.c.ports_preserved += 1;
         }
-        let m = match self.insert_mapping(inside, port, nat_ip, out_port, proto, now) {
-            Some(m) => m,
-            None if self.make_room_mapping(now) => self
-                .insert_mapping(inside, port, nat_ip, out_port, proto, now)
-                .ok_or_else(|| self.table_full())?,
-            None => return Err(self.table_full()),
+        let inserted = match self.insert_mapping(inside, port, nat_ip, out_port, proto, now) {
+            Some(m) => Some(m),
+            None if self.make_room_mapping(now) => {
+                self.insert_mapping(inside, port, nat_ip, out_port, proto, now)
+            }
+            None => None,
+        };
+        let Some(m) = inserted else {
+            self.block_give(aidx, nat_ip, out_port);
+            return Err(self.table_full());
         };
         self.mappings.set(
             m,
@@ -1186,6 +1257,84 @@ impl Nat {
         self.sub_add(inside, 1, 0);
         self.c.new_eim_mappings += 1;
         Ok(m)
+    }
+
+    /// A port for a new mapping of `inside` from its blocks on `nat_ip` (address index `aidx`),
+    /// taking a new block when its blocks have none within the bounded tries. The port's block
+    /// counts the mapping from here on ([`Nat::block_give`] undoes it).
+    fn block_port(
+        &mut self,
+        inside: u32,
+        nat_ip: u32,
+        aidx: u32,
+        proto: u8,
+        now: u32,
+    ) -> Result<u16, DropReason> {
+        let Some(bl) = self.blocks.as_ref() else {
+            return Err(self.port_exhausted(nat_ip, proto));
+        };
+        let (mut b, held) = bl.of(inside);
+        let tries = self.block_tries.min(u32::from(bl.size()));
+        for _ in 0..held {
+            let Some(bl) = self.blocks.as_mut() else {
+                break;
+            };
+            let next = bl.next_of(b);
+            if !bl.full(b) {
+                // Counted before the probes: freeing an expired hold on a probed port must not
+                // release the block being searched.
+                bl.take(b);
+                for _ in 0..tries {
+                    let Some(p) = self.blocks.as_mut().map(|bl| bl.candidate(b)) else {
+                        break;
+                    };
+                    self.c.port_probes += 1;
+                    if self.eim_port_free(nat_ip, p, proto, inside, now) {
+                        return Ok(p);
+                    }
+                }
+                if let Some(bl) = self.blocks.as_mut() {
+                    bl.untake(b);
+                }
+            }
+            b = next;
+        }
+        let Some(bl) = self.blocks.as_mut() else {
+            return Err(self.port_exhausted(nat_ip, proto));
+        };
+        match bl.alloc(inside, aidx) {
+            Ok(b) => {
+                bl.take(b);
+                let (first, last) = bl.ports(b);
+                let p = bl.candidate(b);
+                if let Some(l) = self.log.as_deref_mut() {
+                    l.block(true, inside, nat_ip, first, last);
+                }
+                Ok(p)
+            }
+            Err(NoBlock::Limit) => {
+                self.c.subscriber_limit += 1;
+                Err(self.reasons.subscriber_limit)
+            }
+            Err(NoBlock::Exhausted) => Err(self.port_exhausted(nat_ip, proto)),
+        }
+    }
+
+    /// A mapping no longer holds `port` of `nat_ip` (address index `aidx`): its block counts
+    /// one less, and the last one releases the block (logged).
+    fn block_give(&mut self, aidx: u32, nat_ip: u32, port: u16) {
+        let Some(bl) = self.blocks.as_mut() else {
+            return;
+        };
+        let Some(b) = bl.block_of(aidx, port) else {
+            return;
+        };
+        let (first, last) = bl.ports(b);
+        if let Some(owner) = bl.give(b)
+            && let Some(l) = self.log.as_deref_mut()
+        {
+            l.block(false, owner, nat_ip, first, last);
+        }
     }
 
     /// A mapping record and its two keys, or `None` when there is no room.
@@ -1272,8 +1421,16 @@ impl Nat {
                 return Ok(c);
             }
         }
+        Err(self.port_exhausted(nat_ip, k.proto()))
+    }
+
+    /// No port left for a new mapping on `nat_ip`: counted and logged (rate limited).
+    fn port_exhausted(&mut self, nat_ip: u32, proto: u8) -> DropReason {
         self.c.port_exhausted += 1;
-        Err(self.reasons.port_exhausted)
+        if let Some(l) = self.log.as_deref_mut() {
+            l.exhausted(nat_ip, proto);
+        }
+        self.reasons.port_exhausted
     }
 
     /// An inbound packet with key `k` (remote -> outside endpoint) and no session: with
@@ -1863,6 +2020,9 @@ impl NetworkFunction for Nat {
 
     fn process(&mut self, burst: &mut Burst, ctx: &NfContext) {
         let now = ms_ticks(ctx.now_ns);
+        if let Some(l) = self.log.as_deref_mut() {
+            l.sync(ctx.now_ns);
+        }
         self.expire_scan(now);
         let n = burst.len();
         burst.prefetch_first();
@@ -1875,6 +2035,18 @@ impl NetworkFunction for Nat {
         if !self.to_hold.is_empty() {
             self.hold_fragments(burst, now);
         }
+        if let Some(l) = self.log.as_deref_mut() {
+            l.flush(false);
+        }
+    }
+
+    /// Sends every NAT event still buffered.
+    fn finish(&mut self, ctx: &NfContext) -> Result<(), String> {
+        if let Some(l) = self.log.as_deref_mut() {
+            l.sync(ctx.now_ns);
+            l.flush(true);
+        }
+        Ok(())
     }
 
     fn held(&self) -> usize {
@@ -1992,6 +2164,14 @@ impl NetworkFunction for Nat {
             .count("hairpin_via_outside", c.hairpin_via_outside)
             .count("ttl_expired", c.ttl_expired)
             .count("passed", c.passed)
+            .count(
+                "port_blocks_allocated",
+                self.blocks.as_ref().map_or(0, |b| b.allocated),
+            )
+            .count(
+                "port_blocks_released",
+                self.blocks.as_ref().map_or(0, |b| b.released),
+            )
             .count("dropped", c.drops.total());
         let mut frags = Counters::new();
         frags
@@ -2018,6 +2198,9 @@ impl NetworkFunction for Nat {
         if let Some(ver) = &self.verifier {
             v.count("verify_slow_path", ver.verified)
                 .count("checksum_mismatches", ver.mismatches);
+        }
+        if let Some(l) = &self.log {
+            v.group("log", l.counters());
         }
         v
     }
