@@ -34,14 +34,6 @@ fn nat_between_namespaces(tag: &str, link: &str, mode: &str) {
         t.veth("c", "c0", "10.0.1.2/24", Some("10.0.1.1"), "nmdp-in");
         t.veth("s", "s0", "10.0.2.2/24", None, "nmdp-out");
     }
-    blob(&t.dir.join("blob"), 10_000_000);
-    let www = t.dir.display().to_string();
-    t.spawn(
-        "s",
-        &format!("python3 -m http.server 8080 --bind 10.0.2.2 --directory {www}"),
-        "http.log",
-    );
-    t.spawn("s", &udp_echo_server("10.0.2.2", 5353), "udp.log");
     let dp = t.dataplane(
         cfg.to_str().unwrap(),
         &[
@@ -55,6 +47,16 @@ fn nat_between_namespaces(tag: &str, link: &str, mode: &str) {
         t.adopt("s", "nmdp-out");
         t.host_if("s", "nmdp-out", "10.0.2.2/24", None);
     }
+    // The servers bind 10.0.2.2, so they start once the server's interface has it (a TAP device
+    // exists only after the dataplane made it).
+    blob(&t.dir.join("blob"), 10_000_000);
+    let www = t.dir.display().to_string();
+    t.spawn(
+        "s",
+        &format!("python3 -m http.server 8080 --bind 10.0.2.2 --directory {www}"),
+        "http.log",
+    );
+    t.spawn("s", &udp_echo_server("10.0.2.2", 5353), "udp.log");
     t.wait_http("c", "http://10.0.2.2:8080/");
     let got = t.dir.join("got");
     t.run(
