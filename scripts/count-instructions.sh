@@ -10,7 +10,8 @@
 #   scripts/count-instructions.sh --write FILE         # print and save as the new baseline
 #
 # Rows: the virtual NIC's io-fwd per mode (accounting on; `timed` adds the timing layer),
-# macswap on the virtual NIC, the NAT and the LB alone at 1 M flows (64 B, random flows), and,
+# macswap on the virtual NIC, the NAT and the LB alone at 1 M flows (64 B, random flows, every
+# packet a hit of a live flow: nf_count fails when the NF drops one), and,
 # where libdpdk-dev is installed, DPDK io-fwd and macswap on 2x net_null (whole process, EAL
 # without hugepages). Needs valgrind (apt-get install valgrind).
 set -euo pipefail

@@ -44,13 +44,27 @@ fn bless() -> bool {
 
 /// Runs `tests/golden/<case>.toml` over `input` in `mode`; returns the frames out and the
 /// summary.
+/// A case with `[[vnic.ports]]` names its pcap port `link = "generator"`; it runs from a copy of
+/// its config whose link reads `input` and writes the output (`--rx-pcap`/`--tx-pcap` feed only
+/// a NIC without ports).
 fn run_case(case: &str, input: &Path, mode: DatapathMode) -> (Vec<Vec<u8>>, Value) {
     let output = dir().join(format!("{case}-{mode}-out.pcap"));
+    let config = golden_dir().join(format!("{case}.toml"));
+    let text = std::fs::read_to_string(&config).unwrap();
+    let with_ports = text.contains("[[vnic.ports]]");
+    let config = if with_ports {
+        let link = format!("link = \"pcap:{},{}\"", input.display(), output.display());
+        let copy = dir().join(format!("{case}-{mode}.toml"));
+        std::fs::write(&copy, text.replacen("link = \"generator\"", &link, 1)).unwrap();
+        copy
+    } else {
+        config
+    };
     let s = run(&RunOptions {
-        config: golden_dir().join(format!("{case}.toml")),
+        config,
         mode: Some(mode),
-        rx_pcap: Some(input.to_path_buf()),
-        tx_pcap: Some(output.clone()),
+        rx_pcap: (!with_ports).then(|| input.to_path_buf()),
+        tx_pcap: (!with_ports).then(|| output.clone()),
         sets: vec!["run.stats_interval_s=0".into()],
         ..RunOptions::default()
     })
@@ -437,4 +451,117 @@ fn check_flow_counter(frames: &[Vec<u8>], got: &[Vec<u8>], s: &Value, mode: Data
 #[test]
 fn flow_counter_golden_in_every_mode() {
     golden("flow-counter", flow_counter_input, check_flow_counter);
+}
+
+/// The route case's on-link neighbour and the port's own address (tests/golden/route.toml).
+const NEIGHBOR: u32 = 0x0a00_0107; // 10.0.1.7
+const PORT_IP: u32 = 0x0a00_0101; // 10.0.1.1
+
+/// An ARP request from `NEIGHBOR` for `target`, padded to 60 bytes.
+fn arp_request(target: u32) -> Vec<u8> {
+    let mut f = vec![0xff; 6];
+    f.extend_from_slice(&[0x02, 0, 0, 0, 0, 0x07, 0x08, 0x06]);
+    f.extend_from_slice(&[0, 1, 0x08, 0, 6, 4, 0, 1]);
+    f.extend_from_slice(&[0x02, 0, 0, 0, 0, 0x07]);
+    f.extend_from_slice(&NEIGHBOR.to_be_bytes());
+    f.extend_from_slice(&[0; 6]);
+    f.extend_from_slice(&target.to_be_bytes());
+    f.resize(60, 0);
+    f
+}
+
+/// The route case's input: 20 UDP frames to the on-link neighbour and 20 TCP frames to an
+/// off-link address (both from the neighbour), then one frame with TTL 1, a ping to the port, an
+/// ARP request for the port, and a frame to another host's MAC.
+fn route_input() -> Vec<Vec<u8>> {
+    let mut frames = Vec::new();
+    for k in 0..20u16 {
+        let len = 18 + usize::from(k * 73 % 1400);
+        frames.push(FrameSpec::udp(ip(10, 0, 1, 50), NEIGHBOR, 4000 + k, 53, len).build());
+        frames
+            .push(FrameSpec::tcp(NEIGHBOR, ip(93, 184, 216, 34), 5000 + k, 443, 0x18, len).build());
+    }
+    frames.push(
+        FrameSpec {
+            ttl: 1,
+            ..FrameSpec::udp(NEIGHBOR, ip(8, 8, 8, 8), 33434, 33434, 32)
+        }
+        .build(),
+    );
+    frames.push(FrameSpec::echo(NEIGHBOR, PORT_IP, 7, 56).build());
+    frames.push(arp_request(PORT_IP));
+    let mut other = FrameSpec::udp(NEIGHBOR, ip(93, 184, 216, 34), 1, 2, 40).build();
+    other[5] = 0x99;
+    frames.push(other);
+    // Every frame comes from the neighbour's MAC.
+    for f in &mut frames {
+        f[11] = 0x07;
+    }
+    frames
+}
+
+/// A router: the 40 forwarded frames leave with TTL - 1, a valid checksum, the port's MAC as
+/// source and the next hop's (the neighbour, or the gateway for off-link) as destination, the
+/// rest unchanged; TTL 1 gets ICMP time exceeded quoting the frame, the ping an echo reply, the
+/// ARP request a reply with the port's MAC; the frame to another MAC is a counted drop.
+fn check_route(frames: &[Vec<u8>], got: &[Vec<u8>], s: &Value, mode: DatapathMode) {
+    let port_mac = [0x02, 0, 0, 0, 0, 0x01];
+    assert_eq!(got.len(), 43, "{mode}: 40 forwarded + 3 answers");
+    let mut forwarded = 0;
+    let (mut time_exceeded, mut echo_reply, mut arp_reply) = (0, 0, 0);
+    for f in got {
+        assert_eq!(f[6..12], port_mac, "{mode}: source MAC is the port's");
+        if f[12..14] == [0x08, 0x06] {
+            assert_eq!(f[20..22], [0, 2], "{mode}: an ARP reply");
+            assert_eq!(f[22..28], port_mac);
+            assert_eq!(f[28..32], PORT_IP.to_be_bytes());
+            assert_eq!(f[38..42], NEIGHBOR.to_be_bytes());
+            arp_reply += 1;
+            continue;
+        }
+        verify_frame_checksums(f).unwrap_or_else(|e| panic!("{mode}: {e}"));
+        let t = fields(f);
+        if t.src == PORT_IP {
+            assert_eq!(
+                (t.dst, t.proto),
+                (NEIGHBOR, 1),
+                "{mode}: ICMP to the sender"
+            );
+            assert_eq!(f[0..6], [0x02, 0, 0, 0, 0, 0x07]);
+            match f[34] {
+                11 => {
+                    // The quoted header is the sender's, with its TTL of 1.
+                    assert_eq!(f[42 + 8], 1, "{mode}: quoted TTL");
+                    assert_eq!(f[42 + 16..42 + 20], ip(8, 8, 8, 8).to_be_bytes());
+                    time_exceeded += 1;
+                }
+                0 => echo_reply += 1,
+                ty => panic!("{mode}: ICMP type {ty}"),
+            }
+            continue;
+        }
+        let i = frames
+            .iter()
+            .position(|x| x.len() == f.len() && x[14..22] == f[14..22] && x[26..] == f[26..])
+            .unwrap_or_else(|| panic!("{mode}: a forwarded frame matches an input"));
+        let o = &frames[i];
+        assert_eq!(f[22], o[22] - 1, "{mode}: TTL - 1");
+        let gw = if t.dst == NEIGHBOR { 0x07 } else { 0xfe };
+        assert_eq!(f[0..6], [0x02, 0, 0, 0, 0, gw], "{mode}: next hop's MAC");
+        forwarded += 1;
+    }
+    assert_eq!(
+        (forwarded, time_exceeded, echo_reply, arp_reply),
+        (40, 1, 1, 1),
+        "{mode}"
+    );
+    assert_eq!(s["route"]["forwarded"].as_u64(), Some(40), "{mode}");
+    assert_eq!(s["route"]["icmp_time_exceeded_sent"].as_u64(), Some(1));
+    assert_eq!(s["arp"]["replies_sent"].as_u64(), Some(1));
+    assert_eq!(s["drops"]["not_our_mac"].as_u64(), Some(1), "{mode}");
+}
+
+#[test]
+fn route_golden_in_every_mode() {
+    golden("route", route_input, check_route);
 }

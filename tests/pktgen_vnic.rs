@@ -568,3 +568,111 @@ fn sweeps_keep_the_duts_traffic_and_measure_loss_at_max_with_a_final_trial() {
     .unwrap();
     assert_eq!(r.rows[0].frame_size, 256.0);
 }
+
+/// A DUT builds its NF chains once and resets them between trials (tables built once per
+/// process), and every trial still gives the JSON a DUT with chains built for that trial alone
+/// gives: trials stay independent and deterministic, in any order, at any size.
+#[test]
+fn trials_reuse_the_nf_chains_and_give_the_same_json() {
+    let dir = std::env::temp_dir().join(format!("nmdp-kept-chains-{}", std::process::id()));
+    std::fs::create_dir_all(&dir).unwrap();
+    let cfg = dir.join("nat-lb.toml");
+    std::fs::write(
+        &cfg,
+        "[vnic]\nnicmem = \"256KiB\"\n\
+         [traffic]\nflows = 3000\ndst_ip_count = 4\n\
+         [[pipeline]]\nname = \"nat\"\nflows = 2048\nport_max = 1600\n\
+         [[pipeline]]\nname = \"flow_counter\"\nflows = 4096\n\
+         [[pipeline]]\nname = \"lb\"\nflows = 4096\nnon_vip = \"forward\"\n",
+    )
+    .unwrap();
+    let mut kept = VnicDut::new(&cfg, &[], DutOptions::default()).unwrap();
+    let spec = |rate_pps: f64, frames: u64, frame_size: u32| TrialSpec {
+        rate_pps,
+        frames: Some(frames),
+        traffic: pktgen::GeneratorConfig {
+            frame_size,
+            ..kept.traffic().clone()
+        },
+        ..Default::default()
+    };
+    let specs = [
+        spec(2e5, 3000, 64),
+        spec(4e6, 4000, 512),
+        spec(1e5, 1500, 1518),
+        spec(2e5, 3000, 64),
+    ];
+    let mut first = None;
+    for (i, s) in specs.iter().enumerate() {
+        let got = kept.trial(s).unwrap();
+        let mut fresh = VnicDut::new(&cfg, &[], DutOptions::default()).unwrap();
+        let want = fresh.trial(s).unwrap();
+        assert_eq!(fresh.chains().built(), 1);
+        assert!(
+            want.dut["nfs"]["nat"]["new_mappings"].as_u64().unwrap() > 0,
+            "trial {i} creates sessions: {}",
+            want.dut["nfs"]["nat"]
+        );
+        assert_eq!(
+            serde_json::to_value(&got).unwrap(),
+            serde_json::to_value(&want).unwrap(),
+            "trial {i}: kept chains give another result than fresh ones"
+        );
+        first.get_or_insert(got);
+    }
+    // The last trial repeats the first, three trials later: the same result.
+    let last = kept.trial(&specs[3]).unwrap();
+    assert_eq!(Some(last), first);
+    assert_eq!(
+        (kept.chains().built(), kept.chains().reused()),
+        (1, specs.len() as u64),
+        "one chain built, reset for every later trial"
+    );
+    let _ = std::fs::remove_dir_all(&dir);
+}
+
+#[test]
+fn cli_rfc2544_says_when_trials_were_generator_limited() {
+    // The generator tops out at 5 Mpps, the line at 14.88 Mpps: the trials above 5 Mpps
+    // cannot offer their load, and the text says so next to the trial count.
+    let (ok, out, err) = pktgen(&[
+        "rfc2544",
+        "--dut",
+        "sim:line_bps=1e10,capacity_pps=1e7,gen_max_pps=5e6",
+        "--sizes",
+        "64",
+        "--preset",
+        "quick",
+        "--quiet",
+    ]);
+    assert!(ok, "{err}");
+    // The text report (stdout without --json).
+    let line = out
+        .lines()
+        .find(|l| l.contains("generator-limited"))
+        .unwrap_or_else(|| panic!("no generator-limited line in: {out}"));
+    assert!(line.starts_with("64 B: "), "{line}");
+    let n: u32 = line["64 B: ".len()..]
+        .split_whitespace()
+        .next()
+        .and_then(|w| w.parse().ok())
+        .unwrap_or_else(|| panic!("{line}"));
+    assert!(n >= 1, "{line}");
+    assert!(
+        !line.contains("in wall time"),
+        "the sim DUT runs in virtual time: {line}"
+    );
+    // Without a generator limit there is no such line.
+    let (ok, out, err) = pktgen(&[
+        "rfc2544",
+        "--dut",
+        "sim:line_bps=1e10,capacity_pps=1e7",
+        "--sizes",
+        "64",
+        "--preset",
+        "quick",
+        "--quiet",
+    ]);
+    assert!(ok, "{err}");
+    assert!(!out.contains("generator-limited"), "{out}");
+}

@@ -41,6 +41,19 @@ pub trait NetworkFunction: Send {
         Ok(())
     }
 
+    /// Returns this instance to the state it was built in, cheaply: empty tables, zero counters,
+    /// the random state it started with. A benchmark that runs many independent trials (an
+    /// RFC 2544 search) then keeps its instances and resets them between trials instead of
+    /// building new ones, so large tables are allocated and faulted in once per process, not
+    /// once per trial.
+    ///
+    /// Returns `true` when the instance now behaves exactly as a freshly built one would (same
+    /// output, same counters, for the same input). The default returns `false` and resets
+    /// nothing: the caller then builds a fresh instance, which is always correct, only slower.
+    fn reset(&mut self) -> bool {
+        false
+    }
+
     /// Packets this instance has taken out of bursts ([`Burst::remove_to`]) and holds back, to
     /// give them back through [`NetworkFunction::release`] (e.g. IP fragments that arrived
     /// before the fragment carrying their ports). 0 for functions that never hold packets.
@@ -78,6 +91,15 @@ pub struct NfChain {
     nfs: Vec<Box<dyn NetworkFunction>>,
 }
 
+/// The functions' names in order.
+impl std::fmt::Debug for NfChain {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.debug_list()
+            .entries(self.nfs.iter().map(|nf| nf.name()))
+            .finish()
+    }
+}
+
 impl NfChain {
     /// An empty chain (forwards everything unchanged).
     pub fn new() -> Self {
@@ -105,6 +127,18 @@ impl NfChain {
         for nf in &mut self.nfs {
             nf.process(burst, ctx);
         }
+    }
+
+    /// Resets every function ([`NetworkFunction::reset`]); `true` when all of them are now as
+    /// built, `false` when one cannot reset itself or still holds packets (the chain must then
+    /// be built again: a held packet belongs to the run that received it).
+    pub fn reset(&mut self) -> bool {
+        // Every function is reset, also after one that cannot be.
+        let mut all = self.held() == 0;
+        for nf in &mut self.nfs {
+            all &= nf.reset();
+        }
+        all
     }
 
     /// Packets held back by the chain's functions (see [`NetworkFunction::held`]).
@@ -438,6 +472,56 @@ mod tests {
         assert_eq!(gone.verdict(0), Verdict::drop(DropReason::POLICY));
         drop((b, b2, out, gone, chain));
         assert_eq!(f.in_use(), 0, "no packet lost");
+    }
+
+    /// Counts its resets; resets itself only when told it can.
+    struct Resettable {
+        can: bool,
+        resets: std::sync::Arc<std::sync::atomic::AtomicU32>,
+    }
+
+    impl NetworkFunction for Resettable {
+        fn name(&self) -> &str {
+            "resettable"
+        }
+        fn process(&mut self, _: &mut Burst, _: &NfContext) {}
+        fn reset(&mut self) -> bool {
+            self.resets
+                .fetch_add(1, std::sync::atomic::Ordering::Relaxed);
+            self.can
+        }
+    }
+
+    /// Plain stateless function that keeps the default hook.
+    struct NoReset;
+
+    impl NetworkFunction for NoReset {
+        fn name(&self) -> &str {
+            "no_reset"
+        }
+        fn process(&mut self, _: &mut Burst, _: &NfContext) {}
+    }
+
+    #[test]
+    fn a_chain_resets_when_every_function_does() {
+        let resets = std::sync::Arc::new(std::sync::atomic::AtomicU32::new(0));
+        let nf = |can| {
+            Box::new(Resettable {
+                can,
+                resets: resets.clone(),
+            })
+        };
+        let mut chain = NfChain::new();
+        chain.push(nf(true));
+        chain.push(nf(true));
+        assert!(chain.reset());
+        assert_eq!(format!("{chain:?}"), r#"["resettable", "resettable"]"#);
+        // One that cannot (the default) makes the chain ask to be built again, and the others
+        // are still reset.
+        chain.push(Box::new(NoReset));
+        chain.push(nf(true));
+        assert!(!chain.reset());
+        assert_eq!(resets.load(std::sync::atomic::Ordering::Relaxed), 5);
     }
 
     #[test]

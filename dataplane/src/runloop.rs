@@ -175,6 +175,9 @@ pub struct WorkerReport {
     pub bursts: u64,
     /// Seconds from the worker's start to its last forwarded packet.
     pub active_s: f64,
+    /// The worker's NF chain, handed back after [`crate::NetworkFunction::finish`], so a caller
+    /// running many trials can reset it ([`NfChain::reset`]) instead of building another.
+    pub chain: NfChain,
 }
 
 /// Run-wide controls shared with the workers.
@@ -350,6 +353,7 @@ pub fn run_worker(
         idle_polls,
         bursts,
         active_s: (last_active - start).as_secs_f64(),
+        chain: setup.chain,
     }
 }
 

@@ -9,6 +9,11 @@
 //! nf_count lb <flows> <packets>             # the load balancer alone, same traffic to one VIP
 //! nf_count vnic-macswap <mode> <packets>    # macswap on the virtual NIC, 64 B, accounting on
 //! ```
+//!
+//! Every counted packet must be a hit of a live flow: the NAT gets an outside address pool large
+//! enough for one exclusive port per inside endpoint (endpoint-independent mapping, its default,
+//! holds at most one port slice of endpoints per outside address), and a run whose NF dropped
+//! any packet fails instead of counting the cost of drops.
 
 use dataplane::driver::vnic::{VnicConfig, VnicPort};
 use dataplane::link::{CountingSink, Link, RepeatSource};
@@ -93,11 +98,34 @@ fn nf_alone(mut nf: Box<dyn NetworkFunction>, flows: usize, packets: u64, vip: O
         nf.process(&mut b, &ctx);
         done += b.len() as u64;
     }
+    let counters = nf.counters();
     println!(
-        "{}: {done} packets over {flows} flows; counters {:?}",
-        nf.name(),
-        nf.counters()
+        "{}: {done} packets over {flows} flows; counters {counters:?}",
+        nf.name()
     );
+    let dropped = counters.count_at("dropped").unwrap_or(0);
+    if dropped > 0 {
+        eprintln!(
+            "nf_count: {} dropped {dropped} packets: the count would not be of hits",
+            nf.name()
+        );
+        std::process::exit(1);
+    }
+}
+
+/// Parameters of a NAT for `flows` inside endpoints, every one of which gets a session. Its
+/// default endpoint-independent mapping gives each endpoint an outside port of its own, and one
+/// address has only one port slice (64 512 ports), so the pool has a power-of-two number of
+/// addresses with at least 4 ports for each endpoint: a quarter full, the random probes find a
+/// free port at once.
+fn nat_params(flows: u64) -> toml::Table {
+    let mut p = toml::Table::new();
+    p.insert("flows".into(), toml::Value::Integer(flows as i64));
+    let ports = u64::from(u16::MAX) - 1024 + 1;
+    let addrs = (flows * 4).div_ceil(ports).next_power_of_two().min(1 << 16);
+    let len = 32 - addrs.trailing_zeros();
+    p.insert("nat_ips".into(), format!("10.0.0.0/{len}").into());
+    p
 }
 
 /// macswap between the virtual NIC's Rx and Tx, as `dataplane run` would run it on one queue.
@@ -136,13 +164,14 @@ fn main() {
     let ok = match a.first().map(String::as_str) {
         Some(which @ ("nat" | "lb")) => match (num(1), num(2)) {
             (Some(flows), Some(packets)) if flows > 0 => {
-                let mut p = toml::Table::new();
-                p.insert("flows".into(), toml::Value::Integer(flows as i64));
-                let (nf, vip): (Box<dyn NetworkFunction>, _) = if which == "nat" {
-                    (Box::new(Nat::from_params(&p, 0, 1).expect("nat")), None)
-                } else {
+                let (nf, vip): (Box<dyn NetworkFunction>, _) = if which == "lb" {
+                    let mut p = toml::Table::new();
+                    p.insert("flows".into(), toml::Value::Integer(flows as i64));
                     let lb = LoadBalancer::from_params(&p, 0, 1).expect("lb");
                     (Box::new(lb), Some(0x0a02_0001))
+                } else {
+                    let p = nat_params(flows);
+                    (Box::new(Nat::from_params(&p, 0, 1).expect("nat")), None)
                 };
                 nf_alone(nf, flows as usize, packets, vip);
                 true

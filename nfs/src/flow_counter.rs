@@ -540,6 +540,15 @@ impl NetworkFunction for FlowCounter {
         }
     }
 
+    /// Back to an empty counter: no flow, zero tallies, no dump error (the next `finish`
+    /// writes the dump again).
+    fn reset(&mut self) -> bool {
+        self.table.reset();
+        self.c = Tally::default();
+        self.dump_error = None;
+        true
+    }
+
     fn counters(&self) -> dataplane::Counters {
         let c = &self.c;
         let mut v = dataplane::Counters::new();

@@ -1039,6 +1039,13 @@ impl<V: TableValue> FlowTable<V> {
         self.epoch += 1;
     }
 
+    /// Empties the table ([`FlowTable::clear`]) and zeroes its counters: the table then behaves
+    /// as one just built with the same parameters, without its memory being touched again.
+    pub fn reset(&mut self) {
+        self.clear();
+        self.stats = FlowTableStats::default();
+    }
+
     /// Checks internal invariants (every entry sits in one of its two candidate buckets, no
     /// duplicate keys, `len` matches). For tests; walks the whole table.
     pub fn check_invariants(&self) -> Result<(), String> {

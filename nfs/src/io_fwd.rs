@@ -37,6 +37,12 @@ impl NetworkFunction for IoFwd {
         self.packets += burst.len() as u64;
     }
 
+    /// Zeroes the count (the only state).
+    fn reset(&mut self) -> bool {
+        self.packets = 0;
+        true
+    }
+
     fn counters(&self) -> Counters {
         let mut c = Counters::new();
         c.count("packets", self.packets);

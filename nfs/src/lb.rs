@@ -198,7 +198,13 @@ pub const SPEC: NfSpec = NfSpec {
         },
     ],
     defaults: defaults_of::<LbConfig>,
-    drop_reasons: &[NOT_FOR_VIP, NO_BACKEND_REASON, ICMP_NO_FLOW, TUNNEL_TOO_BIG, NO_HEADROOM],
+    drop_reasons: &[
+        NOT_FOR_VIP,
+        NO_BACKEND_REASON,
+        ICMP_NO_FLOW,
+        TUNNEL_TOO_BIG,
+        NO_HEADROOM,
+    ],
     build,
     memory,
 };
@@ -511,10 +517,14 @@ pub struct LoadBalancer {
     backends: Vec<u32>,
     deltas: Vec<CsumDelta>,
     enabled: Vec<bool>,
+    /// `enabled` as built (what [`NetworkFunction::reset`] restores).
+    enabled_at_build: Vec<bool>,
     n_enabled: usize,
     mode: LbMode,
     maglev: Maglev,
     rr: usize,
+    /// `rr` as built.
+    rr_at_build: usize,
     non_vip: NonVipPolicy,
     table: FlowTable<u16>,
     scan: usize,
@@ -684,10 +694,12 @@ impl LoadBalancer {
             n_enabled: enabled.iter().filter(|&&e| e).count(),
             backends,
             deltas,
+            enabled_at_build: enabled.clone(),
             enabled,
             mode: cfg.mode,
             maglev,
             rr: usize::from(worker) % n,
+            rr_at_build: usize::from(worker) % n,
             non_vip: cfg.non_vip,
             table,
             scan: cfg.scan_buckets_per_burst as usize,
@@ -1103,6 +1115,23 @@ impl NetworkFunction for LoadBalancer {
             self.process_chunk(burst, start, end, now);
             start = end;
         }
+    }
+
+    /// Back to the balancer as built: no affinity entry, zero counters, the backends enabled
+    /// as configured (the Maglev table rebuilt only if one changed), round robin where it
+    /// started.
+    fn reset(&mut self) -> bool {
+        self.table.reset();
+        for i in 0..self.enabled.len() {
+            self.set_backend_enabled(i, self.enabled_at_build[i]);
+        }
+        self.rr = self.rr_at_build;
+        self.backend_packets.fill(0);
+        self.c = Counters::default();
+        if let Some(v) = &mut self.verifier {
+            v.reset();
+        }
+        true
     }
 
     fn counters(&self) -> dataplane::Counters {

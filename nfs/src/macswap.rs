@@ -56,6 +56,12 @@ impl NetworkFunction for MacSwap {
         self.truncated += truncated;
     }
 
+    /// Zeroes the counts (the only state).
+    fn reset(&mut self) -> bool {
+        (self.swapped, self.truncated) = (0, 0);
+        true
+    }
+
     fn counters(&self) -> Counters {
         let mut c = Counters::new();
         c.count("swapped", self.swapped)

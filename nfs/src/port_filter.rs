@@ -139,6 +139,12 @@ impl NetworkFunction for PortFilter {
         }
     }
 
+    /// Zeroes the counts (the deny list is configuration).
+    fn reset(&mut self) -> bool {
+        (self.packets, self.denied, self.unparsed) = (0, 0, 0);
+        true
+    }
+
     fn counters(&self) -> Counters {
         let mut c = Counters::new();
         c.count("packets", self.packets)

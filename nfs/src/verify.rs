@@ -29,6 +29,12 @@ impl ChecksumVerifier {
         }
     }
 
+    /// Zeroes the counters (the scratch buffer is kept).
+    pub fn reset(&mut self) {
+        self.verified = 0;
+        self.mismatches = 0;
+    }
+
     /// Verifies the checksums of packet `i` of `burst` by full recomputation; returns true if
     /// all are valid.
     pub fn verify(&mut self, burst: &Burst, i: usize) -> bool {

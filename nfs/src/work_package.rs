@@ -120,6 +120,8 @@ pub struct WorkPackage {
     buf: Vec<u64>,
     reads: u32,
     rng: XorShift64,
+    /// `rng` as built (what [`NetworkFunction::reset`] restores).
+    rng_at_build: XorShift64,
     sink: u64,
     total_reads: u64,
     packets: u64,
@@ -147,6 +149,7 @@ impl WorkPackage {
             name: NAME.to_string(),
             buf,
             reads: cfg.reads,
+            rng_at_build: rng.clone(),
             rng,
             sink: 0,
             total_reads: 0,
@@ -186,6 +189,16 @@ impl NetworkFunction for WorkPackage {
         self.sink = std::hint::black_box(sink);
         self.packets += n;
         self.total_reads += n * u64::from(self.reads);
+    }
+
+    /// Back to the state as built: the random sequence restarts, the sink and counts are zero
+    /// (the buffer's contents never change).
+    fn reset(&mut self) -> bool {
+        self.rng = self.rng_at_build.clone();
+        self.sink = 0;
+        self.total_reads = 0;
+        self.packets = 0;
+        true
     }
 
     fn counters(&self) -> Counters {

@@ -2,8 +2,9 @@
 //!
 //! `dataplane run <config.toml>` builds the virtual NIC, pools, datapath mode and NF chain from the
 //! file and runs it; `dataplane model` prints the analytical per-packet PCIe breakdown of a
-//! hardware profile; `dataplane nfs` prints the reference of every network function; see
-//! `--help` for the flags.
+//! hardware profile; `dataplane nfs` prints the reference of every network function;
+//! `dataplane calibrate <config.toml>` measures the config's NFs on this machine and prints their
+//! cost in the profile's terms; see `--help` for the flags.
 
 use std::path::PathBuf;
 use std::process::ExitCode;
@@ -11,6 +12,7 @@ use std::process::ExitCode;
 use clap::{Parser, Subcommand};
 use dataplane::DatapathMode;
 use dataplane::pcie_model::{Breakdown, BreakdownInput, render_text, to_json};
+use nmdp::calibrate::{CalibrateOptions, calibrate};
 use nmdp::run::{RunOptions, print_summary, run};
 
 #[derive(Parser)]
@@ -54,6 +56,28 @@ enum Cmd {
         #[arg(long, short)]
         quiet: bool,
     },
+    /// Measure the CPU cost per packet of each network function of a config on this machine
+    /// (the config's traffic, warm tables, the clock read around every NF on every burst, the
+    /// median of repeated runs) and print it converted to the hardware profile's CPU
+    /// (host.cpu_ghz) as the profile's [host.cycles.nf] table.
+    Calibrate {
+        /// The run config (TOML), e.g. configs/nat.toml.
+        config: PathBuf,
+        /// Override any config key, e.g. --set traffic.flows=1000000 (repeatable).
+        #[arg(long = "set", value_name = "KEY=VALUE")]
+        sets: Vec<String>,
+        /// Measured runs; the report is their median, with the lowest and highest as spread.
+        #[arg(long, default_value_t = CalibrateOptions::default().runs,
+              value_parser = clap::value_parser!(u32).range(1..=1000))]
+        runs: u32,
+        /// Packets per measured run.
+        #[arg(long, default_value_t = CalibrateOptions::default().packets,
+              value_parser = clap::value_parser!(u64).range(1..=1_000_000_000))]
+        packets: u64,
+        /// Print the measurement as JSON instead of TOML.
+        #[arg(long)]
+        json: bool,
+    },
     /// Print the reference of every registered network function (Markdown): its names, what
     /// it does, its parameters with defaults, its drop reasons and its CPU-cost profile key.
     Nfs,
@@ -96,6 +120,31 @@ fn parse_mode(s: &str) -> Result<DatapathMode, String> {
 fn main() -> ExitCode {
     let cli = Cli::parse();
     match cli.cmd {
+        Cmd::Calibrate {
+            config,
+            sets,
+            runs,
+            packets,
+            json,
+        } => {
+            let opts = CalibrateOptions { runs, packets };
+            let measured = nmdp::config::RunConfig::load(&config, &sets)
+                .and_then(|cfg| calibrate(&cfg, &config, &opts));
+            match measured {
+                Ok(c) if json => {
+                    println!("{}", c.to_json());
+                    ExitCode::SUCCESS
+                }
+                Ok(c) => {
+                    print!("{}", c.to_toml());
+                    ExitCode::SUCCESS
+                }
+                Err(e) => {
+                    eprintln!("error: {e}");
+                    ExitCode::from(2)
+                }
+            }
+        }
         Cmd::Nfs => {
             print!("{}", nfs::reference_markdown());
             ExitCode::SUCCESS

@@ -552,6 +552,21 @@ fn rfc2544(a: Rfc2544Args) -> Result<(), String> {
                         .as_ref()
                         .map_or(String::new(), |w| format!("; no warm-up trial: {w}")),
                 ));
+                if r.generator_limited_trials > 0 {
+                    say(format!(
+                        "{label}: {} of these trials reached the wire more than {} % below their \
+                         offered load (generator-limited: the load was not offered, so each \
+                         counts as failed, whatever the DUT lost){}",
+                        r.generator_limited_trials,
+                        settings.rate_tolerance * 100.0,
+                        if dut.info().clock == "wall" {
+                            "; in wall time the generator runs on this machine's cores with the DUT and falls \
+                             short when they are busy"
+                        } else {
+                            ""
+                        },
+                    ));
+                }
                 ndr = r.goals[0].relevant_lower_bound_pps;
                 let n_trials = r.trials.len();
                 let mut v = serde_json::to_value(&r).map_err(|e| e.to_string())?;

@@ -66,6 +66,32 @@ pub struct RunSection {
     /// `wall` (CPU time measured) or `virtual` (CPU time from the profile's cycle model;
     /// deterministic: same config, same JSON).
     pub clock: ClockMode,
+    /// Where a virtual-time run takes its NFs' CPU cost per packet from: `profile` (the
+    /// hardware profile's `[host.cycles.nf]`) or `measured` (measured on this machine when the
+    /// run starts, as `dataplane calibrate` measures it).
+    pub nf_cycles: NfCyclesSource,
+}
+
+/// Where a virtual-time run takes its NFs' CPU cost per packet from (`run.nf_cycles`).
+#[derive(Debug, Clone, Copy, Default, Deserialize, PartialEq, Eq)]
+#[serde(rename_all = "lowercase")]
+pub enum NfCyclesSource {
+    /// The hardware profile's `[host.cycles.nf]`, one key per function (the default).
+    #[default]
+    Profile,
+    /// The NF code measured on this machine over the run's traffic, converted to the profile's
+    /// CPU clock (the `calibrate` module of this crate; once per process and traffic).
+    Measured,
+}
+
+impl NfCyclesSource {
+    /// The config name (`profile`, `measured`).
+    pub fn as_str(self) -> &'static str {
+        match self {
+            NfCyclesSource::Profile => "profile",
+            NfCyclesSource::Measured => "measured",
+        }
+    }
 }
 
 impl Default for RunSection {
@@ -77,6 +103,7 @@ impl Default for RunSection {
             stats_interval_s: 1.0,
             drain_timeout_s: 2.0,
             clock: ClockMode::Wall,
+            nf_cycles: NfCyclesSource::Profile,
         }
     }
 }
@@ -779,8 +806,21 @@ impl RunConfig {
     /// first; see [`nfs::NfSpec::cost_key`]). A function the registry does not know, or one the
     /// profile gives no cost, is an error naming the key: nothing is charged 0 by omission.
     pub fn nf_cycles(&self, path: &Path, profile: &HardwareProfile) -> Result<u32, ConfigError> {
+        Ok(self
+            .nf_cycles_each(path, profile)?
+            .iter()
+            .fold(0u32, |t, (_, c)| t.saturating_add(*c)))
+    }
+
+    /// The profile's cycles per packet of each pipeline entry, in pipeline order, under its
+    /// canonical name (what [`RunConfig::nf_cycles`] adds up; the same errors).
+    pub fn nf_cycles_each(
+        &self,
+        path: &Path,
+        profile: &HardwareProfile,
+    ) -> Result<Vec<(&'static str, u32)>, ConfigError> {
         let costs = &profile.host.cycles.nf;
-        let mut total = 0u32;
+        let mut each = Vec::with_capacity(self.pipeline.len());
         for (i, e) in self.pipeline.iter().enumerate() {
             let name = e.get("name").and_then(|v| v.as_str()).unwrap_or("");
             let spec = nfs::lookup(name).ok_or_else(|| ConfigError {
@@ -802,25 +842,28 @@ impl RunConfig {
                     spec.cost_key()
                 ),
             })?;
-            total = total.saturating_add(*cost);
+            each.push((spec.name, *cost));
         }
-        Ok(total)
+        Ok(each)
     }
 
     /// The virtual NIC parameters this config describes on `profile`, paced at `offered_gbps`.
-    /// The CPU cost per packet of the NFs is charged only in virtual time, so only there does
-    /// a missing cost fail ([`RunConfig::nf_cycles`]).
+    /// The CPU cost per packet of the NFs is charged only in virtual time: `measured` cycles
+    /// when given (`run.nf_cycles = "measured"`, which the run measures), else the profile's,
+    /// so only there does a missing cost fail ([`RunConfig::nf_cycles`]).
     pub fn vnic_config(
         &self,
         path: &Path,
         profile: &HardwareProfile,
         offered_gbps: Option<f64>,
+        measured: Option<u32>,
     ) -> Result<dataplane::driver::vnic::VnicConfig, ConfigError> {
         let v = &self.vnic;
         let d = &self.datapath;
-        let nf_cycles = match self.run.clock {
-            ClockMode::Virtual => self.nf_cycles(path, profile)?,
-            ClockMode::Wall => 0,
+        let nf_cycles = match (self.run.clock, measured) {
+            (ClockMode::Virtual, Some(m)) => m,
+            (ClockMode::Virtual, None) => self.nf_cycles(path, profile)?,
+            (ClockMode::Wall, _) => 0,
         };
         let f = &v.faults;
         if f.link_down_every > 0 && offered_gbps.is_some() {
@@ -1242,10 +1285,13 @@ mod tests {
         assert!(e.msg.contains("--set host.cycles.nf.lb="), "{e}");
         // ... which a wall-clock run does not need.
         let c = RunConfig::load(&cfg, &["run.clock=wall".into()]).unwrap();
-        assert!(c.vnic_config(&cfg, &c.profile(&cfg).unwrap(), None).is_ok());
+        assert!(
+            c.vnic_config(&cfg, &c.profile(&cfg).unwrap(), None, None)
+                .is_ok()
+        );
         let c = RunConfig::load(&cfg, &["run.clock=virtual".into()]).unwrap();
         let e = c
-            .vnic_config(&cfg, &c.profile(&cfg).unwrap(), None)
+            .vnic_config(&cfg, &c.profile(&cfg).unwrap(), None, None)
             .unwrap_err();
         assert_eq!(e.key, "host.cycles.nf.lb");
         std::fs::remove_dir_all(&dir).unwrap();

@@ -22,9 +22,13 @@
 //! does not choose the trial clock. [`Dut::info`] states the clock, profile, mode, workers and
 //! where the CPU cost came from, for every report.
 //!
-//! Every trial starts a fresh dataplane (empty flow tables and rings), so a warm-up before it
-//! or a discarded warm-up trial would prepare nothing: a per-trial warm-up is refused with an
-//! error, and searches skip their warm-up trial ([`Dut::keeps_state_between_trials`]). Without
+//! Every trial starts from the state of a fresh dataplane: a new port (rings, pools, the timing
+//! model) and NF chains as built, with empty flow tables. The chains are built once per DUT and
+//! reset between trials ([`crate::kept_chains`]), so a 10 M-flow table is allocated and
+//! faulted in once, not once per trial; the results are the same as with chains built per
+//! trial. A warm-up before a trial or a discarded warm-up trial would therefore prepare
+//! nothing: a per-trial warm-up is refused with an error, and searches skip their warm-up trial
+//! ([`Dut::keeps_state_between_trials`]). Without
 //! the timing model a trial is *functional*: frames arrive as fast as the NIC takes them (flow
 //! control), nothing is offered at a rate, and the search can only confirm that nothing is lost.
 //!
@@ -57,7 +61,8 @@ use pktgen::testdut::{SimDut, SimDutConfig};
 use pktgen::trial::{Dut, DutError, DutInfo, LossAttribution, TrialResult, TrialSpec, gbps};
 use serde_json::Value;
 
-use crate::config::PORT_TRAFFIC_KEYS;
+use crate::config::{NfCyclesSource, PORT_TRAFFIC_KEYS};
+use crate::kept_chains::KeptChains;
 use crate::run::{RunOptions, load_config};
 
 /// Summary keys that depend on the wall clock (dropped from virtual-time trial records).
@@ -129,7 +134,7 @@ fn clock_in_sets(sets: &[String]) -> Result<Option<Clock>, DutError> {
 }
 
 /// The virtual NIC running a dataplane config, as a DUT.
-#[derive(Clone, Debug)]
+#[derive(Debug)]
 pub struct VnicDut {
     config: PathBuf,
     sets: Vec<String>,
@@ -138,6 +143,7 @@ pub struct VnicDut {
     traffic: GeneratorConfig,
     name: String,
     info: DutInfo,
+    chains: KeptChains,
 }
 
 impl VnicDut {
@@ -221,6 +227,20 @@ impl VnicDut {
             }
         );
         let cpu_cost = match (timing, &profile) {
+            (Timing::Timed(Clock::Virtual), Some(p))
+                if cfg.run.nf_cycles == NfCyclesSource::Measured =>
+            {
+                format!(
+                    "model with measured NFs: profile {} host.cycles.driver_per_packet {} \
+                     plus the NF code [{}] measured on this machine over each trial's traffic \
+                     (run.nf_cycles = \"measured\", as dataplane calibrate measures, once per \
+                     traffic), converted at {} GHz; each trial's dut.nf_cycles has the figures",
+                    p.nic.name,
+                    p.host.cycles.driver_per_packet,
+                    nfs.join(","),
+                    p.host.cpu_ghz
+                )
+            }
             (Timing::Timed(Clock::Virtual), Some(p)) => {
                 let nf = cfg
                     .nf_cycles(config, p)
@@ -260,7 +280,14 @@ impl VnicDut {
             traffic,
             name,
             info,
+            chains: KeptChains::new(),
         })
+    }
+
+    /// The NF chains its trials built and reused so far ([`KeptChains::built`],
+    /// [`KeptChains::reused`]).
+    pub fn chains(&self) -> &KeptChains {
+        &self.chains
     }
 
     /// How trials run.
@@ -447,7 +474,8 @@ impl Dut for VnicDut {
             live_stats: false,
             ..RunOptions::default()
         };
-        let summary = crate::run::run(&opts).map_err(|e| DutError(e.to_string()))?;
+        let summary = crate::run::vnic::run_keeping(&opts, &mut self.chains)
+            .map_err(|e| DutError(e.to_string()))?;
         Ok(result_from_summary(spec, &summary, self.timing))
     }
 }

@@ -196,6 +196,23 @@ pub fn print_summary(s: &Value, to: &mut dyn std::io::Write) -> std::io::Result<
             s["virtual_time_ns"],
         )?;
     }
+    let n = &s["nf_cycles"];
+    if let Some(each) = n["each"].as_array() {
+        let parts: Vec<String> = each
+            .iter()
+            .map(|e| format!("{} {}", e["nf"].as_str().unwrap_or("?"), e["cycles"]))
+            .collect();
+        let from = match n["source"].as_str() {
+            Some("measured") => "measured on this machine (run.nf_cycles = \"measured\")",
+            _ => "from the profile's host.cycles.nf",
+        };
+        writeln!(
+            to,
+            "  model CPU: NF cycles per packet {from}: {} = {}",
+            parts.join(" + "),
+            n["total"]
+        )?;
+    }
     let p = &s["pcap"];
     if p.is_object() {
         let reasons =

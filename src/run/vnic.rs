@@ -26,6 +26,7 @@ use super::summary::{counter_keys, nf_counters, nf_output_errors, print_warnings
 use super::workers::{Finished, Supervision, Workers, live_interval};
 use crate::config::net::VnicLink;
 use crate::config::{ConfigError, RunConfig, same_file};
+use crate::kept_chains::KeptChains;
 use crate::traffic::{Traffic, TrafficReport};
 
 /// Sends every frame to two sinks (pcap capture plus payload checking).
@@ -44,6 +45,12 @@ impl FrameSink for Tee {
 
 /// Runs the config; returns the JSON summary.
 pub fn run(opts: &RunOptions) -> Result<Value, RunError> {
+    run_keeping(opts, &mut KeptChains::new())
+}
+
+/// Runs the config with the NF chains `kept` holds from an earlier run of the same pipeline
+/// (reset, not built again) and keeps this run's chains there for the next one.
+pub fn run_keeping(opts: &RunOptions, kept: &mut KeptChains) -> Result<Value, RunError> {
     if let (Some(rx), Some(tx)) = (&opts.rx_pcap, &opts.tx_pcap)
         && same_file(rx, tx)
     {
@@ -67,12 +74,13 @@ pub fn run(opts: &RunOptions) -> Result<Value, RunError> {
         crate::footprint::check(path, &needs, workers, machine)?;
     }
     cfg.check_outputs(path)?;
+    // What the virtual clock charges the NFs (with run.nf_cycles = "measured" a measurement,
+    // whose chain is gone before the run's are built).
+    let nf_cycles = crate::calibrate::run_nf_cycles(&cfg, path, &profile)?;
     let specs = port_specs(&cfg, opts)?;
     let net = cfg.network(path, specs.iter().map(|(_, a)| a.clone()).collect())?;
-    // Build every NF chain first: a bad pipeline fails before any packet moves.
-    let chains = (0..workers)
-        .map(|w| cfg.build_chain_on(path, w, workers, net.clone()))
-        .collect::<Result<Vec<_>, _>>()?;
+    // Build (or reset) every NF chain first: a bad pipeline fails before any packet moves.
+    let chains = kept.take(&cfg, path, net.as_ref())?;
     let mut warnings = warnings;
     if let (Some(n), Some(c)) = (&net, chains.first()) {
         for ip in n.set_owned(&c.owned_addresses()) {
@@ -136,7 +144,7 @@ pub fn run(opts: &RunOptions) -> Result<Value, RunError> {
     }
     // Flow steering the NFs ask for (e.g. NAT return traffic to the worker owning its port
     // slice); with one queue there is nothing to steer.
-    let mut vnic = cfg.vnic_config(path, &profile, offered)?;
+    let mut vnic = cfg.vnic_config(path, &profile, offered, nf_cycles.charged)?;
     if workers > 1 {
         vnic.steering = chains
             .iter()
@@ -178,12 +186,19 @@ pub fn run(opts: &RunOptions) -> Result<Value, RunError> {
     };
     running.supervise(cfg.run.duration_s, live_interval(&cfg, opts), &mut sup);
     let Finished {
-        reports,
+        mut reports,
         elapsed_s: elapsed,
     } = running.join()?;
     for p in &mut ports {
         p.join();
     }
+    kept.keep(
+        &cfg,
+        reports
+            .iter_mut()
+            .map(|r| std::mem::take(&mut r.chain))
+            .collect(),
+    );
     nf_output_errors(&reports)?;
     // The capture is flushed once the port is joined: a failed write (now or while running,
     // which stopped the run) fails the run with the file and the OS error.
@@ -222,6 +237,7 @@ pub fn run(opts: &RunOptions) -> Result<Value, RunError> {
         }
     }
     out["warnings"] = json!(warnings);
+    out["nf_cycles"] = nf_cycles.report;
     Ok(out)
 }
 

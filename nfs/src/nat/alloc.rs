@@ -53,6 +53,8 @@ pub(super) struct PortAllocator {
     parity: bool,
     attempts: u32,
     rng: XorShift64,
+    /// The random state it was built with (a reset starts from it again).
+    seed: u64,
     /// Ports of this worker's slice in use (or held) per (outside address index, protocol):
     /// kept by endpoint-independent mapping, whose ports are exclusive per address.
     used: Vec<u32>,
@@ -112,6 +114,7 @@ impl PortAllocator {
             parity,
             attempts,
             rng: XorShift64::new(seed),
+            seed,
             used: vec![0; addresses as usize * PROTO_SLOTS],
         }
     }
@@ -195,6 +198,12 @@ impl PortAllocator {
     /// Forgets every port in use (the NAT was cleared).
     pub fn clear(&mut self) {
         self.used.fill(0);
+    }
+
+    /// As built: no port in use, the random state it started with.
+    pub fn reset(&mut self) {
+        self.clear();
+        self.rng = XorShift64::new(self.seed);
     }
 }
 

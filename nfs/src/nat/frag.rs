@@ -238,4 +238,11 @@ impl Fragments {
         self.hold.clear();
         self.deadline.clear();
     }
+
+    /// As built: no context, nothing held, zero counters (its own and its table's).
+    pub fn reset(&mut self) {
+        self.clear();
+        self.ctx.reset();
+        self.c = FragCounters::default();
+    }
 }

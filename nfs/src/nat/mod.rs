@@ -1476,27 +1476,36 @@ impl Nat {
         let hc = ipd.apply(read_u16(ip, 10));
         write_u16(ip, 10, hc);
         let l4 = &mut h[p.l4..];
+        // The refresh writes only what changed: the deadline, and TCP's state. A session's
+        // protocol is part of its key, so a UDP or ICMP packet's session is in that protocol's
+        // one state.
         match p.l4info {
             L4::Tcp { flags, .. } => {
                 write_u16(l4, if inbound { 2 } else { 0 }, port);
                 let c = l4d.apply(read_u16(l4, 16));
                 write_u16(l4, 16, c);
                 s.state = tcp::track(&mut s.tcp, flags, inbound);
+                let deadline = now.wrapping_add(self.timeouts.of(s.state));
+                self.sessions.refresh_tcp(idx, deadline, s.state, s.tcp);
             }
             L4::Udp { .. } => {
                 write_u16(l4, if inbound { 2 } else { 0 }, port);
                 let c = l4d.apply_udp(read_u16(l4, 6));
                 write_u16(l4, 6, c);
+                debug_assert_eq!(s.state, ST_UDP);
+                self.sessions
+                    .refresh(idx, now.wrapping_add(self.timeouts.udp));
             }
             L4::Icmp { .. } => {
                 write_u16(l4, 4, port);
                 let c = l4d.apply(read_u16(l4, 2));
                 write_u16(l4, 2, c);
+                debug_assert_eq!(s.state, ST_ICMP);
+                self.sessions
+                    .refresh(idx, now.wrapping_add(self.timeouts.icmp));
             }
             L4::Other => {}
         }
-        s.deadline = now.wrapping_add(self.timeouts.of(s.state));
-        self.sessions.set(idx, &s);
     }
 
     /// The common case, inline: a packet of a live session, in the direction of the key it
@@ -1884,6 +1893,24 @@ impl NetworkFunction for Nat {
                 }
             }
         }
+    }
+
+    /// Back to a fresh NAT: no session, mapping or fragment ([`Nat::clear`]), zero counters
+    /// (its own and its tables'), the port allocator's random state as built.
+    fn reset(&mut self) -> bool {
+        self.clear();
+        self.table.reset();
+        self.map_table.reset();
+        if let Some(t) = self.subscribers.as_mut() {
+            t.reset();
+        }
+        self.alloc.reset();
+        self.frags.reset();
+        self.c = NatCounters::default();
+        if let Some(v) = &mut self.verifier {
+            v.reset();
+        }
+        true
     }
 
     /// Return traffic (to an outside address, destination port in this instance's slice) must

@@ -238,6 +238,21 @@ impl Sessions {
         self.slots[idx as usize] = s.to_raw();
     }
 
+    /// Sets session `idx`'s deadline (a packet refreshed it): one field written, not the
+    /// record.
+    #[inline(always)]
+    pub fn refresh(&mut self, idx: u32, deadline: u32) {
+        self.slots[idx as usize].0.1 = deadline;
+    }
+
+    /// [`Sessions::refresh`] for TCP, whose packets also move its state and seen-flags.
+    #[inline(always)]
+    pub fn refresh_tcp(&mut self, idx: u32, deadline: u32, state: u8, tcp: u8) {
+        let r = &mut self.slots[idx as usize].0;
+        r.1 = deadline;
+        r.6 = (state, tcp);
+    }
+
     /// Marks session `idx` free and returns it to the free list.
     pub fn free(&mut self, idx: u32) {
         self.slots[idx as usize] = Align32::default();
