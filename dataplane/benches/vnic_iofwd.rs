@@ -34,6 +34,7 @@ fn queue(
             clock: ClockMode::Virtual,
             offered_gbps: None,
             nf_cycles: 0,
+            ..VnicTiming::default()
         }),
         ..VnicConfig::default()
     };

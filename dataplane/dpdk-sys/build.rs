@@ -83,6 +83,7 @@ mod real {
             "rte_strerror",
             "rte_version",
             "nmdp_.*",
+            "rte_eth_call_(rx|tx)_callbacks",
             "rte_eth_(dev_count_avail|dev_info_get|dev_configure|rx_queue_setup|tx_queue_setup|\
              dev_start|dev_stop|dev_close|stats_get|stats_reset|xstats_get|xstats_get_names|\
              xstats_reset|promiscuous_enable|rx_burst|tx_burst|macaddr_get|dev_get_name_by_port|\
@@ -105,6 +106,7 @@ mod real {
             .header(csrc.join("wrapper.h").to_string_lossy())
             .clang_args(&cflags)
             .allowlist_var("NMDP_.*")
+            .allowlist_var("rte_eth_fp_ops")
             .opaque_type("rte_l2tpv2_.*")
             .opaque_type("rte_gtp_psc_generic_hdr")
             .opaque_type("rte_arp_hdr")

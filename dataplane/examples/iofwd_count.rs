@@ -35,6 +35,7 @@ fn main() {
             clock: ClockMode::Virtual,
             offered_gbps: None,
             nf_cycles: 0,
+            ..VnicTiming::default()
         }),
         ..VnicConfig::default()
     };

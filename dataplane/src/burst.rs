@@ -280,6 +280,55 @@ pub struct PacketsMut<'a> {
     _burst: std::marker::PhantomData<&'a mut Burst>,
 }
 
+impl<'a> PacketsMut<'a> {
+    /// Prefetches the header of packet `j` (which must be below `len`).
+    #[inline(always)]
+    fn prefetch(&self, j: usize) {
+        // SAFETY: `j < len <= MAX_BURST` indexes every array; with `locate`, every handle points
+        // to metadata laid out as it says (`push_handles_in_place`'s contract). A prefetch of
+        // any address is harmless.
+        unsafe {
+            match self.locate {
+                Some(l) => prefetch_read(l.read(*self.handle.add(j)).0),
+                None => prefetch_read(*self.hdr.add(j)),
+            }
+        }
+    }
+
+    /// Packet `i` (below `len`, and visited once), or `None` when it is dropped.
+    #[inline(always)]
+    fn item(&mut self, i: usize) -> Option<PacketMut<'a>> {
+        // SAFETY: `i < len <= MAX_BURST` indexes every array; the iterator holds the burst
+        // mutably for `'a` and described every packet when it was made. Each packet's verdict
+        // slot and header buffer are distinct, and every index is visited once, so the `&mut`
+        // items never overlap; the header pointers satisfy `Burst::push`'s contract (host
+        // memory, hence not null). With `locate`, every handle points to metadata laid out as it
+        // says (`push_handles_in_place`'s contract), whose header fields satisfy `push`'s.
+        unsafe {
+            let verdict = &mut *self.verdict.add(i);
+            if verdict.is_drop() {
+                return None;
+            }
+            let (hdr, hdr_len, frame_len) = match self.locate {
+                Some(l) => l.read(*self.handle.add(i)),
+                None => (
+                    *self.hdr.add(i),
+                    *self.hdr_len.add(i) as usize,
+                    *self.frame_len.add(i) as usize,
+                ),
+            };
+            std::hint::assert_unchecked(!hdr.is_null());
+            Some(PacketMut {
+                index: i,
+                header: std::slice::from_raw_parts_mut(hdr, hdr_len),
+                frame_len,
+                rx_port: *self.port.add(i),
+                verdict,
+            })
+        }
+    }
+}
+
 impl<'a> Iterator for PacketsMut<'a> {
     type Item = PacketMut<'a>;
 
@@ -288,48 +337,38 @@ impl<'a> Iterator for PacketsMut<'a> {
         while self.i < self.len {
             let i = self.i;
             self.i += 1;
-            // SAFETY: `i < len <= MAX_BURST` indexes every array; the iterator holds the burst
-            // mutably for `'a` and described every packet when it was made. Each packet's
-            // verdict slot and header buffer are distinct, so the `&mut` items never overlap,
-            // and the header pointers satisfy `Burst::push`'s contract.
-            // With `locate`, every handle points to metadata laid out as it says
-            // (`push_handles_in_place`'s contract), whose header fields satisfy `push`'s.
-            unsafe {
-                let verdict = &mut *self.verdict.add(i);
-                let (hdr, hdr_len, frame_len) = match self.locate {
-                    Some(l) => {
-                        if i + PREFETCH_AHEAD < self.len {
-                            prefetch_read(l.read(*self.handle.add(i + PREFETCH_AHEAD)).0);
-                        }
-                        if verdict.is_drop() {
-                            continue;
-                        }
-                        l.read(*self.handle.add(i))
-                    }
-                    None => {
-                        if i + PREFETCH_AHEAD < self.len {
-                            prefetch_read(*self.hdr.add(i + PREFETCH_AHEAD));
-                        }
-                        if verdict.is_drop() {
-                            continue;
-                        }
-                        (
-                            *self.hdr.add(i),
-                            *self.hdr_len.add(i) as usize,
-                            *self.frame_len.add(i) as usize,
-                        )
-                    }
-                };
-                return Some(PacketMut {
-                    index: i,
-                    header: std::slice::from_raw_parts_mut(hdr, hdr_len),
-                    frame_len,
-                    rx_port: *self.port.add(i),
-                    verdict,
-                });
+            if i + PREFETCH_AHEAD < self.len {
+                self.prefetch(i + PREFETCH_AHEAD);
+            }
+            if let Some(p) = self.item(i) {
+                return Some(p);
             }
         }
         None
+    }
+
+    /// The whole walk in two loops, the first prefetching without a bounds check per packet
+    /// (`for_each` on a burst's packets runs this instead of `next` per packet).
+    #[inline(always)]
+    fn fold<B, F>(mut self, init: B, mut f: F) -> B
+    where
+        F: FnMut(B, PacketMut<'a>) -> B,
+    {
+        let mut acc = init;
+        let split = self.len.saturating_sub(PREFETCH_AHEAD).max(self.i);
+        for i in self.i..split {
+            self.prefetch(i + PREFETCH_AHEAD);
+            if let Some(p) = self.item(i) {
+                acc = f(acc, p);
+            }
+        }
+        for i in split..self.len {
+            if let Some(p) = self.item(i) {
+                acc = f(acc, p);
+            }
+        }
+        self.i = self.len;
+        acc
     }
 }
 
@@ -351,6 +390,11 @@ pub struct Burst {
     /// Frame bytes of every packet in the burst (kept up to date by every change of a frame's
     /// length, so a driver counts transmitted bytes without reading each packet).
     bytes: u64,
+    /// Every verdict of packets `0..uniform_len` is this one (set by whole-burst verdict writes,
+    /// cleared by any per-packet one): [`Burst::single_tx_port`] then needs no pass over the
+    /// verdicts. Valid only while `uniform_len == len`.
+    uniform: Option<Verdict>,
+    uniform_len: usize,
     handle: [usize; MAX_BURST],
     port: [u16; MAX_BURST],
     verdict: [Verdict; MAX_BURST],
@@ -386,6 +430,8 @@ impl Burst {
             describe: None,
             locate: None,
             bytes: 0,
+            uniform: None,
+            uniform_len: 0,
             handle: [0; MAX_BURST],
             port: [0; MAX_BURST],
             verdict: [Verdict::tx(0); MAX_BURST],
@@ -632,6 +678,7 @@ impl Burst {
     #[inline]
     pub fn set_verdict(&mut self, i: usize, v: Verdict) {
         self.verdict[..self.len][i] = v;
+        self.uniform = None;
     }
 
     /// Marks packet `i` dropped for `reason`.
@@ -656,12 +703,20 @@ impl Burst {
     #[inline]
     pub fn set_all_verdicts(&mut self, v: Verdict) {
         self.verdict[..self.len].fill(v);
+        self.uniform = Some(v);
+        self.uniform_len = self.len;
     }
 
     /// The port every packet goes to, if all verdicts are `Tx` of one port (the common case the
     /// run loop sends without sorting).
     #[inline]
     pub fn single_tx_port(&self) -> Option<u16> {
+        if let Some(u) = self.uniform
+            && self.uniform_len == self.len
+            && self.len > 0
+        {
+            return u.tx_port();
+        }
         let v = self.verdicts();
         let first = *v.first()?;
         let p = first.tx_port()?;
@@ -678,6 +733,8 @@ impl Burst {
     #[inline]
     pub fn packets_mut(&mut self) -> PacketsMut<'_> {
         let len = self.len;
+        // The walk hands out each packet's verdict to write.
+        self.uniform = None;
         // Bare handles with a known metadata layout are read in the same pass; anything else is
         // described first.
         let locate = if self.is_described() {
@@ -910,6 +967,13 @@ impl Burst {
             self.port[from..to].fill(port);
             self.verdict[from..to].fill(verdict);
         }
+        // Still one verdict for the whole burst when it started empty or already had this one.
+        if from == 0 || (self.uniform == Some(verdict) && self.uniform_len == from) {
+            self.uniform = Some(verdict);
+            self.uniform_len = to;
+        } else {
+            self.uniform = None;
+        }
     }
 
     /// The packets' handles, in order (drivers transmit and free by handle).
@@ -972,6 +1036,7 @@ impl Burst {
         self.bytes = 0;
         self.described.set(0);
         self.reshaped = false;
+        self.uniform = None;
     }
 
     /// Moves packet `i` to the end of `dst` (same owner; the run loop sorts packets by verdict
@@ -1002,6 +1067,7 @@ impl Burst {
         unsafe { dst.push(&p) };
         dst.port[j] = self.port[i];
         dst.verdict[j] = self.verdict[i];
+        dst.uniform = None;
         dst.reshaped |= self.reshaped;
         true
     }
@@ -1027,6 +1093,7 @@ impl Burst {
         self.handle.copy_within(i + 1..n, i);
         self.port.copy_within(i + 1..n, i);
         self.verdict.copy_within(i + 1..n, i);
+        self.uniform = None;
         self.len = n - 1;
         self.described.set(self.len);
         self.bytes -= u64::from(frame);
@@ -1113,6 +1180,38 @@ mod tests {
         let rest: Vec<usize> = b.handles()[1..].to_vec();
         b.disown();
         f.free_handles(&rest);
+        assert_eq!(f.in_use(), 0);
+    }
+
+    #[test]
+    fn single_tx_port_sees_every_way_a_verdict_changes() {
+        let f = PacketFactory::new(DatapathMode::Host, 64, 1514, 16);
+        let mut b = Burst::with_capacity(8);
+        for _ in 0..3 {
+            assert!(f.push(&mut b, &[1u8; 60]));
+        }
+        b.set_rx_defaults(0, 0, Verdict::tx(1));
+        assert_eq!(b.single_tx_port(), Some(1));
+        // A verdict written through the packet walk.
+        if let Some(mut p) = b.packets_mut().nth(2) {
+            p.set_verdict(Verdict::tx(0));
+        }
+        assert_eq!(b.single_tx_port(), None);
+        b.set_all_verdicts(Verdict::tx(1));
+        assert_eq!(b.single_tx_port(), Some(1));
+        // Packets appended later count only once their defaults are set, and then only when
+        // those agree.
+        assert!(f.push(&mut b, &[1u8; 60]));
+        b.set_rx_defaults(3, 1, Verdict::tx(0));
+        assert_eq!(b.single_tx_port(), None);
+        b.set_verdict(3, Verdict::tx(1));
+        assert_eq!(b.single_tx_port(), Some(1));
+        assert!(f.push(&mut b, &[1u8; 60]));
+        b.set_rx_defaults(4, 1, Verdict::tx(1));
+        assert_eq!(b.single_tx_port(), Some(1));
+        b.drop_packet(0, DropReason::POLICY);
+        assert_eq!(b.single_tx_port(), None);
+        drop(b);
         assert_eq!(f.in_use(), 0);
     }
 

@@ -47,6 +47,8 @@ const CLOCK_EVERY: u32 = 8;
 struct LoopClock {
     start: Instant,
     now: Instant,
+    /// `now - start` in nanoseconds, computed when the clock is read (not on every iteration).
+    ns: u64,
     age: u32,
 }
 
@@ -55,6 +57,7 @@ impl LoopClock {
         Self {
             start,
             now: start,
+            ns: 0,
             age: CLOCK_EVERY,
         }
     }
@@ -64,6 +67,7 @@ impl LoopClock {
     fn busy(&mut self) {
         if self.age >= CLOCK_EVERY {
             self.now = Instant::now();
+            self.ns = (self.now - self.start).as_nanos() as u64;
             self.age = 0;
         }
         self.age += 1;
@@ -78,7 +82,7 @@ impl LoopClock {
     /// Nanoseconds since the worker started, as of the last read.
     #[inline]
     fn ns(&self) -> u64 {
-        (self.now - self.start).as_nanos() as u64
+        self.ns
     }
 }
 
@@ -360,7 +364,8 @@ pub fn run_worker(
 /// Hands a processed burst to the Tx queues by verdict: as it is when every verdict names one
 /// port (the fast path), otherwise sorted into per-port Tx bursts and a drop burst (counted by
 /// reason, freed through queue `free_on`; slow-path drops go to `slow` when the run has one).
-#[inline]
+/// The fast path is inlined into the loop; the sorting pass is a call of its own.
+#[inline(always)]
 #[allow(clippy::too_many_arguments)]
 fn dispatch(
     burst: &mut Burst,
@@ -372,13 +377,29 @@ fn dispatch(
     drops: &mut DropCounts,
     free_on: usize,
 ) {
-    let nports = queues.len();
     if let Some(p) = burst.single_tx_port()
-        && (p as usize) < nports
+        && let Some(q) = queues.get_mut(p as usize)
     {
-        queues[p as usize].tx_burst(burst, drops);
+        q.tx_burst(burst, drops);
         return;
     }
+    sort_and_send(burst, queues, tx, dropped, punted, slow, drops, free_on);
+}
+
+/// [`dispatch`] of a burst whose verdicts name more than one port or a drop.
+#[inline(never)]
+#[allow(clippy::too_many_arguments)]
+fn sort_and_send(
+    burst: &mut Burst,
+    queues: &mut [Box<dyn Queue>],
+    tx: &mut [Burst],
+    dropped: &mut Burst,
+    punted: &mut Burst,
+    slow: Option<&mut SlowPath>,
+    drops: &mut DropCounts,
+    free_on: usize,
+) {
+    let nports = queues.len();
     let to_slow_path = slow.is_some();
     for i in 0..burst.len() {
         match burst.verdict(i).action() {

@@ -98,7 +98,8 @@ enum Cmd {
         /// Split offset H (default: the profile's nic.descriptors.split_offset).
         #[arg(long)]
         split_offset: Option<u32>,
-        /// Tx inline size I (default: the profile's nic.descriptors.txq_inline_min).
+        /// Tx inline size I (default: the split offset H, the whole header segment, as a run's
+        /// `datapath.tx_inline` defaults to).
         #[arg(long)]
         inline: Option<u32>,
         /// Offered load in Gb/s, 0 < R <= the line rate (default: the line rate).
@@ -164,9 +165,7 @@ fn main() -> ExitCode {
                 if let Some(h) = split_offset {
                     input.split_offset = h;
                 }
-                if let Some(i) = inline {
-                    input.inline_size = i;
-                }
+                input.inline_size = inline.unwrap_or(input.split_offset);
                 input.offered_gbps = offered_gbps;
                 Breakdown::compute(&p, &input)
             });

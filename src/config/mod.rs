@@ -116,8 +116,9 @@ pub struct DatapathSection {
     pub mode: DatapathMode,
     /// Header segment size in the split modes (bytes).
     pub split_offset: usize,
-    /// Header bytes inlined into Tx descriptors in `nic-inline`.
-    pub tx_inline: usize,
+    /// Header bytes inlined into Tx descriptors in `nic-inline`; unset = the whole header
+    /// segment (`split_offset`), as nmNFV inlines it (see [`DatapathSection::tx_inline`]).
+    pub tx_inline: Option<usize>,
     /// Packets per burst.
     pub burst: usize,
 }
@@ -127,9 +128,17 @@ impl Default for DatapathSection {
         Self {
             mode: DatapathMode::NicInline,
             split_offset: 64,
-            tx_inline: 64,
+            tx_inline: None,
             burst: 32,
         }
+    }
+}
+
+impl DatapathSection {
+    /// The Tx inline size: `tx_inline` when set, else the header segment (`split_offset`), so
+    /// that moving the split point moves the inlined header with it.
+    pub fn tx_inline(&self) -> usize {
+        self.tx_inline.unwrap_or(self.split_offset)
     }
 }
 
@@ -158,6 +167,9 @@ pub struct VnicSection {
     pub flow_control: bool,
     /// Alias nicmem payload buffers (performance-only; payload bytes are not preserved).
     pub nicmem_alias: bool,
+    /// In the nicmem modes, only the first K queues get nicmem payload pools; the others run
+    /// `split` (0..=`run.workers`; unset = all).
+    pub nicmem_queues: Option<u16>,
     /// `[[vnic.ports]]`: the ports of the NIC with their links and addresses; none: one port
     /// fed by the embedded generator (or `--rx-pcap`).
     pub ports: Vec<net::VnicPortSection>,
@@ -215,6 +227,7 @@ impl Default for VnicSection {
             cache_size: d.cache_size,
             flow_control: d.flow_control,
             nicmem_alias: d.nicmem_alias,
+            nicmem_queues: d.nicmem_queues,
             ports: Vec::new(),
             faults: FaultsSection::default(),
         }
@@ -355,14 +368,14 @@ impl RunConfig {
                 ),
             );
         }
-        if d.tx_inline > dataplane::driver::vnic::MAX_TX_INLINE {
+        if d.tx_inline() > dataplane::driver::vnic::MAX_TX_INLINE {
             return bad(
                 "datapath.tx_inline",
                 format!(
                     "{} out of range; allowed 0..={} (a Tx descriptor holds at most 60 16-byte \
                      segments: control, Ethernet, the inline continuation and up to two data \
                      pointers)",
-                    d.tx_inline,
+                    d.tx_inline(),
                     dataplane::driver::vnic::MAX_TX_INLINE
                 ),
             );
@@ -497,6 +510,17 @@ impl RunConfig {
                 ),
             );
         }
+        if let Some(k) = v.nicmem_queues
+            && k > r.workers
+        {
+            return bad(
+                "vnic.nicmem_queues",
+                format!(
+                    "{k} out of range; allowed 0..={} (run.workers: one queue per worker)",
+                    r.workers
+                ),
+            );
+        }
         if v.cache_size == 0 {
             return bad("vnic.cache_size", "must be at least 1".into());
         }
@@ -625,11 +649,13 @@ impl RunConfig {
     pub fn warnings(&self, path: &Path) -> Vec<String> {
         let mut w = Vec::new();
         let d = &self.datapath;
-        if d.mode == DatapathMode::NicInline && d.tx_inline > d.split_offset {
+        if d.mode == DatapathMode::NicInline && d.tx_inline() > d.split_offset {
             w.push(format!(
                 "datapath.tx_inline = {} exceeds the header segment (datapath.split_offset = {}): \
                  nic-inline inlines {} B per packet",
-                d.tx_inline, d.split_offset, d.split_offset
+                d.tx_inline(),
+                d.split_offset,
+                d.split_offset
             ));
         }
         if self.file_sets_nothing {
@@ -847,6 +873,26 @@ impl RunConfig {
         Ok(each)
     }
 
+    /// DRAM reads per packet of the pipeline's own state under the profile's
+    /// `[host.cycles.nf_dram_reads]` (canonical names; a function not listed reads none), which
+    /// a virtual-time run charges at the loaded DRAM latency.
+    pub fn nf_dram_reads(&self, profile: &HardwareProfile) -> u32 {
+        self.pipeline
+            .iter()
+            .filter_map(|e| nfs::lookup(e.get("name")?.as_str()?))
+            .filter_map(|spec| profile.host.cycles.nf_dram_reads.get(spec.name))
+            .fold(0u32, |a, n| a.saturating_add(*n))
+    }
+
+    /// The traffic's frame size in bytes with FCS when `[traffic]` gives one
+    /// (`traffic.frame_size`).
+    pub fn frame_hint(&self) -> Option<u32> {
+        match self.traffic.get("frame_size") {
+            Some(toml::Value::Integer(i)) => u32::try_from(*i).ok(),
+            _ => None,
+        }
+    }
+
     /// The virtual NIC parameters this config describes on `profile`, paced at `offered_gbps`.
     /// The CPU cost per packet of the NFs is charged only in virtual time: `measured` cycles
     /// when given (`run.nf_cycles = "measured"`, which the run measures), else the profile's,
@@ -860,10 +906,14 @@ impl RunConfig {
     ) -> Result<dataplane::driver::vnic::VnicConfig, ConfigError> {
         let v = &self.vnic;
         let d = &self.datapath;
-        let nf_cycles = match (self.run.clock, measured) {
-            (ClockMode::Virtual, Some(m)) => m,
-            (ClockMode::Virtual, None) => self.nf_cycles(path, profile)?,
-            (ClockMode::Wall, _) => 0,
+        // A measured NF cost already includes the memory accesses the NFs made on this machine,
+        // so only the profile's cost adds the NFs' DRAM reads at the loaded latency.
+        let (nf_cycles, nf_dram_reads) = match (self.run.clock, measured) {
+            (ClockMode::Virtual, Some(m)) => (m, 0),
+            (ClockMode::Virtual, None) => {
+                (self.nf_cycles(path, profile)?, self.nf_dram_reads(profile))
+            }
+            (ClockMode::Wall, _) => (0, 0),
         };
         let f = &v.faults;
         if f.link_down_every > 0 && offered_gbps.is_some() {
@@ -878,7 +928,7 @@ impl RunConfig {
         Ok(dataplane::driver::vnic::VnicConfig {
             mode: d.mode,
             split_offset: d.split_offset,
-            tx_inline: d.tx_inline,
+            tx_inline: d.tx_inline(),
             queues: self.run.workers,
             rx_ring: v.rx_ring,
             tx_ring: v.tx_ring,
@@ -894,11 +944,14 @@ impl RunConfig {
             burst: d.burst,
             flow_control: v.flow_control,
             nicmem_alias: v.nicmem_alias,
+            nicmem_queues: v.nicmem_queues,
             profile: profile.clone(),
             timing: Some(VnicTiming {
                 clock: self.run.clock,
                 offered_gbps,
                 nf_cycles,
+                nf_dram_reads,
+                frame_hint: self.frame_hint(),
             }),
             steering: Vec::new(),
             faults: dataplane::driver::vnic::FaultConfig {

@@ -125,8 +125,17 @@ pub fn print_summary(s: &Value, to: &mut dyn std::io::Write) -> std::io::Result<
     )?;
     writeln!(
         to,
-        "  payload from primary (nicmem) {} secondary (host) {}  rx_nombuf {}  rx_missed {}  desc_errors {}",
-        s["rx_primary"], s["rx_secondary"], s["rx_nombuf"], s["rx_missed"], s["desc_errors"]
+        "  payload from primary (nicmem) {} secondary (host, spilled) {}{}  rx_nombuf {}  rx_missed {}  desc_errors {}",
+        s["rx_primary"],
+        s["rx_secondary"],
+        match s["nicmem"]["aliased"].as_bool() {
+            Some(true) => "  nicmem aliased (payload bytes not kept)",
+            Some(false) => "  nicmem not aliased",
+            None => "",
+        },
+        s["rx_nombuf"],
+        s["rx_missed"],
+        s["desc_errors"]
     )?;
     if let Some(fs) = s.get("frame_size") {
         writeln!(

@@ -520,6 +520,7 @@ fn summary(
         "pools": pools,
         "nicmem": {
             "capacity": nm.capacity, "allocated": nm.allocated, "peak_allocated": nm.peak_allocated,
+            "aliased": cfg.vnic.nicmem_alias,
             "cpu_bytes_read": nm.cpu_bytes_read, "cpu_bytes_written": nm.cpu_bytes_written,
             "bytes_read": m.counters.nicmem_bytes_read,
             "bytes_written": m.counters.nicmem_bytes_written,

@@ -302,10 +302,12 @@ pub fn udp_echo_server(addr: &str, port: u16) -> String {
 }
 
 /// A Python UDP client that sends `msg` to `addr:port` and prints the answer.
+/// Retries up to 10 times (2 s each): on a loaded machine the first datagram can be lost while
+/// ARP resolves or the dataplane catches up.
 pub fn udp_ask(addr: &str, port: u16, msg: &str) -> String {
     format!(
         "python3 -c \"import socket\ns=socket.socket(socket.AF_INET,socket.SOCK_DGRAM)\n\
-         s.settimeout(2)\nfor i in range(3):\n  s.sendto(b'{msg}',('{addr}',{port}))\n  \
+         s.settimeout(2)\nfor i in range(10):\n  s.sendto(b'{msg}',('{addr}',{port}))\n  \
          try:\n    print(s.recv(2048).decode()); break\n  except OSError: pass\""
     )
 }

@@ -60,3 +60,93 @@ const _: () = {
     assert!(size_of::<rte_mbuf>() == 128);
     assert!(offset_of!(rte_eth_rxseg_split, length) == 8);
 };
+
+/// `rte_eth_rx_burst` and `rte_eth_tx_burst` compiled into the caller.
+///
+/// DPDK declares both `static inline` in `rte_ethdev.h`; bindgen's generated C wrappers make each
+/// an out-of-line call that sets up a frame and calls on (about 30 instructions a burst, one a
+/// packet at burst 32, where testpmd, compiled against the header, pays a few). These do what the
+/// 22.11 header does as Debian builds it (`RTE_ETHDEV_RXTX_CALLBACKS` on; `RTE_ETHDEV_DEBUG_RX`,
+/// `RTE_ETHDEV_DEBUG_TX` and fast-path tracing off): look the queue up in `rte_eth_fp_ops`, call
+/// the PMD's burst function, and run the queue's Rx/Tx callbacks when any are installed.
+pub mod fastpath {
+    use super::{rte_eth_call_rx_callbacks, rte_eth_call_tx_callbacks, rte_eth_fp_ops, rte_mbuf};
+    use core::ffi::c_void;
+    use core::sync::atomic::{AtomicPtr, Ordering};
+
+    /// The fast-path table entry of `port_id` (`None` past `RTE_MAX_ETHPORTS`).
+    #[inline(always)]
+    unsafe fn ops(port_id: u16) -> Option<&'static rte_eth_fp_ops> {
+        // SAFETY: `rte_eth_fp_ops` is a static array ethdev writes only while a port is
+        // configured, started or stopped, never while its queues are polled (the caller's
+        // contract); the reference is bounds-checked by `get`.
+        unsafe { (*(&raw const super::rte_eth_fp_ops)).get(usize::from(port_id)) }
+    }
+
+    /// The callback list head of `queue_id` in `clbk`, read as the header does (a relaxed load:
+    /// the list was published with release order).
+    #[inline(always)]
+    unsafe fn callbacks(clbk: *mut *mut c_void, queue_id: u16) -> *mut c_void {
+        // SAFETY: `clbk` is the port's callback array, one pointer per queue, and `queue_id` a
+        // configured queue (the caller's contract); pointers are aligned like `AtomicPtr`.
+        unsafe {
+            (*clbk.add(usize::from(queue_id)).cast::<AtomicPtr<c_void>>()).load(Ordering::Relaxed)
+        }
+    }
+
+    /// Receives up to `nb_pkts` packets into `rx_pkts`, as `rte_eth_rx_burst`.
+    ///
+    /// # Safety
+    /// As `rte_eth_rx_burst`: `port_id` and `queue_id` name a started port and Rx queue polled by
+    /// this thread only, and `rx_pkts` has room for `nb_pkts` pointers.
+    #[inline(always)]
+    pub unsafe fn eth_rx_burst(
+        port_id: u16,
+        queue_id: u16,
+        rx_pkts: *mut *mut rte_mbuf,
+        nb_pkts: u16,
+    ) -> u16 {
+        // SAFETY: the caller's contract, which is `rte_eth_rx_burst`'s; ethdev keeps a (dummy)
+        // burst function and a queue data array in every entry of a valid port.
+        unsafe {
+            let Some(p) = ops(port_id) else { return 0 };
+            let Some(rx) = p.rx_pkt_burst else { return 0 };
+            let qd = *p.rxq.data.add(usize::from(queue_id));
+            let n = rx(qd, rx_pkts, nb_pkts);
+            let cb = callbacks(p.rxq.clbk, queue_id);
+            if cb.is_null() {
+                n
+            } else {
+                rte_eth_call_rx_callbacks(port_id, queue_id, rx_pkts, n, nb_pkts, cb)
+            }
+        }
+    }
+
+    /// Queues up to `nb_pkts` packets of `tx_pkts` for transmission, as `rte_eth_tx_burst`;
+    /// returns how many the PMD took (it owns those from then on).
+    ///
+    /// # Safety
+    /// As `rte_eth_tx_burst`: `port_id` and `queue_id` name a started port and Tx queue used by
+    /// this thread only, and `tx_pkts` holds `nb_pkts` mbufs the caller owns.
+    #[inline(always)]
+    pub unsafe fn eth_tx_burst(
+        port_id: u16,
+        queue_id: u16,
+        tx_pkts: *mut *mut rte_mbuf,
+        nb_pkts: u16,
+    ) -> u16 {
+        // SAFETY: as in `eth_rx_burst`, for the Tx half of the entry.
+        unsafe {
+            let Some(p) = ops(port_id) else { return 0 };
+            let Some(tx) = p.tx_pkt_burst else { return 0 };
+            let qd = *p.txq.data.add(usize::from(queue_id));
+            let cb = callbacks(p.txq.clbk, queue_id);
+            let n = if cb.is_null() {
+                nb_pkts
+            } else {
+                rte_eth_call_tx_callbacks(port_id, queue_id, tx_pkts, nb_pkts, cb)
+            };
+            tx(qd, tx_pkts, n)
+        }
+    }
+}

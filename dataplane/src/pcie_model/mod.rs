@@ -11,7 +11,8 @@
 //!   [`render`]: its text and JSON forms.
 //! - [`timeline`]: busy-until resource timelines in picoseconds, the read model, utilisation
 //!   and bottleneck picking (what the meter books time on).
-//! - [`ddio`]: the DDIO / LLC hit model.
+//! - [`ddio`]: the DDIO / LLC hit model; [`dram`]: DRAM latency under load (the memory
+//!   contention a DDIO miss or an NF's table lookup meets).
 //! - [`ratio`]: exact fractions for amortised per-packet costs.
 //!
 //! Every constant, formula and validation target comes from the reference
@@ -23,6 +24,7 @@
 pub mod breakdown;
 pub mod costs;
 pub mod ddio;
+pub mod dram;
 pub mod pcie;
 pub mod profile;
 pub mod ratio;
@@ -32,6 +34,7 @@ pub mod timeline;
 pub use breakdown::{Bound, Breakdown, BreakdownInput};
 pub use costs::{OpCosts, TxShape, TxWqe};
 pub use ddio::DdioModel;
+pub use dram::LoadedLatency;
 pub use pcie::{PcieLink, PerPacket, Traffic};
 pub use profile::HardwareProfile;
 pub use ratio::Ratio;

@@ -355,10 +355,19 @@ pub struct HostProfile {
     pub llc_ways: u32,
     /// LLC ways DMA writes may allocate into (2 by default) [nicmem §3.4].
     pub ddio_ways: u32,
-    /// Peak DRAM bandwidth in GB/s (4 × DDR4-2933 ≈ 93.9) \[derived\].
+    /// Peak DRAM bandwidth in GB/s: 4 channels × DDR4-2400 × 8 B = 76.8 (the paper's DDR4-2933
+    /// DIMMs run at the Xeon Silver 4216's 2400 MT/s) \[derived; Intel ARK\]. The memory
+    /// contention model reads DRAM utilisation against it.
     pub dram_bandwidth_gbyte_s: f64,
-    /// Extra DMA-read latency on an LLC miss, ns (40) [pcie-bench data].
+    /// Extra DMA-read latency on an LLC miss at an idle memory system, ns (40) [pcie-bench
+    /// data]; under load it grows with [`HostProfile::dram_loaded_latency`].
     pub dram_latency_adder_ns: u64,
+    /// DRAM read latency under load: `[bandwidth GB/s, latency ns]` points of a published
+    /// loaded-latency measurement (Intel MLC `--loaded_latency` on a Xeon Silver machine), in
+    /// increasing bandwidth; the last point is that machine's saturation. The model reads the
+    /// curve at the same fraction of saturation as this host's DRAM traffic is of
+    /// [`HostProfile::dram_bandwidth_gbyte_s`] (see [`super::dram`]).
+    pub dram_loaded_latency: Vec<[f64; 2]>,
     /// Core clock in GHz (2.1, Turbo off) [nicmem §6.1].
     pub cpu_ghz: f64,
     /// Cores per socket (16) [nicmem §6.1].
@@ -373,8 +382,9 @@ impl Default for HostProfile {
             llc_size: ByteSize(22 * MIB),
             llc_ways: 11,
             ddio_ways: 2,
-            dram_bandwidth_gbyte_s: 93.9,
+            dram_bandwidth_gbyte_s: 76.8,
             dram_latency_adder_ns: 40,
+            dram_loaded_latency: super::dram::SILVER_MLC_LOADED_LATENCY.to_vec(),
             cpu_ghz: 2.1,
             cores: 16,
             cycles: CycleModel::default(),
@@ -390,13 +400,19 @@ pub struct CycleModel {
     pub driver_per_packet: u32,
     /// Cost of one Tx doorbell (record write, barrier, MMIO) [unpublished; assumption].
     pub doorbell: u32,
-    /// Cost of one NF memory access that hits the LLC \[assumption\].
+    /// Cost of one NF memory access that hits the LLC \[assumption\]; a DRAM access costs the
+    /// loaded DRAM latency of [`HostProfile::dram_loaded_latency`] instead.
     pub llc_access: u32,
-    /// Cost of one NF memory access that misses to local DRAM (82 ns × 2.1 GHz) [derived from
-    /// KV-Direct].
-    pub dram_access: u32,
+    /// Cache lines of a received packet's header an NF reads first (Ethernet + IPv4 + L4
+    /// headers, 42–54 B, sit in the buffer's first 64 B line) \[derived\]. Each one that DDIO
+    /// lost stalls the core for a DRAM access.
+    pub header_lines: u32,
     /// `[host.cycles.nf]`: base cycles per packet of each NF, excluding its memory accesses.
     pub nf: NfCycles,
+    /// `[host.cycles.nf_dram_reads]`: DRAM reads per packet of each NF's own state (flow-table
+    /// lookups at the paper's 10 M flows, far beyond the LLC), each charged the loaded DRAM
+    /// latency; a function not listed reads none.
+    pub nf_dram_reads: NfCycles,
 }
 
 impl Default for CycleModel {
@@ -405,15 +421,16 @@ impl Default for CycleModel {
             driver_per_packet: 80,
             doorbell: 150,
             llc_access: 50,
-            dram_access: 172,
+            header_lines: 1,
             nf: default_nf_cycles(),
+            nf_dram_reads: default_nf_table("nf_dram_reads"),
         }
     }
 }
 
 /// `[host.cycles.nf]`: base cycles per packet of each network function, by the function's
-/// canonical name (`nat = 1330`); memory accesses are charged separately with
-/// [`CycleModel::llc_access`] / [`CycleModel::dram_access`]. The set of functions is open: each
+/// canonical name (`nat = 1330`); its DRAM reads are charged separately
+/// ([`CycleModel::nf_dram_reads`], at the loaded DRAM latency). The set of functions is open: each
 /// one registers its key (`nfs`' registry), and the run configuration refuses keys of functions
 /// it does not know and, in virtual time, a pipeline function without a cost here. A profile
 /// that leaves out `[host.cycles.nf]` gets the default profile's table
@@ -424,11 +441,16 @@ pub type NfCycles = std::collections::BTreeMap<String, u32>;
 /// [`BUILTIN_PROFILES`]): the costs a profile without the table takes, read from the profile
 /// file itself so that no function is named in code here.
 pub fn default_nf_cycles() -> NfCycles {
+    default_nf_table("nf")
+}
+
+/// The `[host.cycles.<table>]` per-function table of the default built-in profile.
+fn default_nf_table(table: &str) -> NfCycles {
     let nf = || -> Option<NfCycles> {
         let t: toml::Table = BUILTIN_PROFILES.first()?.1.parse().ok()?;
         t.get("host")?
             .get("cycles")?
-            .get("nf")?
+            .get(table)?
             .clone()
             .try_into()
             .ok()
@@ -711,6 +733,8 @@ impl HardwareProfile {
             check(v.is_finite() && v > 0.0, key, "> 0", v)?;
         }
         check(h.cores >= 1, "host.cores", ">= 1", h.cores)?;
+        super::dram::LoadedLatency::new(&h.dram_loaded_latency)
+            .map_err(|e| format!("invalid `host.dram_loaded_latency`: {e}"))?;
         Ok(())
     }
 }

@@ -22,8 +22,9 @@
 //!
 //! # Hot path
 //!
-//! One wrapped FFI call per burst for Rx and one for Tx (bindgen's generated wrappers of the
-//! static-inline `rte_eth_rx_burst`/`rte_eth_tx_burst`), mbuf fields read and written as Rust
+//! One call into the PMD per burst for Rx and one for Tx (DPDK's static-inline
+//! `rte_eth_rx_burst`/`rte_eth_tx_burst`, written out in Rust in `dpdk_sys::fastpath` so that the
+//! queue lookup is inlined instead of going through an out-of-line C wrapper), mbuf fields read and written as Rust
 //! fields (their offsets are asserted at compile time in `dpdk-sys`), header mbufs for the
 //! software split allocated with one `rte_pktmbuf_alloc_bulk` per burst, and frees batched into
 //! `rte_pktmbuf_free_bulk`. Worker threads register with EAL (`rte_thread_register`) so that

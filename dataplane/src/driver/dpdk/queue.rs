@@ -1,7 +1,7 @@
 //! [`DpdkQueue`]: one Rx/Tx queue pair of a DPDK port, owned by one worker.
 //!
-//! Rx reads a burst with one (wrapped) `rte_eth_rx_burst`, then writes each mbuf chain into the
-//! burst's arrays (the mbuf pointer is the packet's handle; header place and lengths are read
+//! Rx reads a burst with one `rte_eth_rx_burst` (inlined: `dpdk_sys::fastpath`), then writes each
+//! mbuf chain into the burst's arrays (the mbuf pointer is the packet's handle; header place and lengths are read
 //! from its fields). In the split modes on PMDs without hardware buffer split it splits in
 //! software: header mbufs (and, with emulated nicmem, payload mbufs) for the whole burst come from
 //! one `rte_pktmbuf_alloc_bulk` per pool. Tx hands the burst's handle array to one
@@ -233,6 +233,7 @@ impl DpdkQueue {
     /// array stay there as bare handles, described only when a network function first reads a
     /// packet ([`describe_mbufs`]); a chain that never looks at a packet costs one length read
     /// per packet here.
+    #[inline(always)]
     fn rx_host_in_place(&mut self, n: usize, burst: &mut Burst) {
         let at = burst.len();
         // SAFETY: `rte_eth_rx_burst` just wrote `n` received mbufs after the burst's last packet
@@ -243,12 +244,18 @@ impl DpdkQueue {
                 n,
             ))
         };
-        let (mut bytes, mut chained) = (0u64, false);
+        // One pass for the byte total and the segment counts: OR-ing `nb_segs` (never 0) gives 1
+        // only when every packet is a single segment, one instruction per packet. The total is
+        // kept in 32 bits (one add from memory per packet): it is used only when every packet is
+        // one segment, whose `pkt_len` is its `data_len` (16 bits), and `MAX_BURST` of those sum
+        // below 2^24; a burst with a chain is counted again by `rx_host_chains`.
+        let (mut bytes, mut segs) = (0u32, 0u16);
         for &m in got {
-            bytes += u64::from(m.pkt_len());
-            chained |= m.nb_segs() != 1;
+            bytes = bytes.wrapping_add(m.pkt_len());
+            segs |= m.nb_segs();
         }
-        if chained {
+        let bytes = u64::from(bytes);
+        if segs != 1 {
             for (r, m) in self.rx[..n].iter_mut().zip(got) {
                 *r = m.as_ptr();
             }
@@ -598,8 +605,8 @@ impl Queue for DpdkQueue {
         };
         // SAFETY: `dst` has room for `room` pointers; the port and queue are started and this
         // queue is polled by one thread only.
-        let n =
-            unsafe { sys::rte_eth_rx_burst(self.port_id, self.queue, dst, room as u16) } as usize;
+        let n = unsafe { sys::fastpath::eth_rx_burst(self.port_id, self.queue, dst, room as u16) }
+            as usize;
         if n == 0 {
             self.empty_polls += 1;
             return 0;
@@ -645,7 +652,7 @@ impl Queue for DpdkQueue {
         // this thread only. The PMD takes ownership of the first `sent` chains and does not
         // write the array.
         let sent = unsafe {
-            sys::rte_eth_tx_burst(
+            sys::fastpath::eth_tx_burst(
                 self.port_id,
                 self.queue,
                 pkts.handles_mut_ptr().cast::<*mut sys::rte_mbuf>(),

@@ -51,6 +51,7 @@ use crate::arena::{PacketArena, header_buffer_size};
 use crate::link::{FrameRing, Link, MAX_WIRE_FRAME};
 use crate::mode::DatapathMode;
 use crate::pcie_model::HardwareProfile;
+use crate::pcie_model::costs::effective_inline;
 use crate::port::{Capabilities, Port, Queue};
 use crate::rss::{DEFAULT_RSS_KEY, Rss};
 use crate::steer::{SteerRule, steer};
@@ -91,6 +92,10 @@ pub struct VnicConfig {
     pub flow_control: bool,
     /// Alias nicmem payload buffers (performance-only; payload bytes are not preserved).
     pub nicmem_alias: bool,
+    /// In the nicmem modes, how many queues get nicmem payload pools: the first K share the
+    /// port's nicmem and run the port's mode, the others run `split` (the paper's Fig. 13).
+    /// `None`: every queue.
+    pub nicmem_queues: Option<u16>,
     /// The hardware profile whose constants the accounting (and timing) use.
     pub profile: HardwareProfile,
     /// Timing: `None` = accounting only (no clock, no latency).
@@ -119,6 +124,7 @@ impl Default for VnicConfig {
             burst: 32,
             flow_control: true,
             nicmem_alias: false,
+            nicmem_queues: None,
             profile: HardwareProfile::default(),
             timing: None,
             steering: Vec::new(),
@@ -145,6 +151,33 @@ impl std::fmt::Display for VnicError {
 }
 
 impl std::error::Error for VnicError {}
+
+impl VnicConfig {
+    /// Queues that run the port's mode with nicmem payload pools (`nicmem_queues`, at most
+    /// `queues`; all of them when unset).
+    pub fn nicmem_queue_count(&self) -> u16 {
+        self.nicmem_queues.unwrap_or(self.queues).min(self.queues)
+    }
+
+    /// The mode queue `qid` runs: the port's, except `split` for a nicmem mode's queues past
+    /// [`VnicConfig::nicmem_queue_count`].
+    pub fn queue_mode(&self, qid: u16) -> DatapathMode {
+        if self.mode.uses_nicmem() && qid >= self.nicmem_queue_count() {
+            DatapathMode::Split
+        } else {
+            self.mode
+        }
+    }
+
+    /// The configuration queue (worker) `qid` is built with: this one in
+    /// [`VnicConfig::queue_mode`]'s mode.
+    pub fn for_queue(&self, qid: u16) -> VnicConfig {
+        VnicConfig {
+            mode: self.queue_mode(qid),
+            ..self.clone()
+        }
+    }
+}
 
 fn round64(n: usize) -> usize {
     n.div_ceil(64) * 64
@@ -217,7 +250,7 @@ impl WorkerPools {
             None
         };
         let nic_payload = if cfg.mode.uses_nicmem() {
-            let share = cfg.nicmem_bytes / cfg.queues as usize;
+            let share = cfg.nicmem_bytes / usize::from(cfg.nicmem_queue_count().max(1));
             let fit = share / pay_size;
             let want = cfg
                 .nicmem_buffers
@@ -301,7 +334,7 @@ impl VnicPort {
         let nicmem = NicMem::try_new(cfg.nicmem_bytes)
             .map_err(|e| VnicError::Memory(format!("nicmem of {} B: {e}", cfg.nicmem_bytes)))?;
         let workers = (0..cfg.queues)
-            .map(|w| WorkerPools::new(&cfg, &nicmem, first_id, w, links.len()))
+            .map(|w| WorkerPools::new(&cfg.for_queue(w), &nicmem, first_id, w, links.len()))
             .collect::<Result<Vec<_>, _>>()?;
         links
             .into_iter()
@@ -358,10 +391,16 @@ impl VnicPort {
             )
         };
         for (i, (ing, eg)) in ingress.into_iter().zip(egress).enumerate() {
+            let qc = cfg.for_queue(i as u16);
             let model = NicModel::new(&ModelParams {
                 profile: &cfg.profile,
-                mode: cfg.mode,
+                mode: qc.mode,
+                port_mode: cfg.mode,
                 queues: cfg.queues,
+                nicmem_queues: cfg.nicmem_queue_count(),
+                split_offset: cfg.split_offset,
+                tx_inline: cfg.tx_inline,
+                max_frame: cfg.max_frame,
                 rx_ring: cfg.rx_ring,
                 tx_ring: cfg.tx_ring,
                 timing: cfg.timing.as_ref(),
@@ -373,7 +412,7 @@ impl VnicPort {
             };
             let queue_rss = (q > 1).then(|| rss.clone());
             let qp = Self::build_queue(
-                cfg,
+                &qc,
                 port_id,
                 i as u16,
                 &workers[i],
@@ -414,6 +453,14 @@ impl VnicPort {
         if cfg.queues == 0 || cfg.queues > 64 {
             return bad(format!(
                 "queues {} out of range; allowed 1..=64",
+                cfg.queues
+            ));
+        }
+        if let Some(k) = cfg.nicmem_queues
+            && k > cfg.queues
+        {
+            return bad(format!(
+                "nicmem_queues {k} out of range; allowed 0..={} (the port's queues)",
                 cfg.queues
             ));
         }
@@ -483,8 +530,13 @@ impl VnicPort {
             .arena
             .cache(cfg.cache_size.max(2))
             .map_err(|e| mem(&e))?;
+        // The driver rounds the inline size as the profile says (stock mlx5: 18 + 16k), as
+        // `dataplane model` does, so a run and the model inline the same bytes.
         let inline = if cfg.mode.inlines_tx_header() {
-            cfg.tx_inline
+            effective_inline(
+                cfg.tx_inline as u32,
+                cfg.profile.nic.descriptors.inline_rounding,
+            ) as usize
         } else {
             0
         };

@@ -14,10 +14,13 @@
 //! breakdown assumes (pool buffer sizes are multiples of 64 B, not of MPS; charging real addresses
 //! would add a TLP to some payload writes and make the two disagree by ~1 %).
 //!
-//! The vNIC inlines exactly `datapath.tx_inline` bytes (the nicmem fork's behaviour); the
-//! analysis rounds `txq_inline_min` per the profile (stock mlx5: 64 -> 66, the CPU copying 2 B
-//! out of nicmem). With H = I = 64 both give the same WQE size, so PCIe bytes agree; only the
-//! nicmem read differs by those 2 B.
+//! The vNIC rounds `datapath.tx_inline` as the profile's `inline_rounding` says (stock mlx5:
+//! 18 + 16k, 64 -> 66; `exact` for the nicmem fork) and inlines at most the header segment; the
+//! analysis rounds the same way, so a run and `dataplane model` read the same header bytes from
+//! host memory and fetch the same WQEs: their PCIe bytes agree for every split offset and inline
+//! size. They differ only where the rounded size exceeds the header segment (64 -> 66 at H = 64):
+//! the analysis then charges the CPU's 2 B copy out of nicmem (no PCIe), the vNIC inlines the
+//! 64 B header and reads those 2 B with the payload from nicmem.
 //!
 //! Cost per packet is O(1) and allocation-free: fixed operations are precomputed, and
 //! length-dependent charges come from small direct-mapped caches keyed by length (a run of one
@@ -48,16 +51,27 @@
 //! finds the NIC's receive buffer (`nic.rx_buffer`) full because the PCIe upstream backlog is
 //! too long is `pcie_overrun`. An unpaced (pulled) NIC instead waits, like a link with PAUSE.
 //!
-//! DDIO: the host bytes of Rx buffers in flight (the Rx ring's entries and the packets in
-//! software, times the host bytes per packet, times the queues sharing the LLC) give the hit
-//! fraction of [`DdioModel`]; misses cost a DRAM write-back and re-read per packet (booked on the
-//! host-memory timeline), the CPU a DRAM instead of an LLC access for the header, and Tx reads the
-//! miss latency adder.
+//! DDIO and memory contention: the host bytes of Rx buffers in flight (the Rx ring's entries
+//! and the packets in software, times the host bytes per packet, summed over the queues sharing
+//! the LLC) give the hit fraction of [`DdioModel`] (the paper's leaky DMA: ring size × queues ×
+//! buffer bytes against the DDIO ways). Misses cost a DRAM write-back and re-read per packet
+//! (booked on the host-memory timeline), Tx reads the miss latency adder, and in virtual time the
+//! core a DRAM access instead of an LLC hit for each header line DDIO lost. Every DRAM access the
+//! core makes (those header misses and the NFs' own flow-table reads, `host.cycles.nf_dram_reads`)
+//! costs the *loaded* DRAM latency: the queue measures its DRAM utilisation on the host-memory
+//! timeline and reads the latency off the profile's published loaded-latency curve
+//! (`MemoryContention` below, [`crate::pcie_model::dram`]). So host and split modes, whose payloads
+//! leak to DRAM, slow their cores down twice: by the misses and by the latency every other DRAM
+//! access then pays.
 //!
 //! Multi-queue ports: each queue gets a static share (1/queues) of the wire, the PCIe link, the
 //! outstanding reads, the DMA engine, nicmem and DRAM bandwidth, and of the offered load. With
 //! RSS spreading flows evenly this equals sharing; it keeps every queue's timeline on its own
-//! core (no locks) and a virtual run deterministic.
+//! core (no locks) and a virtual run deterministic. When only the first `vnic.nicmem_queues`
+//! queues run the nicmem mode and the rest `split`, the byte rates (the PCIe link and DRAM) are
+//! shared in proportion to each queue's PCIe bytes per packet instead (at the traffic's frame
+//! size), which is what a shared link gives queues that receive packets at the same rate; the
+//! per-packet resources (wire, receive buffer, read tags, DMA operation rates) stay `1/queues`.
 
 use std::sync::atomic::{AtomicU64, Ordering};
 use std::sync::{Arc, Mutex};
@@ -69,9 +83,11 @@ use serde::Deserialize;
 use crate::mode::DatapathMode;
 use crate::pcie_model::costs::OpCosts;
 use crate::pcie_model::ddio::{DdioModel, host_bytes_per_packet};
+use crate::pcie_model::dram::LoadedLatency;
 use crate::pcie_model::pcie::{PcieLink, Traffic};
 use crate::pcie_model::profile::{Efficiency, HardwareProfile};
 use crate::pcie_model::timeline::{Cost, PS_PER_NS, Ps, ResourceKind, Timelines, pick_bottleneck};
+use crate::pcie_model::{Breakdown, BreakdownInput};
 
 /// How a queue's clock runs.
 #[derive(Clone, Copy, Debug, Default, PartialEq, Eq, Deserialize)]
@@ -105,6 +121,13 @@ pub struct VnicTiming {
     pub offered_gbps: Option<f64>,
     /// NF cycles per packet charged in virtual mode on top of `host.cycles.driver_per_packet`.
     pub nf_cycles: u32,
+    /// DRAM reads per packet of the NFs' own state (flow tables), charged in virtual mode at
+    /// the loaded DRAM latency (`host.cycles.nf_dram_reads` of the pipeline's functions).
+    pub nf_dram_reads: u32,
+    /// The traffic's typical frame size in bytes with FCS, when known: weighs the shares of the
+    /// link a port's queues get when they run different modes (`vnic.nicmem_queues`); `None`
+    /// takes the largest frame.
+    pub frame_hint: Option<u32>,
 }
 
 impl Default for VnicTiming {
@@ -113,6 +136,8 @@ impl Default for VnicTiming {
             clock: ClockMode::Virtual,
             offered_gbps: None,
             nf_cycles: 0,
+            nf_dram_reads: 0,
+            frame_hint: None,
         }
     }
 }
@@ -382,6 +407,8 @@ pub struct TimedReport {
     pub read_stalls: u64,
     /// The last DDIO hit fraction.
     pub ddio_hit: f64,
+    /// The last loaded DRAM latency, ns (the memory-contention model of the module docs).
+    pub dram_latency_ns: f64,
     /// This queue's share of the offered load, Gb/s (`None`: pulled).
     pub offered_gbps: Option<f64>,
 }
@@ -438,6 +465,8 @@ pub struct PortModel {
     pub read_stalls: u64,
     /// Mean DDIO hit fraction over the queues.
     pub ddio_hit: f64,
+    /// Mean loaded DRAM latency over the queues at the end of the run, ns (timed runs).
+    pub dram_latency_ns: f64,
     /// Offered load in Gb/s (`None`: pulled).
     pub offered_gbps: Option<f64>,
 }
@@ -469,6 +498,7 @@ impl PortModel {
             latency_exact: LatencyExact::default(),
             read_stalls: timed.iter().map(|t| t.read_stalls).sum(),
             ddio_hit: 1.0,
+            dram_latency_ns: 0.0,
             offered_gbps: None,
         };
         if timed.is_empty() {
@@ -521,6 +551,7 @@ impl PortModel {
             out.latency_exact.merge(&t.latency_exact);
         }
         out.ddio_hit = timed.iter().map(|t| t.ddio_hit).sum::<f64>() / n;
+        out.dram_latency_ns = timed.iter().map(|t| t.dram_latency_ns).sum::<f64>() / n;
         out.offered_gbps = timed.iter().map(|t| t.offered_gbps).sum::<Option<f64>>();
         out
     }
@@ -559,6 +590,116 @@ impl PortModel {
     }
 }
 
+/// Model time over which a queue measures its DRAM utilisation (20 µs: a few dozen packets of a
+/// queue at line rate, short against a trial).
+const DRAM_WINDOW_PS: Ps = 20_000_000;
+
+/// Bytes one DRAM access moves (a cache line).
+const CACHE_LINE: u64 = 64;
+
+/// The memory system as one queue's packets meet it (see the module docs): DRAM utilisation
+/// measured on the queue's share of the DRAM timeline over windows of [`DRAM_WINDOW_PS`]
+/// (smoothed), the loaded DRAM latency that utilisation implies (the profile's
+/// `host.dram_loaded_latency`), and what a packet pays for it.
+///
+/// In virtual time each packet costs, beyond its fixed cycles, its NFs' DRAM reads at the loaded
+/// latency, plus for each header line DDIO lost a DRAM access instead of the LLC hit the fixed
+/// cycles assume: `nf_reads × L + header_lines × (1 − p_hit) × (L − llc_access)` cycles. A Tx DMA
+/// read that misses pays the idle DMA-read adder plus the rise of the loaded latency over idle.
+struct MemoryContention {
+    curve: LoadedLatency,
+    /// Core clock, cycles per ns.
+    ghz: f64,
+    llc_cycles: f64,
+    header_lines: f64,
+    nf_reads: f64,
+    /// DRAM bytes the NFs read per packet.
+    nf_dram_bytes: u64,
+    /// DMA-read adder on an LLC miss at an idle memory system, ns.
+    idle_adder_ns: f64,
+    win_start: Ps,
+    win_busy: f64,
+    /// Smoothed DRAM utilisation (None before the first window ends).
+    util: Option<f64>,
+    /// Loaded DRAM latency now, ns.
+    latency_ns: f64,
+    /// The variable cycles per packet, in thousandths of a cycle.
+    var_milli: u64,
+    /// Thousandths of a cycle not charged yet.
+    milli_acc: u64,
+    /// DMA-read adder of a Tx read that misses the LLC, ps.
+    miss_adder_ps: Ps,
+}
+
+impl MemoryContention {
+    fn new(prof: &HardwareProfile, nf_dram_reads: u32) -> Result<Self, String> {
+        let h = &prof.host;
+        let curve = LoadedLatency::new(&h.dram_loaded_latency)
+            .map_err(|e| format!("host.dram_loaded_latency: {e}"))?;
+        let mut m = Self {
+            latency_ns: curve.idle_ns(),
+            curve,
+            ghz: h.cpu_ghz,
+            llc_cycles: f64::from(h.cycles.llc_access),
+            header_lines: f64::from(h.cycles.header_lines),
+            nf_reads: f64::from(nf_dram_reads),
+            nf_dram_bytes: u64::from(nf_dram_reads) * CACHE_LINE,
+            idle_adder_ns: h.dram_latency_adder_ns as f64,
+            win_start: 0,
+            win_busy: 0.0,
+            util: None,
+            var_milli: 0,
+            milli_acc: 0,
+            miss_adder_ps: 0,
+        };
+        m.price(0);
+        Ok(m)
+    }
+
+    /// At `now`, with `busy` ps booked on the DRAM timeline so far and a DDIO miss fraction of
+    /// `miss_ppm` per million: closes the utilisation window if it is over, then prices a packet.
+    fn update(&mut self, now: Ps, busy: f64, miss_ppm: u64) {
+        let span = now.saturating_sub(self.win_start);
+        if span >= DRAM_WINDOW_PS {
+            let u = (busy - self.win_busy).max(0.0) / span as f64;
+            let u = self.util.map_or(u, |old| 0.5 * old + 0.5 * u);
+            self.util = Some(u);
+            self.latency_ns = self.curve.latency_ns(u);
+            self.win_start = now;
+            self.win_busy = busy;
+        }
+        self.price(miss_ppm);
+    }
+
+    fn price(&mut self, miss_ppm: u64) {
+        let l = self.latency_ns * self.ghz;
+        let miss = miss_ppm as f64 / 1e6;
+        let var = self.nf_reads * l + self.header_lines * miss * (l - self.llc_cycles).max(0.0);
+        self.var_milli = (var * 1000.0).round() as u64;
+        let adder_ns = self.idle_adder_ns + (self.latency_ns - self.curve.idle_ns()).max(0.0);
+        self.miss_adder_ps = (adder_ns * PS_PER_NS as f64).round() as Ps;
+    }
+}
+
+/// The port's queues as the LLC sees them: `same` queues run this queue's mode, `other` queues
+/// run `other_mode` (a nicmem port's queues past `vnic.nicmem_queues` run `split`).
+#[derive(Clone, Copy, Debug)]
+struct DdioPeers {
+    same: u64,
+    other: u64,
+    other_mode: DatapathMode,
+    split_offset: u64,
+}
+
+impl DdioPeers {
+    /// Host bytes per entry summed over the port's queues, this queue's packets holding `host`
+    /// bytes each and all packets being `len` bytes long.
+    fn port_bytes(&self, host: u64, len: u64) -> u64 {
+        host * self.same
+            + self.other * host_bytes_per_packet(self.other_mode, len, self.split_offset)
+    }
+}
+
 /// The timing state of one queue (see the module docs).
 pub(crate) struct Timing {
     virtual_clock: bool,
@@ -570,8 +711,9 @@ pub(crate) struct Timing {
     up: Cost,
     cycle: Cost,
     pkt_cycles: u64,
-    miss_cycles: u64,
     doorbell_cycles: u64,
+    /// The memory system: loaded DRAM latency and what each packet pays for it.
+    mem: MemoryContention,
     /// Packets a full burst amortises a doorbell over (the profile's `tx_burst`).
     burst_cycles_div: u64,
     /// The CPU's clock, ps.
@@ -590,7 +732,9 @@ pub(crate) struct Timing {
     hist: Histogram<u64>,
     lat_exact: LatencyExact,
     ddio: DdioModel,
-    queues: u64,
+    /// The port's queues sharing the LLC: how many run this queue's mode, how many the other
+    /// (with `vnic.nicmem_queues` a nicmem port's last queues run `split`), and the other mode.
+    ddio_peers: DdioPeers,
     miss_ppm: u64,
     dram_acc: u64,
     /// Per Rx CQ slot: when the CQE is visible to the CPU, and when its frame arrived.
@@ -645,11 +789,23 @@ impl Timing {
     /// per-packet work plus the doorbell amortised over a full burst: what the core needs per
     /// packet once saturated (when bursts are full), so 100 % means saturated; at low load the
     /// core rings a doorbell per small burst, which takes time but is not load.
+    ///
+    /// Beside the fixed per-packet cycles each packet pays the memory system: its NFs' DRAM reads
+    /// and, for each header line DDIO lost, a DRAM access instead of an LLC hit, both at the
+    /// current loaded DRAM latency ([`MemoryContention`]); the NFs' reads are booked on the DRAM
+    /// timeline.
     #[inline]
     pub(crate) fn cpu_packets(&mut self, n: u64) {
         if self.virtual_clock && n > 0 {
-            let miss = self.miss_cycles * self.miss_ppm / 1_000_000;
-            let cycles = n * (self.pkt_cycles + miss);
+            let m = &mut self.mem;
+            let var = n * m.var_milli + m.milli_acc;
+            m.milli_acc = var % 1000;
+            let cycles = n * self.pkt_cycles + var / 1000;
+            if m.nf_dram_bytes > 0 {
+                self.tl
+                    .get_mut(ResourceKind::Hostmem)
+                    .reserve(self.now, n * m.nf_dram_bytes);
+            }
             self.now += self.cycle.time_ps(cycles);
             self.cpu_busy += self
                 .cycle
@@ -795,11 +951,23 @@ impl Timing {
         self.inflight_bbs += nbb;
     }
 
-    /// Updates the DDIO hit fraction from the entries holding host packet data.
-    pub(crate) fn ddio_update(&mut self, entries: u64, host_bytes: u64) {
-        let w = entries * host_bytes * self.queues;
+    /// Updates the DDIO hit fraction from the entries holding host packet data (`entries` of
+    /// this queue, each `host_bytes` of its packets of mean length `len`; the port's other
+    /// queues are taken to hold as many entries, of their own mode's host bytes), then the
+    /// memory system's state ([`MemoryContention::update`]).
+    pub(crate) fn ddio_update(&mut self, entries: u64, host_bytes: u64, len: u64) {
+        let w = entries * self.ddio_peers.port_bytes(host_bytes, len);
         let p = self.ddio.p_hit(w);
         self.miss_ppm = ((1.0 - p) * 1e6).round() as u64;
+        let busy = self.tl.get(ResourceKind::Hostmem).busy_ps();
+        self.mem.update(self.now, busy, self.miss_ppm);
+    }
+
+    /// The DMA-read latency adder of a Tx data read at the current DDIO miss fraction and DRAM
+    /// load, ps.
+    #[inline]
+    fn tx_read_adder_ps(&self) -> Ps {
+        self.mem.miss_adder_ps * self.miss_ppm / 1_000_000
     }
 
     fn report(&self) -> TimedReport {
@@ -825,28 +993,81 @@ impl Timing {
             latency_exact: self.lat_exact,
             read_stalls: self.tl.reads().stalls(),
             ddio_hit: 1.0 - self.miss_ppm as f64 / 1e6,
+            dram_latency_ns: self.mem.latency_ns,
             offered_gbps: self.offered_gbps,
         }
     }
 }
 
-/// A profile with a 1/`q` share of every shared rate (see the module docs).
-fn share(p: &HardwareProfile, q: u32) -> Result<HardwareProfile, String> {
+/// A profile with one queue's share of every shared rate (see the module docs). Per-packet
+/// resources go by packets, `1/q` each (RSS spreads packets evenly): the wire, the receive
+/// buffer, the outstanding reads and the DMA engine's operation rates, which every mode uses
+/// about equally per packet. Byte rates go by bytes, `frac` each: the PCIe link and DRAM. The
+/// nicmem port is shared by the `nic_queues` queues that use it.
+fn share(
+    p: &HardwareProfile,
+    q: u32,
+    frac: f64,
+    nic_queues: u32,
+) -> Result<HardwareProfile, String> {
     if q <= 1 {
         return Ok(p.clone());
     }
     let f = f64::from(q);
     let mut s = p.clone();
     let eta = PcieLink::from_profile(&p.nic.pcie)?.efficiency();
-    s.nic.pcie.efficiency = Efficiency::Fixed(eta / f);
+    s.nic.pcie.efficiency = Efficiency::Fixed(eta * frac);
     s.nic.line_rate_gbps /= f;
     s.nic.pcie.max_outstanding_reads = (p.nic.pcie.max_outstanding_reads / q).max(1);
     s.nic.pcie.max_read_mops /= f;
     s.nic.pcie.max_write_mops /= f;
-    s.nic.nicmem.bandwidth_gbps /= f;
-    s.host.dram_bandwidth_gbyte_s /= f;
+    s.nic.nicmem.bandwidth_gbps /= f64::from(nic_queues.max(1));
+    s.host.dram_bandwidth_gbyte_s *= frac;
     s.nic.rx_buffer.0 /= u64::from(q);
     Ok(s)
+}
+
+/// This queue's fraction of the shared rates of a port of `q` queues of which the first
+/// `nic_queues` run `port_mode` and the rest `split` (`vnic.nicmem_queues`): `1/q` when all run
+/// one mode; otherwise in proportion to each mode's PCIe bytes per packet at `frame` bytes, so a
+/// queue that moves ten times the bytes gets ten times the share. With RSS spreading packets
+/// evenly this books each queue's transfers at the rate a shared link would give them.
+fn queue_fraction(p: &ModelParams<'_>, frame: u32) -> f64 {
+    let q = u32::from(p.queues.max(1));
+    let k = u32::from(p.nicmem_queues).min(q);
+    if !p.port_mode.uses_nicmem() || k == q {
+        return 1.0 / f64::from(q);
+    }
+    let bytes = |mode: DatapathMode| {
+        let mut input = BreakdownInput::new(p.profile, mode, frame);
+        input.split_offset = p.split_offset as u32;
+        input.inline_size = p.tx_inline as u32;
+        Breakdown::compute(p.profile, &input)
+            .map(|b| b.total.up.to_f64() + b.total.down.to_f64())
+            .unwrap_or(1.0)
+            .max(1.0)
+    };
+    let (nic, split) = (bytes(p.port_mode), bytes(DatapathMode::Split));
+    let total = f64::from(k) * nic + f64::from(q - k) * split;
+    bytes(p.mode) / total
+}
+
+/// The LLC's view of the port from queue `p` (see [`DdioPeers`]): of `q` queues the first `k`
+/// run the port's mode, the rest `split`.
+fn ddio_peers(p: &ModelParams<'_>, q: u32, k: u32) -> DdioPeers {
+    let (nic, split) = (u64::from(k), u64::from(q - k));
+    let mixed = p.port_mode.uses_nicmem() && split > 0;
+    let (same, other, other_mode) = match (mixed, p.mode == p.port_mode) {
+        (false, _) => (u64::from(q), 0, p.mode),
+        (true, true) => (nic, split, DatapathMode::Split),
+        (true, false) => (split, nic, p.port_mode),
+    };
+    DdioPeers {
+        same,
+        other,
+        other_mode,
+        split_offset: p.split_offset as u64,
+    }
 }
 
 /// A run of identical receives an untimed queue has not charged yet: header bytes, host
@@ -937,8 +1158,16 @@ pub(crate) struct NicModel {
 /// Per-queue construction parameters of the model.
 pub(crate) struct ModelParams<'a> {
     pub profile: &'a HardwareProfile,
+    /// This queue's mode.
     pub mode: DatapathMode,
+    /// The port's mode (its first `nicmem_queues` queues run it, the rest `split`).
+    pub port_mode: DatapathMode,
     pub queues: u16,
+    /// Queues of the port that run `port_mode` (`vnic.nicmem_queues`; all of them by default).
+    pub nicmem_queues: u16,
+    pub split_offset: usize,
+    pub tx_inline: usize,
+    pub max_frame: usize,
     pub rx_ring: usize,
     pub tx_ring: usize,
     pub timing: Option<&'a VnicTiming>,
@@ -972,7 +1201,11 @@ impl NicModel {
             None => None,
             Some(vt) => {
                 let q = u32::from(p.queues.max(1));
-                let sp = share(prof, q)?;
+                let k = u32::from(p.nicmem_queues).clamp(1, q);
+                let frame = vt
+                    .frame_hint
+                    .unwrap_or(p.max_frame as u32 + prof.nic.fcs_bytes);
+                let sp = share(prof, q, queue_fraction(p, frame), k)?;
                 let tl = Timelines::from_profile(&sp)?;
                 let link = PcieLink::from_profile(&sp.nic.pcie)?;
                 let cyc = &prof.host.cycles;
@@ -992,7 +1225,7 @@ impl NicModel {
                     up: Cost::per_byte_at_bps(link.capacity_bps()),
                     cycle: Cost::per_op_at_rate(prof.host.cpu_ghz * 1e9),
                     pkt_cycles: u64::from(cyc.driver_per_packet) + u64::from(vt.nf_cycles),
-                    miss_cycles: u64::from(cyc.dram_access.saturating_sub(cyc.llc_access)),
+                    mem: MemoryContention::new(prof, vt.nf_dram_reads)?,
                     doorbell_cycles: u64::from(cyc.doorbell),
                     burst_cycles_div: u64::from(prof.nic.descriptors.tx_burst.max(1)),
                     now: 0,
@@ -1008,7 +1241,7 @@ impl NicModel {
                     hist,
                     lat_exact: LatencyExact::default(),
                     ddio: DdioModel::from_profile(&prof.host),
-                    queues: u64::from(q),
+                    ddio_peers: ddio_peers(p, q, k),
                     miss_ppm: 0,
                     dram_acc: 0,
                     cq_ready: vec![0; cq].into_boxed_slice(),
@@ -1328,7 +1561,7 @@ impl NicModel {
         match &mut self.t {
             None => 0,
             Some(t) => {
-                let adder = t.ddio.miss_adder_ps() * t.miss_ppm / 1_000_000;
+                let adder = t.tx_read_adder_ps();
                 let now = t.now;
                 t.tl.dma_read_booked(now.min(ready), ready, tr, adder).done
             }
@@ -1499,3 +1732,51 @@ impl NicModel {
 
 /// Shared handle type of a port's model sink.
 pub type ModelSinkRef = Arc<ModelSink>;
+
+#[cfg(test)]
+mod memory_tests {
+    use super::*;
+
+    fn contention(nf_reads: u32) -> MemoryContention {
+        MemoryContention::new(&HardwareProfile::default(), nf_reads).unwrap()
+    }
+
+    #[test]
+    fn ddio_misses_cost_the_core_a_dram_access_per_header_line() {
+        let p = HardwareProfile::default();
+        let mut m = contention(0);
+        m.price(0);
+        assert_eq!(m.var_milli, 0, "all hits: no cycles beyond the fixed ones");
+        m.price(1_000_000);
+        let dram = m.curve.idle_ns() * p.host.cpu_ghz;
+        let want =
+            f64::from(p.host.cycles.header_lines) * (dram - f64::from(p.host.cycles.llc_access));
+        assert!(
+            (m.var_milli as f64 / 1000.0 - want).abs() < 0.01,
+            "{} vs {want}",
+            m.var_milli
+        );
+        // Half the headers missed: half the stall.
+        m.price(500_000);
+        assert!((m.var_milli as f64 / 1000.0 - want / 2.0).abs() < 0.01);
+    }
+
+    #[test]
+    fn a_busy_memory_system_makes_every_dram_access_dearer() {
+        let p = HardwareProfile::default();
+        let mut m = contention(2);
+        m.update(0, 0.0, 0);
+        let idle = m.var_milli;
+        let idle_adder = m.miss_adder_ps;
+        assert_eq!(idle_adder, p.host.dram_latency_adder_ns * PS_PER_NS);
+        // DRAM busy 60 % of a window: the latency climbs the loaded-latency curve.
+        m.update(DRAM_WINDOW_PS, 0.6 * DRAM_WINDOW_PS as f64, 0);
+        assert!(m.latency_ns > m.curve.idle_ns() + 5.0, "{}", m.latency_ns);
+        assert!(m.var_milli > idle, "{} <= {idle}", m.var_milli);
+        assert!(m.miss_adder_ps > idle_adder);
+        // An idle window brings it back down (smoothed over windows).
+        let loaded = m.latency_ns;
+        m.update(2 * DRAM_WINDOW_PS, 0.6 * DRAM_WINDOW_PS as f64, 0);
+        assert!(m.latency_ns < loaded);
+    }
+}

@@ -1493,7 +1493,7 @@ impl VnicQueue {
                     / (self.stats.rx_primary + self.stats.rx_secondary) as f64;
                 host += ((len - host) as f64 * spilled) as u64;
             }
-            t.ddio_update(entries, host);
+            t.ddio_update(entries, host, len);
         }
     }
 

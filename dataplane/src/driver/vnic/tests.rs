@@ -452,6 +452,7 @@ fn paced_virtual_queue_drops_what_the_cpu_cannot_take_and_is_deterministic() {
                 clock: ClockMode::Virtual,
                 offered_gbps: Some(gbps),
                 nf_cycles: 0,
+                ..VnicTiming::default()
             }),
             ..VnicConfig::default()
         };
@@ -608,6 +609,7 @@ fn paced_wall_clock_queue_resumes_after_its_source_stalls() {
             clock: ClockMode::Wall,
             offered_gbps: Some(10.0),
             nf_cycles: 0,
+            ..VnicTiming::default()
         }),
         ..VnicConfig::default()
     };
