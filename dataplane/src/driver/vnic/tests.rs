@@ -731,6 +731,7 @@ fn run_with_faults(
             clock: ClockMode::Virtual,
             offered_gbps: None,
             nf_cycles: 0,
+            ..VnicTiming::default()
         }),
         ..VnicConfig::default()
     };
@@ -891,6 +892,7 @@ fn link_down_needs_pulled_frames() {
             clock: ClockMode::Virtual,
             offered_gbps: Some(10.0),
             nf_cycles: 0,
+            ..VnicTiming::default()
         }),
         ..VnicConfig::default()
     };
