@@ -260,3 +260,108 @@ fn cli_nfs_prints_every_registered_function() {
         }
     }
 }
+
+#[test]
+fn injected_faults_are_survived_counted_and_lose_only_their_frames() {
+    for mode in DatapathMode::ALL {
+        let mut o = opts(&[
+            "run.packets=20000",
+            "run.stats_interval_s=0",
+            "run.clock=\"virtual\"",
+            "traffic.rate_gbps=0",
+            "traffic.frame_size=700",
+            "vnic.faults.seed=4",
+            "vnic.faults.link_down_every=5000",
+            "vnic.faults.link_down_frames=40",
+            "vnic.faults.rx_desc_every=500",
+            "vnic.faults.tx_dma_every=500",
+            "vnic.faults.doorbell_lost_every=20",
+        ]);
+        o.mode = Some(mode);
+        let s = run(&o).unwrap();
+        let f = &s["faults"];
+        for k in [
+            "link_down",
+            "rx_desc_corrupted",
+            "tx_dma_errors",
+            "doorbells_lost",
+            "doorbells_rerung",
+        ] {
+            assert!(u(f, k) > 0, "{mode}: {k} injected: {f}");
+        }
+        let q = &f["queues"][0];
+        assert_eq!(
+            u(q, "tx_dma_errors"),
+            u(f, "tx_dma_errors"),
+            "{mode}: per queue"
+        );
+        let rx = u(&s, "packets_rx");
+        let drops: u64 = s["drops"]
+            .as_object()
+            .unwrap()
+            .values()
+            .map(|v| v.as_u64().unwrap())
+            .sum();
+        assert_eq!(drops, 0, "{mode}: {s}");
+        let desc = u(&s, "desc_errors");
+        assert!(desc + 1 >= u(f, "rx_desc_corrupted") && desc <= u(f, "rx_desc_corrupted"));
+        assert_eq!(
+            rx + desc + u(f, "link_down_drops"),
+            20000,
+            "{mode}: every frame"
+        );
+        assert_eq!(rx, u(&s, "packets_tx") + u(f, "tx_dma_errors"), "{mode}");
+        assert_eq!(u(&s["traffic"], "received"), u(&s, "packets_tx"), "{mode}");
+        assert_eq!(u(&s, "payload_mismatches"), 0, "{mode}");
+        for p in s["pools"].as_array().unwrap() {
+            assert_eq!(p["in_use"], 0, "{mode}: no buffer leaked: {p}");
+        }
+    }
+}
+
+#[test]
+fn fault_keys_are_checked() {
+    let bin = env!("CARGO_BIN_EXE_dataplane");
+    let cases: [(&[&str], &str, &str); 4] = [
+        (
+            &["--set", "vnic.faults.link_down_frames=0"],
+            "vnic.faults.link_down_frames",
+            "1..=",
+        ),
+        (
+            &["--set", "vnic.faults.tx_dma_every=10000000000000"],
+            "vnic.faults.tx_dma_every",
+            "0 (never)",
+        ),
+        (
+            &["--set", "vnic.faults.flaky=1"],
+            "vnic.faults.flaky",
+            "doorbell_lost_every",
+        ),
+        (
+            &[
+                "--set",
+                "run.clock=\"virtual\"",
+                "--set",
+                "vnic.faults.link_down_every=10",
+            ],
+            "vnic.faults.link_down_every",
+            "traffic.rate_gbps = 0",
+        ),
+    ];
+    for (args, key, allowed) in cases {
+        let out = Command::new(bin)
+            .arg("run")
+            .arg(config("default.toml"))
+            .args(args)
+            .arg("--json")
+            .output()
+            .unwrap();
+        assert_eq!(out.status.code(), Some(2), "{args:?}");
+        let err = String::from_utf8_lossy(&out.stderr);
+        assert!(
+            err.contains("default.toml") && err.contains(key) && err.contains(allowed),
+            "{args:?}: {err}"
+        );
+    }
+}

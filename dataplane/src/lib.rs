@@ -32,5 +32,5 @@ pub use burst::{
 pub use mode::DatapathMode;
 pub use nf::{CounterValue, Counters, NetworkFunction, NfChain, NfCommand, NfContext};
 pub use packet::{NicPayload, PacketOwner, PayloadLoc, PayloadRef, PayloadRing};
-pub use port::{Capabilities, Port, Queue, QueueStats};
+pub use port::{Capabilities, FaultCounts, Port, Queue, QueueStats};
 pub use verdict::{Action, DropCounts, DropReason, Verdict};

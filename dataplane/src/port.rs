@@ -57,6 +57,50 @@ pub struct QueueStats {
     /// Packets handed to this queue that belong to another driver's buffers (a wiring bug):
     /// returned to their own owner, not sent.
     pub tx_foreign: u64,
+    /// Injected faults and recoveries (virtual NIC `[vnic.faults]`; zero elsewhere).
+    pub faults: FaultCounts,
+}
+
+/// Injected faults of one queue and what the driver did about them (all monotonic).
+#[derive(Clone, Copy, Debug, Default, PartialEq, Eq)]
+pub struct FaultCounts {
+    /// Times the link went down.
+    pub link_down: u64,
+    /// Frames that arrived while the link was down (lost).
+    pub link_down_drops: u64,
+    /// Rx descriptors corrupted (each refused by the NIC with an error completion when a frame
+    /// reaches it; the buffer is recycled).
+    pub rx_desc_corrupted: u64,
+    /// Tx WQEs whose DMA read failed (an error completion; the frame is lost, its buffers freed).
+    pub tx_dma_errors: u64,
+    /// Doorbells the NIC never saw.
+    pub doorbells_lost: u64,
+    /// Doorbells the driver rang again because the WQEs of a lost one were still waiting.
+    pub doorbells_rerung: u64,
+}
+
+impl FaultCounts {
+    /// Adds `o` into `self`.
+    pub fn add(&mut self, o: &FaultCounts) {
+        self.link_down += o.link_down;
+        self.link_down_drops += o.link_down_drops;
+        self.rx_desc_corrupted += o.rx_desc_corrupted;
+        self.tx_dma_errors += o.tx_dma_errors;
+        self.doorbells_lost += o.doorbells_lost;
+        self.doorbells_rerung += o.doorbells_rerung;
+    }
+
+    /// The counters as `(name, value)`, in the order of the fields.
+    pub fn named(&self) -> [(&'static str, u64); 6] {
+        [
+            ("link_down", self.link_down),
+            ("link_down_drops", self.link_down_drops),
+            ("rx_desc_corrupted", self.rx_desc_corrupted),
+            ("tx_dma_errors", self.tx_dma_errors),
+            ("doorbells_lost", self.doorbells_lost),
+            ("doorbells_rerung", self.doorbells_rerung),
+        ]
+    }
 }
 
 impl QueueStats {
@@ -152,6 +196,7 @@ impl QueueStats {
         self.tx_full += o.tx_full;
         self.wire_tx_frames += o.wire_tx_frames;
         self.tx_foreign += o.tx_foreign;
+        self.faults.add(&o.faults);
     }
 }
 

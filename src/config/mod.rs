@@ -196,7 +196,45 @@ pub struct VnicSection {
     /// `[[vnic.ports]]`: the ports of the NIC with their links and addresses; none: one port
     /// fed by the embedded generator (or `--rx-pcap`).
     pub ports: Vec<net::VnicPortSection>,
+    /// `[vnic.faults]`: faults the virtual NIC injects (none by default).
+    pub faults: FaultsSection,
 }
+
+/// `[vnic.faults]`: seeded, deterministic fault injection (see
+/// [`dataplane::driver::vnic::FaultConfig`]): each `*_every` is a mean interval in the events
+/// it counts, 0 = never.
+#[derive(Debug, Clone, Deserialize, PartialEq)]
+#[serde(deny_unknown_fields, default)]
+pub struct FaultsSection {
+    /// Seed of the injection.
+    pub seed: u64,
+    /// Frames received between link-down events.
+    pub link_down_every: u64,
+    /// Frames lost while the link is down, per event.
+    pub link_down_frames: u64,
+    /// Frames received between corrupted Rx descriptors.
+    pub rx_desc_every: u64,
+    /// WQEs posted between failed Tx DMA reads.
+    pub tx_dma_every: u64,
+    /// Doorbells between lost doorbells.
+    pub doorbell_lost_every: u64,
+}
+
+impl Default for FaultsSection {
+    fn default() -> Self {
+        Self {
+            seed: 1,
+            link_down_every: 0,
+            link_down_frames: 64,
+            rx_desc_every: 0,
+            tx_dma_every: 0,
+            doorbell_lost_every: 0,
+        }
+    }
+}
+
+/// The largest fault interval and link-down length `[vnic.faults]` takes (10^12 events).
+const MAX_FAULT_EVENTS: u64 = 1_000_000_000_000;
 
 impl Default for VnicSection {
     fn default() -> Self {
@@ -214,6 +252,7 @@ impl Default for VnicSection {
             nicmem_alias: d.nicmem_alias,
             nicmem_queues: d.nicmem_queues,
             ports: Vec::new(),
+            faults: FaultsSection::default(),
         }
     }
 }
@@ -391,6 +430,29 @@ impl RunConfig {
             if !(16..=32768).contains(&n) {
                 return bad(k, format!("{n} out of range; allowed 16..=32768"));
             }
+        }
+        let f = &v.faults;
+        for (k, n) in [
+            ("vnic.faults.link_down_every", f.link_down_every),
+            ("vnic.faults.rx_desc_every", f.rx_desc_every),
+            ("vnic.faults.tx_dma_every", f.tx_dma_every),
+            ("vnic.faults.doorbell_lost_every", f.doorbell_lost_every),
+        ] {
+            if n > MAX_FAULT_EVENTS {
+                return bad(
+                    k,
+                    format!("{n} out of range; allowed 0 (never) ..={MAX_FAULT_EVENTS}"),
+                );
+            }
+        }
+        if !(1..=MAX_FAULT_EVENTS).contains(&f.link_down_frames) {
+            return bad(
+                "vnic.faults.link_down_frames",
+                format!(
+                    "{} out of range; allowed 1..={MAX_FAULT_EVENTS}",
+                    f.link_down_frames
+                ),
+            );
         }
         if v.tx_comp_every == 0 || v.tx_comp_every > v.tx_ring {
             return bad(
@@ -889,6 +951,16 @@ impl RunConfig {
             }
             (ClockMode::Wall, _) => (0, 0),
         };
+        let f = &v.faults;
+        if f.link_down_every > 0 && offered_gbps.is_some() {
+            return Err(ConfigError {
+                file: path.to_path_buf(),
+                key: "vnic.faults.link_down_every".into(),
+                msg: "needs frames pulled by the NIC, not paced arrivals: set traffic.rate_gbps \
+                      = 0 (a paced run's arrivals follow the offered load)"
+                    .into(),
+            });
+        }
         Ok(dataplane::driver::vnic::VnicConfig {
             mode: d.mode,
             split_offset: d.split_offset,
@@ -918,6 +990,14 @@ impl RunConfig {
                 frame_hint: self.frame_hint(),
             }),
             steering: Vec::new(),
+            faults: dataplane::driver::vnic::FaultConfig {
+                seed: f.seed,
+                link_down_every: f.link_down_every,
+                link_down_frames: f.link_down_frames,
+                rx_desc_every: f.rx_desc_every,
+                tx_dma_every: f.tx_dma_every,
+                doorbell_lost_every: f.doorbell_lost_every,
+            },
         })
     }
 

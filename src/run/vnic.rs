@@ -554,6 +554,11 @@ fn summary(
         o.extend(e);
     }
     model_keys(&mut out, &m, profile, offered, &q, cfg);
+    if cfg.vnic.faults != crate::config::FaultsSection::default()
+        || q.faults != dataplane::FaultCounts::default()
+    {
+        out["faults"] = faults_json(&q, reports);
+    }
     if let Some(t) = traffic {
         out["frame_size"] = json!(t.frame_size);
         out["payload_mismatches"] = json!(t.payload_mismatches);
@@ -567,6 +572,30 @@ fn summary(
         out["seq_lost"] = json!(0);
     }
     out
+}
+
+/// The `faults` object of a run with `[vnic.faults]`: the injected faults and recoveries summed
+/// (`link_down`, `link_down_drops`, `rx_desc_corrupted`, `tx_dma_errors`, `doorbells_lost`,
+/// `doorbells_rerung`) and per queue (`queues`: `port`, `queue` and the same counters).
+fn faults_json(total: &QueueStats, reports: &[WorkerReport]) -> Value {
+    let named = |f: &dataplane::FaultCounts| {
+        f.named()
+            .iter()
+            .map(|&(k, v)| (k.to_string(), json!(v)))
+            .collect::<serde_json::Map<String, Value>>()
+    };
+    let mut out = named(&total.faults);
+    let mut queues = Vec::new();
+    for (w, r) in reports.iter().enumerate() {
+        for (p, s) in r.queue_stats.iter().enumerate() {
+            let mut q = named(&s.faults);
+            q.insert("port".into(), json!(p));
+            q.insert("queue".into(), json!(w));
+            queues.push(Value::Object(q));
+        }
+    }
+    out.insert("queues".into(), Value::Array(queues));
+    Value::Object(out)
 }
 
 /// Adds the accounting and timing keys of the virtual NIC model to the summary (issue 3): `pcie`,

@@ -122,6 +122,9 @@ pub mod syndrome {
     pub const LOCAL_PROTECTION: u8 = 0x04;
     /// Malformed WQE (bad opcode or segment count).
     pub const LOCAL_QP_OPERATION: u8 = 0x02;
+    /// Local access error: a DMA read of the WQE or of the data it points at failed (a PCIe
+    /// completion error or timeout; injected by `[vnic.faults]`).
+    pub const LOCAL_ACCESS: u8 = 0x11;
 }
 
 /// Which ring served a received payload, as written in the CQE.

@@ -22,6 +22,7 @@
 //! the port's [`ModelSink`] when they are dropped; [`VnicPort::model_report`] sums them.
 
 mod desc;
+mod faults;
 pub mod model;
 mod queue;
 mod rx;
@@ -31,6 +32,7 @@ pub use desc::{
     CQE_SIZE, Cqe, CtrlSeg, DataSeg, SEG, WQEBB, cqe_op, cqe_ring, inline_rounded, syndrome,
     tx_wqe_ds,
 };
+pub use faults::FaultConfig;
 pub use model::{
     ClockMode, Item, LiveModel, ModelSink, NicCounters, PortModel, QueueModelReport, TimedReport,
     VnicTiming,
@@ -100,6 +102,8 @@ pub struct VnicConfig {
     pub timing: Option<VnicTiming>,
     /// Flow steering rules checked before RSS on multi-queue ports ([`crate::steer`]).
     pub steering: Vec<SteerRule>,
+    /// Faults to inject (none by default; see [`FaultConfig`]).
+    pub faults: FaultConfig,
 }
 
 impl Default for VnicConfig {
@@ -124,6 +128,7 @@ impl Default for VnicConfig {
             profile: HardwareProfile::default(),
             timing: None,
             steering: Vec::new(),
+            faults: FaultConfig::default(),
         }
     }
 }
@@ -477,6 +482,21 @@ impl VnicPort {
                 cfg.burst
             ));
         }
+        if cfg.faults.link_down_every > 0
+            && cfg
+                .timing
+                .as_ref()
+                .is_some_and(|t| t.offered_gbps.is_some())
+        {
+            return bad(
+                "faults.link_down_every needs frames pulled by the NIC, not paced \
+                        arrivals: set the offered load to 0 (traffic.rate_gbps = 0)"
+                    .into(),
+            );
+        }
+        if cfg.faults.link_down_every > 0 && cfg.faults.link_down_frames == 0 {
+            return bad("faults.link_down_frames 0 out of range; allowed 1 and up".into());
+        }
         let max_inline = MAX_TX_INLINE;
         if cfg.tx_inline > max_inline {
             return bad(format!(
@@ -546,6 +566,7 @@ impl VnicPort {
             rss,
             alive: alive.clone(),
             qm,
+            faults: faults::FaultState::new(&cfg.faults, port_id, qid),
         }))
     }
 

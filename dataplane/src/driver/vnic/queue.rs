@@ -34,6 +34,7 @@ use std::time::Instant;
 use nicmem::{ProtectionDomain, RegionTable};
 
 use super::desc::{Cqe, SEG, cqe_op, cqe_ring, syndrome};
+use super::faults::FaultState;
 use super::model::{LiveModel, ModelSinkRef, NicModel};
 use super::rx::{CompletionQueue, CqCursor, NicCursor, REFUSED, RxRing};
 use super::tx::{PostError, TxRing};
@@ -186,6 +187,7 @@ pub(crate) struct QueueParts {
     pub rss: Option<Rss>,
     pub alive: Arc<()>,
     pub qm: QueueModel,
+    pub faults: Option<Box<FaultState>>,
 }
 
 /// A virtual NIC queue pair (see the module docs).
@@ -230,6 +232,8 @@ pub struct VnicQueue {
     unsent: Box<[usize]>,
     /// The packets of a burst the send queue refused (index in the burst, why).
     refused: Box<[(u16, PostError)]>,
+    /// Injected faults (`None`: none configured; see `faults.rs`).
+    faults: Option<Box<FaultState>>,
     _alive: Arc<()>,
 }
 
@@ -291,6 +295,7 @@ impl VnicQueue {
             rss,
             alive,
             qm,
+            faults,
         } = parts;
         let layout = arena.layout();
         let timed = qm.model.t.is_some();
@@ -333,6 +338,7 @@ impl VnicQueue {
             rx_place: vec![0u64; MAX_BURST].into_boxed_slice(),
             rx_pay: vec![PayPlace::default(); MAX_BURST].into_boxed_slice(),
             tx_lens: vec![0u32; MAX_BURST].into_boxed_slice(),
+            faults,
             p,
             _alive: alive,
         };
@@ -1026,11 +1032,22 @@ impl VnicQueue {
 
     /// Rings the doorbell: the NIC fetches every posted WQE and processes it onto the wire.
     pub fn tx_doorbell(&mut self) {
+        self.doorbell(false);
+    }
+
+    /// [`VnicQueue::tx_doorbell`]; with `fail_first`, the DMA read of the first WQE fails (an
+    /// injected fault, see [`TxRing::nic_fail_next`]). Returns whether a WQE failed.
+    #[inline(always)]
+    fn doorbell(&mut self, fail_first: bool) -> bool {
         let nbb = self.tx.unprocessed();
         if nbb == 0 {
-            return;
+            return false;
         }
         let ready = self.model.tx_doorbell(nbb);
+        let failed = fail_first
+            && self
+                .tx
+                .nic_fail_next(syndrome::LOCAL_ACCESS, &mut self.model, ready);
         let egress = &mut self.egress;
         let mut wire = |buf: &[u8], lens: &[u32]| match egress {
             Egress::Sink(s) => s.deliver_batch(buf, lens),
@@ -1059,6 +1076,78 @@ impl VnicQueue {
         );
         self.stats.wire_tx_frames += out.frames;
         self.stats.desc_errors += out.errors;
+        failed
+    }
+
+    /// The injected faults' part of a receive burst (see `faults.rs`): rings again a doorbell
+    /// the NIC lost (the driver's recovery on its next poll), loses the frames that arrive while
+    /// the link is down, and corrupts the next Rx descriptor when that fault is due. Returns how
+    /// many frames the NIC may receive in this burst (none while the link is down).
+    #[cold]
+    #[inline(never)]
+    fn rx_faults(&mut self, want: usize) -> usize {
+        let Some(mut f) = self.faults.take() else {
+            return want;
+        };
+        if f.doorbell_owed {
+            self.ring_owed(&mut f);
+        }
+        let mut budget = want;
+        if f.down_left == 0 {
+            f.frames_seen(self.stats.rx_packets + f.counts.link_down_drops);
+        }
+        if f.down_left > 0 {
+            let n = (f.down_left.min(want as u64) as usize).min(MAX_BURST);
+            let got = self
+                .ingress
+                .next_batch(&mut self.rx_batch, &mut self.rx_lens[..n]);
+            f.down_left -= got as u64;
+            f.counts.link_down_drops += got as u64;
+            if got == 0 && self.ingress.exhausted() {
+                // Nothing more will arrive: the link comes back to an idle wire.
+                f.down_left = 0;
+            }
+            budget = 0;
+        } else if self.hdr.posted() > 0
+            && let Some(c) = f.rx_corruption_due()
+            && self.hdr.corrupt_next(|seg| c.apply(seg))
+        {
+            f.counts.rx_desc_corrupted += 1;
+        }
+        self.faults = Some(f);
+        budget
+    }
+
+    /// The injected faults' part of a send burst (`n` WQEs just posted): a failed DMA read is
+    /// due after some WQEs, and the doorbell may be lost (the WQEs then wait for the driver's
+    /// next poll, [`VnicQueue::rx_faults`], or the next doorbell).
+    #[cold]
+    #[inline(never)]
+    fn tx_faults(&mut self, n: usize) {
+        let Some(mut f) = self.faults.take() else {
+            return;
+        };
+        if n > 0 {
+            if f.tx_dma_due(n as u64) {
+                f.tx_fail_pending = true;
+            }
+            if !f.doorbell_lost() {
+                self.ring_owed(&mut f);
+            }
+        }
+        self.faults = Some(f);
+    }
+
+    /// Rings the doorbell with the faults state `f` (taken out of the queue): fails the first
+    /// WQE's DMA read when that is pending, and settles a lost doorbell this one covers.
+    fn ring_owed(&mut self, f: &mut FaultState) {
+        if std::mem::take(&mut f.doorbell_owed) {
+            f.counts.doorbells_rerung += 1;
+        }
+        if self.doorbell(f.tx_fail_pending) {
+            f.tx_fail_pending = false;
+            f.counts.tx_dma_errors += 1;
+        }
     }
 
     /// Frees completed sends, in bulk.
@@ -1326,9 +1415,8 @@ impl VnicQueue {
         (got, latest)
     }
 
-    /// `rx_burst` of a timed queue (see the module docs).
-    fn rx_burst_timed(&mut self, burst: &mut Burst) -> usize {
-        let want = burst.room();
+    /// `rx_burst` of a timed queue (see the module docs), the NIC receiving up to `want` frames.
+    fn rx_burst_timed(&mut self, burst: &mut Burst, want: usize) -> usize {
         let Some(t) = self.model.t.as_deref_mut() else {
             return 0;
         };
@@ -1468,12 +1556,15 @@ impl VnicQueue {
 
 impl Queue for VnicQueue {
     fn rx_burst(&mut self, burst: &mut Burst) -> usize {
-        let want = burst.room();
+        let mut want = burst.room();
         if want == 0 || !burst.adopt(&self.owner) {
             return 0;
         }
+        if self.faults.is_some() {
+            want = self.rx_faults(want);
+        }
         let got = if self.model.t.is_some() {
-            let got = self.rx_burst_timed(burst);
+            let got = self.rx_burst_timed(burst, want);
             if got > 0 {
                 self.ddio_update();
             }
@@ -1507,7 +1598,9 @@ impl Queue for VnicQueue {
             }
         }
         let n = self.tx_post(pkts, drops);
-        if n > 0 {
+        if self.faults.is_some() {
+            self.tx_faults(n);
+        } else if n > 0 {
             self.tx_doorbell();
         }
         n
@@ -1603,7 +1696,13 @@ impl Queue for VnicQueue {
         let paced = self.model.t.as_deref().is_some_and(|t| t.paced());
         if (!paced || self.ingress_done()) && (self.tx.completion_owed() || !self.tx.is_empty()) {
             self.tx.post_completion_request();
-            self.tx_doorbell();
+            match self.faults.take() {
+                Some(mut f) => {
+                    self.ring_owed(&mut f);
+                    self.faults = Some(f);
+                }
+                None => self.tx_doorbell(),
+            }
         }
         self.reclaim();
     }
@@ -1613,7 +1712,11 @@ impl Queue for VnicQueue {
     }
 
     fn stats(&self) -> QueueStats {
-        self.stats
+        let mut s = self.stats;
+        if let Some(f) = &self.faults {
+            s.faults = f.counts;
+        }
+        s
     }
 
     fn xstats(&self) -> Vec<(String, u64)> {

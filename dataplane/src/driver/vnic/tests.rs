@@ -710,3 +710,196 @@ fn a_packet_received_on_one_port_leaves_by_another() {
         }
     }
 }
+
+/// A port of `mode` with `faults`, untimed or on an unpaced virtual clock, fed 2 000 distinct
+/// frames of varied sizes; io-fwd until idle. Returns the queue's stats, the frames sent in
+/// and the frames that came out, after checking that every buffer is back in its pool.
+fn run_with_faults(
+    mode: DatapathMode,
+    faults: FaultConfig,
+    virt: bool,
+) -> (crate::port::QueueStats, Vec<Vec<u8>>, Vec<Vec<u8>>) {
+    let frames: Vec<Vec<u8>> = (0..2000)
+        .map(|i| frame(60 + (i * 37) % 1455, i as u8))
+        .collect();
+    let cfg = VnicConfig {
+        mode,
+        rx_ring: 64,
+        tx_ring: 256,
+        faults,
+        timing: virt.then_some(VnicTiming {
+            clock: ClockMode::Virtual,
+            offered_gbps: None,
+            nf_cycles: 0,
+            ..VnicTiming::default()
+        }),
+        ..VnicConfig::default()
+    };
+    let (mut p, sink) = port(cfg, frames.clone());
+    let mut q = p.take_vnic_queues().pop().unwrap();
+    let s = forward(&mut q);
+    drop(q);
+    for pools in p.pools() {
+        assert_eq!(pools.header.stats().in_use, 0, "{mode}: header buffers");
+        if let Some(pool) = &pools.host_payload {
+            assert_eq!(pool.stats().in_use, 0, "{mode}: host payload buffers");
+        }
+        if let Some(pool) = &pools.nic_payload {
+            assert_eq!(pool.stats().in_use, 0, "{mode}: nicmem payload buffers");
+        }
+    }
+    let out = sink.frames.lock().unwrap().clone();
+    (s, frames, out)
+}
+
+/// True when `out` is `input` with some frames left out, every kept frame byte for byte and in
+/// order (no payload mismatch, nothing duplicated or reordered).
+fn is_subsequence(out: &[Vec<u8>], input: &[Vec<u8>]) -> bool {
+    let mut it = input.iter();
+    out.iter().all(|o| it.any(|i| i == o))
+}
+
+#[test]
+fn link_down_loses_the_frames_of_the_period_and_counts_them() {
+    for virt in [false, true] {
+        for mode in DatapathMode::ALL {
+            let f = FaultConfig {
+                seed: 3,
+                link_down_every: 300,
+                link_down_frames: 50,
+                ..FaultConfig::default()
+            };
+            let (s, input, out) = run_with_faults(mode, f, virt);
+            let c = s.faults;
+            assert!(c.link_down >= 2, "{mode} virt {virt}: {c:?}");
+            assert!(c.link_down_drops <= c.link_down * 50, "{mode}: {c:?}");
+            assert!(c.link_down_drops > (c.link_down - 1) * 50, "{mode}: {c:?}");
+            assert_eq!(
+                s.rx_packets + c.link_down_drops,
+                input.len() as u64,
+                "{mode}"
+            );
+            assert_eq!(s.rx_packets, s.tx_packets, "{mode}: rx = tx");
+            assert_eq!(out.len() as u64, s.rx_packets, "{mode}");
+            assert!(
+                is_subsequence(&out, &input),
+                "{mode}: delivered frames intact"
+            );
+        }
+    }
+}
+
+#[test]
+fn corrupted_rx_descriptors_complete_in_error_and_the_run_goes_on() {
+    for virt in [false, true] {
+        for mode in DatapathMode::ALL {
+            let f = FaultConfig {
+                seed: 5,
+                rx_desc_every: 100,
+                ..FaultConfig::default()
+            };
+            let (s, input, out) = run_with_faults(mode, f, virt);
+            let c = s.faults;
+            assert!(c.rx_desc_corrupted >= 5, "{mode} virt {virt}: {c:?}");
+            // A descriptor corrupted after the last frame arrived is reclaimed unused.
+            assert!(
+                s.desc_errors == c.rx_desc_corrupted || s.desc_errors + 1 == c.rx_desc_corrupted,
+                "{mode}: {} errors of {c:?}",
+                s.desc_errors
+            );
+            assert_eq!(s.rx_packets + s.desc_errors, input.len() as u64, "{mode}");
+            assert_eq!(s.rx_packets, s.tx_packets, "{mode}: rx = tx");
+            assert_eq!(out.len() as u64, s.rx_packets, "{mode}");
+            assert!(
+                is_subsequence(&out, &input),
+                "{mode}: delivered frames intact"
+            );
+        }
+    }
+}
+
+#[test]
+fn failed_tx_dma_reads_lose_only_their_frame() {
+    for virt in [false, true] {
+        for mode in DatapathMode::ALL {
+            let f = FaultConfig {
+                seed: 9,
+                tx_dma_every: 100,
+                ..FaultConfig::default()
+            };
+            let (s, input, out) = run_with_faults(mode, f, virt);
+            let c = s.faults;
+            assert!(c.tx_dma_errors >= 5, "{mode} virt {virt}: {c:?}");
+            assert_eq!(s.rx_packets, input.len() as u64, "{mode}");
+            assert_eq!(s.rx_packets, s.tx_packets, "{mode}: rx = tx");
+            assert_eq!(s.wire_tx_frames, s.tx_packets - c.tx_dma_errors, "{mode}");
+            assert_eq!(out.len() as u64, s.wire_tx_frames, "{mode}");
+            assert!(
+                is_subsequence(&out, &input),
+                "{mode}: delivered frames intact"
+            );
+        }
+    }
+}
+
+#[test]
+fn lost_doorbells_are_rung_again_and_lose_nothing() {
+    for virt in [false, true] {
+        for mode in DatapathMode::ALL {
+            let f = FaultConfig {
+                seed: 11,
+                doorbell_lost_every: 4,
+                ..FaultConfig::default()
+            };
+            let (s, input, out) = run_with_faults(mode, f, virt);
+            let c = s.faults;
+            assert!(c.doorbells_lost >= 5, "{mode} virt {virt}: {c:?}");
+            assert!(c.doorbells_rerung >= 1, "{mode}: {c:?}");
+            assert!(c.doorbells_rerung <= c.doorbells_lost, "{mode}: {c:?}");
+            assert_eq!(s.rx_packets, input.len() as u64, "{mode}");
+            assert_eq!(s.wire_tx_frames, s.rx_packets, "{mode}: nothing lost");
+            assert_eq!(out, input, "{mode}: every frame, in order");
+        }
+    }
+}
+
+#[test]
+fn faults_repeat_with_the_seed() {
+    let f = FaultConfig {
+        seed: 21,
+        link_down_every: 400,
+        link_down_frames: 10,
+        rx_desc_every: 150,
+        tx_dma_every: 170,
+        doorbell_lost_every: 7,
+    };
+    let a = run_with_faults(DatapathMode::NicInline, f.clone(), true);
+    let b = run_with_faults(DatapathMode::NicInline, f, true);
+    assert_eq!(a.0, b.0, "same seed, same counters");
+    assert_eq!(a.2, b.2, "same seed, same frames out");
+    assert!(a.0.faults.link_down > 0 && a.0.faults.tx_dma_errors > 0);
+}
+
+#[test]
+fn link_down_needs_pulled_frames() {
+    let cfg = VnicConfig {
+        faults: FaultConfig {
+            link_down_every: 10,
+            link_down_frames: 5,
+            ..FaultConfig::default()
+        },
+        timing: Some(VnicTiming {
+            clock: ClockMode::Virtual,
+            offered_gbps: Some(10.0),
+            nf_cycles: 0,
+            ..VnicTiming::default()
+        }),
+        ..VnicConfig::default()
+    };
+    let link = Link {
+        rx: Box::new(VecSource::new(vec![frame(100, 0)])),
+        tx: Box::new(CollectSink::default()),
+    };
+    let e = VnicPort::new("t", 0, cfg, link).err().expect("refused");
+    assert!(e.to_string().contains("link_down_every"), "{e}");
+}

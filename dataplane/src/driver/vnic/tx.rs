@@ -652,6 +652,27 @@ impl TxRing {
         (consumed, frame, result.is_err())
     }
 
+    /// NIC side: the DMA read of the WQE at the NIC's position, or of the frame it points at,
+    /// fails (an injected fault): the WQE completes in error with syndrome `syn` at `ready` and
+    /// its frame is not sent; the driver frees the packet when it polls the completion. False
+    /// (nothing done) when no WQE is waiting or the one there carries no packet.
+    #[cold]
+    pub(crate) fn nic_fail_next(&mut self, syn: u8, m: &mut NicModel, ready: Ps) -> bool {
+        let at = self.nic_ci;
+        if at == self.pi {
+            return false;
+        }
+        let s = self.slots[(at & self.mask) as usize];
+        if s.at != at || s.hdr == NO_PKT {
+            return false;
+        }
+        let nbb = u32::from(s.nbb.max(1));
+        self.tx_completion(at, Err(syn), m, ready);
+        m.tx_done(ready, nbb);
+        self.nic_ci = at.wrapping_add(nbb);
+        true
+    }
+
     /// The NIC writes the completion of the WQE at `at` (done at `done`).
     #[inline(never)]
     fn tx_completion(&mut self, at: u32, result: Result<(), u8>, m: &mut NicModel, done: Ps) {
