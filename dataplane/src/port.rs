@@ -144,7 +144,8 @@ impl QueueStats {
         ]
     }
 
-    /// The counters from an array in the order of [`QueueStats::NAMES`].
+    /// The counters from an array in the order of [`QueueStats::NAMES`]; injected-fault counts
+    /// are not among them (they are reported in the run's final summary) and start at zero.
     pub fn from_array(a: [u64; 14]) -> Self {
         let [
             rx_packets,
@@ -177,6 +178,7 @@ impl QueueStats {
             tx_full,
             wire_tx_frames,
             tx_foreign,
+            faults: FaultCounts::default(),
         }
     }
 
