@@ -440,29 +440,38 @@ impl VnicQueue {
             };
             frames += 1;
             bytes += len as u64 + ovh;
-            if len == 0 {
-                continue;
-            }
-            if len > self.p.max_frame {
-                self.stats.rx_oversize += 1;
-                continue;
-            }
-            if !self.p.flow_control && !self.has_descriptors(len) {
-                self.stats.rx_missed += 1;
-                continue;
-            }
-            let at = match self.model.t.as_deref_mut() {
-                Some(t) => {
-                    let mask = self.hdr_posted_at.len() as u32 - 1;
-                    let posted = self.hdr_posted_at[(self.hdr.consumer() & mask) as usize];
-                    t.arrive(posted, len, ovh)
-                }
-                None => 0,
-            };
-            self.receive(len, at);
+            self.admit(len, ovh);
         }
         self.model.wire_rx_frames(frames, bytes);
         self.model.rx_pass_done();
+    }
+
+    /// One staged frame of `len` bytes (wire overhead `ovh`) from the frame-by-frame receive
+    /// paths: an empty frame is skipped, an oversized one counted as `rx_oversize`, one without
+    /// descriptors (no flow control) as `rx_missed`; the rest is booked (timed queues) and
+    /// received.
+    #[inline(always)]
+    fn admit(&mut self, len: usize, ovh: u64) {
+        if len == 0 {
+            return;
+        }
+        if len > self.p.max_frame {
+            self.stats.rx_oversize += 1;
+            return;
+        }
+        if !self.p.flow_control && !self.has_descriptors(len) {
+            self.stats.rx_missed += 1;
+            return;
+        }
+        let at = match self.model.t.as_deref_mut() {
+            Some(t) => {
+                let mask = self.hdr_posted_at.len() as u32 - 1;
+                let posted = self.hdr_posted_at[(self.hdr.consumer() & mask) as usize];
+                t.arrive(posted, len, ovh)
+            }
+            None => 0,
+        };
+        self.receive(len, at);
     }
 
     /// [`VnicQueue::nic_rx`] of an untimed queue: the same placement, validation and completions
@@ -675,26 +684,7 @@ impl VnicQueue {
             off += batch_step(len);
             frames += 1;
             bytes += len as u64 + ovh;
-            if len == 0 {
-                continue;
-            }
-            if len > self.p.max_frame {
-                self.stats.rx_oversize += 1;
-                continue;
-            }
-            if !self.p.flow_control && !self.has_descriptors(len) {
-                self.stats.rx_missed += 1;
-                continue;
-            }
-            let at = match self.model.t.as_deref_mut() {
-                Some(t) => {
-                    let mask = self.hdr_posted_at.len() as u32 - 1;
-                    let posted = self.hdr_posted_at[(self.hdr.consumer() & mask) as usize];
-                    t.arrive(posted, len, ovh)
-                }
-                None => 0,
-            };
-            self.receive(len, at);
+            self.admit(len, ovh);
         }
         self.model.wire_rx_frames(frames, bytes);
         self.model.rx_pass_done();
