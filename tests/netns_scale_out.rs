@@ -1,6 +1,8 @@
 //! Scale-out on real daemons (issue 20, docs/scale-out.md): runs `scripts/scale-out-demo.sh lb 2`
 //! (two nmdp LB instances behind a router with ECMP, announced by BIRD 2 through the health
-//! agent, 64 long-lived connections) once killing an instance and once draining one. The script
+//! agent, 64 long-lived connections) killing an instance's dataplane (its health agent
+//! withdraws the route), killing its whole host (the router's BGP hold time does), and draining
+//! one. The script
 //! checks and exits non-zero when fewer than 95 % of the connections kept transferring, the
 //! route was not withdrawn within the BGP hold time, a new connection failed, or the drained
 //! instance did not stop cleanly; this test also reads its summary line. Needs root, the tools
@@ -39,7 +41,7 @@ fn demo(extra: &[&str]) {
         env!("CARGO_MANIFEST_DIR"),
         "/scripts/scale-out-demo.sh"
     ))
-    .args(["lb", "2", "--seconds", "24"])
+    .args(["lb", "2", "--seconds", "20"])
     .args(extra)
     .env("NMDP_DATAPLANE", env!("CARGO_BIN_EXE_dataplane"))
     .output()
@@ -71,6 +73,11 @@ fn demo(extra: &[&str]) {
 #[test]
 fn killing_one_of_two_lb_instances_keeps_the_connections() {
     demo(&[]);
+}
+
+#[test]
+fn losing_the_host_of_one_of_two_lb_instances_keeps_the_connections() {
+    demo(&["--host"]);
 }
 
 #[test]
