@@ -531,7 +531,9 @@ impl Maglev {
     /// is not repopulated.
     pub fn push_backend(&mut self, addr: u32) {
         let i = self.addrs.len() as u16;
-        let at = self.order.partition_point(|&k| self.addrs[usize::from(k)] < addr);
+        let at = self
+            .order
+            .partition_point(|&k| self.addrs[usize::from(k)] < addr);
         self.order.insert(at, i);
         self.addrs.push(addr);
         let mm = self.table.len() as u64;
