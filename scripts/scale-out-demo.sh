@@ -3,13 +3,14 @@
 # ECMP, each announced over BGP by BIRD 2 while `dataplane ctl health` says it is healthy
 # (docs/scale-out.md).
 #
-#   scripts/scale-out-demo.sh lb [N] [--drain | --host] [--connections C] [--seconds S]
+#   scripts/scale-out-demo.sh lb [N] [--drain | --host] [--exabgp] [--connections C] [--seconds S]
 #
 # Builds network namespaces (nmdp-so-*): a client, a router running BIRD 2 (one eBGP session
 # per instance, ECMP into Linux with `merge paths`, net.ipv4.fib_multipath_hash_policy = 1), N
 # nmdp instances (configs/scale-out/lb-instance.toml, AF_PACKET links, the same VIP, backends
 # and Maglev table, return = "ipip"), a BGP speaker per instance (BIRD 2,
-# configs/scale-out/bird-instance.conf, with scripts/scale-out-health-agent.sh), and three
+# configs/scale-out/bird-instance.conf, with scripts/scale-out-health-agent.sh; with --exabgp
+# ExaBGP 4 and its healthcheck, configs/scale-out/exabgp-instance.conf), and three
 # backends that decapsulate IP-in-IP and answer the client directly. Opens C (default 64)
 # long-lived TCP connections to the VIP, then kills the last instance's dataplane (kill -9; its
 # health agent withdraws the route), or with --host its whole host (dataplane and agent killed,
@@ -27,12 +28,13 @@ cd "$(dirname "$0")/.."
 usage() { sed -n '6p' "$0" | sed 's/^# *//' >&2; exit 2; }
 what=${1:-}
 shift || true
-n=2 drain=0 host=0 conns=64 seconds=40
+n=2 drain=0 host=0 conns=64 seconds=40 speaker=bird
 if [[ ${1:-} =~ ^[0-9]+$ ]]; then n=$1; shift; fi
 while [ $# -gt 0 ]; do
   case $1 in
     --drain) drain=1 ;;
     --host) host=1 ;;
+    --exabgp) speaker=exabgp ;;
     --connections) conns=$2; shift ;;
     --seconds) seconds=$2; shift ;;
     *) echo "unknown option $1" >&2; usage ;;
@@ -47,7 +49,9 @@ esac
 [ "$n" -ge 2 ] && [ "$n" -le 8 ] || { echo "N: 2..8 instances" >&2; exit 2; }
 [ $((drain + host)) -le 1 ] || { echo "--drain or --host, not both" >&2; exit 2; }
 [ "$(id -u)" = 0 ] || { echo "needs root (network namespaces)" >&2; exit 1; }
-for t in ip ethtool python3 curl bird birdc; do
+tools="ip ethtool python3 curl bird birdc"
+[ $speaker = bird ] || tools="$tools exabgp"
+for t in $tools; do
   command -v $t >/dev/null || { echo "needs $t (bird, birdc: apt-get install bird2)" >&2; exit 1; }
 done
 
@@ -155,13 +159,22 @@ for k in $(seq "$n"); do
   ip netns exec "$(ns i$k)" "$bin" run "$work/lb-$k.toml" --set "run.telemetry_prefix=\"so-lb$k\"" \
     --json > "$work/summary-$k.json" 2> "$work/dataplane-$k.log" &
   dp_pid[$k]=$!
-  in_ns s$k bird -c "$work/bird-$k.conf" -s "$work/bird-$k.ctl" -P "$work/bird-$k.pid"
-  ip netns exec "$(ns s$k)" scripts/scale-out-health-agent.sh --prefix so-lb$k \
-    --birdc-socket "$work/bird-$k.ctl" --dataplane "$bin" --interval 0.3 --rise 2 --fall 1 \
-    > "$work/agent-$k.log" 2>&1 &
+  if [ $speaker = exabgp ]; then
+    # ExaBGP's own healthcheck runs `dataplane ctl health` (as root: the socket is 0600).
+    sed -e "s/10\.1\.0\.21/10.1.0.2$k/g" -e "s/10\.1\.0\.11/10.1.0.1$k/g" \
+      -e "s|\"dataplane ctl --prefix lb1 health\"|\"$bin ctl --prefix so-lb$k health\"|" \
+      configs/scale-out/exabgp-instance.conf > "$work/exabgp-$k.conf"
+    ip netns exec "$(ns s$k)" env exabgp_daemon_user=root exabgp_daemon_daemonize=false \
+      exabgp_log_destination=stdout exabgp "$work/exabgp-$k.conf" > "$work/agent-$k.log" 2>&1 &
+  else
+    in_ns s$k bird -c "$work/bird-$k.conf" -s "$work/bird-$k.ctl" -P "$work/bird-$k.pid"
+    ip netns exec "$(ns s$k)" scripts/scale-out-health-agent.sh --prefix so-lb$k \
+      --birdc-socket "$work/bird-$k.ctl" --dataplane "$bin" --interval 0.3 --rise 2 --fall 1 \
+      > "$work/agent-$k.log" 2>&1 &
+  fi
   agent_pid[$k]=$!
 done
-log "started $n instances (configs/scale-out/lb-instance.toml), their BIRD speakers and health agents"
+log "started $n instances (configs/scale-out/lb-instance.toml), their $speaker speakers and health checks"
 
 nexthops() { in_ns r ip route show $VIP | grep -o 'via 10\.1\.0\.1[0-9]' | sort -u | wc -l; }
 has_nexthop() { in_ns r ip route show $VIP | grep -q "via 10\.1\.0\.1$1 "; }

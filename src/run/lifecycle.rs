@@ -6,8 +6,9 @@
 //! `dataplane run`), or when a drain (`dataplane ctl drain`, [`crate::ops::health`]) has run
 //! its `run.instance_drain_s`. However it ends, the path is the same: Rx stops, the workers
 //! drain what is in flight, the summary (text, and the whole `--json` object) is printed, every
-//! export is written, and the process exits 0. A stop by signal drains for at most [`SIGNAL_DRAIN`]; a
-//! second signal ends the process at once (status 130, no summary), for when draining hangs.
+//! export is written, and the process exits 0. A stop by signal drains for at most
+//! [`SIGNAL_DRAIN`]; a second signal ends the process at once (status 130, no summary), for when
+//! draining hangs.
 //! Counters stay consistent at any stop: every received packet was transmitted or dropped with
 //! a reason.
 
