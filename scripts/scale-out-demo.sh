@@ -236,7 +236,7 @@ limit_s=$(python3 -c "print($HOLD_S + 0.5)")
 withdraw_s=$(python3 -c "print(f'{$withdrawn - $t0:.2f}')")
 log "the router withdrew instance $victim's route after $withdraw_s s:"
 in_ns r ip route show $VIP
-grep -E 'withdraw' "$work/agent-$victim.log" | sed 's/^/  agent: /' || true
+grep -iE 'withdraw:|DOWN state' "$work/agent-$victim.log" | tail -2 | sed 's/^/  agent: /' || true
 [ $host = 0 ] || birdc_r show protocols instance$victim | sed -n '2,3p'
 
 echo "\$ python3 tests/netns/lb_client.py $VIP 8080 30   (new connections, client)"
