@@ -19,9 +19,19 @@
 //!   worker starts at a different backend); `mode = "maglev"` looks the flow's hash up in a
 //!   Maglev table of prime size `maglev_table_size` (default 65 537, Katran's and the paper's),
 //!   populated as in the Maglev paper (section 3.4): each backend walks its own permutation
-//!   `offset + j·skip mod M` and the backends take turns claiming their next free slot. The
-//!   Maglev hash uses a fixed seed (`maglev_seed`), identical on every worker and node, so any
-//!   worker (or LB instance) maps a new flow to the same backend.
+//!   `offset + j·skip mod M` and the backends take turns claiming their next free slot, in the
+//!   canonical order of their addresses (ascending), whatever order `backends` lists them in.
+//!   The Maglev hash uses a fixed seed (`maglev_seed`), identical on every worker and node, so
+//!   any worker, and any LB instance with the same backends, the same table size and seed,
+//!   maps a new flow to the same backend, whatever its worker count, start order or restarts
+//!   (see [`Maglev`]; docs/scale-out.md runs two instances behind ECMP on it).
+//! - **Mid-flow packets** (TCP without SYN) that miss the flow table belong to a connection
+//!   this instance never saw open: an ECMP rehash moved it here from another instance, or this
+//!   instance restarted. They take the backend a new flow would (Katran's behaviour), which
+//!   with Maglev is the backend every instance picks, so an established connection keeps its
+//!   backend; they get a flow-table entry like a new flow and are counted as
+//!   `midflow_fallback` (a subset of `new_flows`). Round robin has no such agreement: use
+//!   Maglev where instances share a VIP.
 //! - **Weights**: `weights` (default 1 each) set each backend's share of new flows: in
 //!   round robin a backend takes `weight` new flows in a row before the next one's turn; in
 //!   Maglev it claims `weight` slots per turn when the table is populated. A backend of weight 0
@@ -89,6 +99,7 @@ use wire::classify::{Frag, L4, ParseError, Parsed, parse};
 use wire::field::{read_u16, write_u16, write_u32};
 use wire::icmpv4::{ICMP_HLEN, icmp_is_error};
 use wire::ipv4::{IPV4_HLEN, Ipv4View, PROTO_TCP, PROTO_UDP};
+use wire::tcp::TCP_SYN;
 
 use crate::flow_table::{BULK, FlowKey, FlowTable, FullPolicy, NO_SLOT, hash_key, ms_ticks};
 use crate::params::{bad_param, mix_seed, parse_ipv4, parse_params, timeout_ms};
@@ -406,18 +417,31 @@ fn backend_hash(addr: u32, seed: u64) -> u64 {
 }
 
 /// A Maglev lookup table (Eisenbud et al., NSDI'16, section 3.4), rebuilt in place.
+///
+/// The table depends on the set of backends (addresses and weights), the table size and the
+/// seed, and on nothing else: each backend's permutation derives from its address, and the
+/// backends take their turns in the canonical order of their addresses (ascending), not in the
+/// order they were listed or added. So every LB instance given the same backends, whatever the
+/// order of its `backends` list, its worker count, its start order or restarts, builds the
+/// same table and sends a flow to the same backend (what lets several instances behind ECMP
+/// serve one VIP, docs/scale-out.md). The slots hold list indices; only the turn order is
+/// canonical.
 #[derive(Clone, Debug)]
 pub struct Maglev {
     table: Vec<u16>,
     offset: Vec<u32>,
     skip: Vec<u32>,
     pos: Vec<u32>,
+    /// Backend indices by ascending address: the order the backends take turns in.
+    order: Vec<u16>,
+    addrs: Vec<u32>,
     seed: u64,
 }
 
 impl Maglev {
     /// A table of prime size `m` for backends with addresses `backends` (each backend's
-    /// permutation derives from its address, so the order of the list does not matter).
+    /// permutation derives from its address and turns go by address, so the order of the list
+    /// does not matter).
     pub fn new(m: usize, backends: &[u32], seed: u64) -> Self {
         let mm = m as u64;
         let offset = backends
@@ -428,11 +452,15 @@ impl Maglev {
             .iter()
             .map(|&a| (backend_hash(a, seed ^ 0x736b_6970) % (mm - 1) + 1) as u32)
             .collect();
+        let mut order: Vec<u16> = (0..backends.len() as u16).collect();
+        order.sort_by_key(|&i| (backends[usize::from(i)], i));
         Self {
             table: vec![NO_BACKEND; m],
             offset,
             skip,
             pos: vec![0; backends.len()],
+            order,
+            addrs: backends.to_vec(),
             seed,
         }
     }
@@ -472,7 +500,8 @@ impl Maglev {
         }
         let mut filled = 0u32;
         'outer: loop {
-            for i in 0..self.offset.len() {
+            for k in 0..self.order.len() {
+                let i = usize::from(self.order[k]);
                 for _ in 0..weight(i) {
                     let skip = self.skip[i];
                     let mut c = self.pos[i];
@@ -498,8 +527,15 @@ impl Maglev {
     }
 
     /// Adds a backend with address `addr` at the next index (its permutation, like every
-    /// backend's, comes from its address). The table is not repopulated.
+    /// backend's, comes from its address, and it takes its turn in address order). The table
+    /// is not repopulated.
     pub fn push_backend(&mut self, addr: u32) {
+        let i = self.addrs.len() as u16;
+        let at = self
+            .order
+            .partition_point(|&k| self.addrs[usize::from(k)] < addr);
+        self.order.insert(at, i);
+        self.addrs.push(addr);
         let mm = self.table.len() as u64;
         self.offset
             .push((backend_hash(addr, self.seed ^ 0x6f66_6673) % mm) as u32);
@@ -546,6 +582,7 @@ struct Counters {
     skipped: u64,
     vip_packets: u64,
     new_flows: u64,
+    midflow_fallback: u64,
     remapped: u64,
     not_for_vip: u64,
     flow_table_full: u64,
@@ -1183,6 +1220,13 @@ impl LoadBalancer {
                     }
                 }
             } else {
+                if let L4::Tcp { flags, .. } = p.l4info
+                    && flags & TCP_SYN == 0
+                {
+                    // A connection this instance never saw open (an ECMP rehash, a restart):
+                    // the backend Maglev picks is the one every instance picks.
+                    self.c.midflow_fallback += 1;
+                }
                 match self.pick(&key) {
                     Some(b) => match self.table.insert_hashed(key, h, b, now) {
                         Ok(_) => {
@@ -1351,6 +1395,7 @@ impl NetworkFunction for LoadBalancer {
             .count("skipped", c.skipped)
             .count("vip_packets", c.vip_packets)
             .count("new_flows", c.new_flows)
+            .count("midflow_fallback", c.midflow_fallback)
             .count("remapped", c.remapped)
             .counts("backend_packets", self.backend_packets.clone())
             .rows("backends", "backend", self.backend_rows())

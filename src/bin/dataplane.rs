@@ -196,6 +196,7 @@ fn main() -> ExitCode {
                 ExitCode::SUCCESS
             }
             Err(e) => {
+                print!("{}", e.output);
                 eprintln!("error: {}", e.msg);
                 ExitCode::from(e.code)
             }

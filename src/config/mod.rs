@@ -64,6 +64,13 @@ pub struct RunSection {
     pub stats_interval_s: f64,
     /// Seconds to wait for queues to drain after a stop.
     pub drain_timeout_s: f64,
+    /// Seconds `dataplane ctl drain` keeps serving after health turns `draining` (so the
+    /// instance's route announcement is withdrawn and established flows finish or move) before
+    /// the run stops (docs/scale-out.md).
+    pub instance_drain_s: f64,
+    /// Seconds a worker's heartbeat may stand still, or a queue drop packets without receiving
+    /// any, before `/nmdp/health` calls the run unhealthy.
+    pub health_stall_s: f64,
     /// `wall` (CPU time measured) or `virtual` (CPU time from the profile's cycle model;
     /// deterministic: same config, same JSON).
     pub clock: ClockMode,
@@ -120,6 +127,8 @@ impl Default for RunSection {
             duration_s: 0.0,
             stats_interval_s: 1.0,
             drain_timeout_s: 2.0,
+            instance_drain_s: 30.0,
+            health_stall_s: 2.0,
             clock: ClockMode::Wall,
             nf_cycles: NfCyclesSource::Profile,
             stop_when_idle: true,
@@ -362,6 +371,11 @@ impl RunConfig {
                 r.drain_timeout_s,
                 MAX_DRAIN_TIMEOUT_S,
             ),
+            (
+                "run.instance_drain_s",
+                r.instance_drain_s,
+                MAX_DRAIN_TIMEOUT_S,
+            ),
         ] {
             // NaN fails both comparisons.
             if !(0.0..=max).contains(&secs) {
@@ -370,6 +384,16 @@ impl RunConfig {
                     format!("{secs} s out of range; allowed 0..={max} seconds"),
                 );
             }
+        }
+        if !(MIN_HEALTH_STALL_S..=MAX_HEALTH_STALL_S).contains(&r.health_stall_s) {
+            return bad(
+                "run.health_stall_s",
+                format!(
+                    "{} s out of range; allowed {MIN_HEALTH_STALL_S}..={MAX_HEALTH_STALL_S} \
+                     seconds",
+                    r.health_stall_s
+                ),
+            );
         }
         if let Err(m) = dataplane::telemetry::check_prefix(&r.telemetry_prefix) {
             return bad("run.telemetry_prefix", m);
@@ -1091,6 +1115,12 @@ fn check_writable(file: &Path) -> Result<(), String> {
 pub const MAX_DURATION_S: f64 = 365.0 * 86_400.0;
 /// Longest `run.stats_interval_s`: one day.
 pub const MAX_STATS_INTERVAL_S: f64 = 86_400.0;
+/// Shortest `run.health_stall_s`: a worker publishes its heartbeat every 1024 loop iterations,
+/// which a busy debug build may take tens of milliseconds for.
+const MIN_HEALTH_STALL_S: f64 = 0.2;
+/// Longest `run.health_stall_s`.
+const MAX_HEALTH_STALL_S: f64 = 600.0;
+
 /// Longest `run.drain_timeout_s`: one hour; a queue that has not drained by then never will.
 pub const MAX_DRAIN_TIMEOUT_S: f64 = 3_600.0;
 
@@ -1325,6 +1355,12 @@ mod tests {
                 "/etc/group",
             ),
             ("run.metrics=localhost", "run.metrics", "127.0.0.1:9100"),
+            ("run.health_stall_s=0", "run.health_stall_s", "0.2..=600"),
+            (
+                "run.instance_drain_s=-1",
+                "run.instance_drain_s",
+                "0..=3600",
+            ),
         ] {
             let e = load_str("", &[set]).unwrap_err();
             assert_eq!(e.key, key, "{set}: {e}");

@@ -8,7 +8,9 @@
 //! worker), `/nmdp/pipeline`, `/nmdp/nf,<name|index>[,<worker>]` (a function's counters,
 //! merged over the workers or of one worker, groups flattened as `group/name`, tables as one
 //! array per column), `/nmdp/lb/backends`, `/nmdp/nat/sessions[,<max>]` (what the NAT's
-//! `sessions` command answers), and the commands that change the run: `/nmdp/lb/<verb>,...`
+//! `sessions` command answers), `/nmdp/health` (healthy, draining, unhealthy or stopping, and
+//! why: [`super::health`]), and the commands that change the run: `/nmdp/drain[,<seconds>]`
+//! (instance drain), `/nmdp/lb/<verb>,...`
 //! (`add`, `remove`, `drain`, `enable`, `disable`, `weight`) and the generic
 //! `/nmdp/nf/command,<name|index>,<verb>[,<arg>...]`, through which any function's run-time
 //! commands are reached.
@@ -89,6 +91,14 @@ pub fn nmdp_commands() -> Vec<Command> {
             "The LB's backends. Takes no parameters",
         ),
         Command::query("/nmdp/nat/sessions", "NAT sessions. Parameters: [max]"),
+        Command::query(
+            "/nmdp/health",
+            "Fit to announce? Status and reasons. Takes no parameters",
+        ),
+        Command::change(
+            "/nmdp/drain",
+            "Drain, then stop the run. Parameters: [seconds]",
+        ),
         Command::change(
             "/nmdp/nf/command",
             "A function's command. Parameters: name|index,verb[,arg...]",
@@ -149,6 +159,8 @@ pub fn answer(view: &RunView, cmd: &str, params: Option<&str>) -> TelData {
             })
         }
         "/nmdp/nf/command" => nf_command(view, params),
+        "/nmdp/health" => Ok(health(view)),
+        "/nmdp/drain" => drain(view, params),
         _ => match cmd.strip_prefix("/nmdp/lb/") {
             Some(verb) if LB_CHANGES.iter().any(|(v, _)| *v == verb) => {
                 let args: Vec<&str> = params.map(|p| p.split(',').collect()).unwrap_or_default();
@@ -326,6 +338,68 @@ fn workers(view: &RunView) -> TelData {
         .array("bursts", col(&|i| snaps[i].bursts))
         .array("idle_polls", col(&|i| snaps[i].idle_polls));
     TelData::Dict(d)
+}
+
+/// `/nmdp/health`: the verdict (`status`), why (`reasons`), per port its link, per worker the
+/// age of its heartbeat, and while draining the time left.
+fn health(view: &RunView) -> TelData {
+    let r = view.health_report();
+    let mut d = TelDict::new();
+    d.str("status", r.status.as_str())
+        .array("reasons", TelArray::Str(r.reasons))
+        .array(
+            "ports/port",
+            TelArray::Int((0..r.ports.len() as i32).collect()),
+        )
+        .array("ports/device", TelArray::Str(view.info.ports.clone()))
+        .array(
+            "ports/link",
+            TelArray::Str(r.ports.into_iter().map(|p| p.link).collect()),
+        )
+        .array(
+            "workers/worker",
+            TelArray::Int((0..r.heartbeat_age_ms.len() as i32).collect()),
+        )
+        .array(
+            "workers/heartbeat_age_ms",
+            TelArray::U64(r.heartbeat_age_ms),
+        );
+    if let Some(ms) = r.drain_remaining_ms {
+        d.u64("drain_remaining_ms", ms);
+    }
+    TelData::Dict(d)
+}
+
+/// `/nmdp/drain[,<seconds>]`: starts (or shortens) an instance drain.
+fn drain(view: &RunView, params: Option<&str>) -> Result<TelData, String> {
+    let after = match params.filter(|p| !p.is_empty()) {
+        None => None,
+        Some(p) => match p.parse::<f64>() {
+            Ok(s) if (0.0..=3600.0).contains(&s) => Some(std::time::Duration::from_secs_f64(s)),
+            _ => {
+                return Err(format!(
+                    "`{p}` is not a number of seconds in 0..=3600; give e.g. /nmdp/drain,30 \
+                     (none: run.instance_drain_s)"
+                ));
+            }
+        },
+    };
+    if view.finished() {
+        return Err("the run has finished".into());
+    }
+    let now = std::time::Instant::now();
+    let d = view.health.start_drain(now, after);
+    let mut out = TelDict::new();
+    out.str("status", "draining")
+        .u64(
+            "draining_for_ms",
+            now.saturating_duration_since(d.started).as_millis() as u64,
+        )
+        .u64(
+            "stop_in_ms",
+            d.deadline.saturating_duration_since(now).as_millis() as u64,
+        );
+    Ok(TelData::Dict(out))
 }
 
 /// `/nmdp/nf,<name|index>[,<worker>]`.

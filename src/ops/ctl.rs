@@ -6,7 +6,8 @@
 //! `/nmdp/` part) is the command, the rest its parameters. A word starting with `/` is taken as
 //! the command itself (`/ethdev/stats 0`). Replies print as tables (columns of equal length,
 //! one row per backend, worker or session), `name: value` lines, or with `--json` the reply as
-//! the socket sent it. An error reply exits 1; no run to talk to exits 2.
+//! the socket sent it. An error reply exits 1; no run to talk to exits 2. `health` exits 0 only
+//! when the run is healthy (1 when it is draining, unhealthy or stopping), for health agents.
 
 use std::fmt::Write as _;
 
@@ -33,12 +34,15 @@ pub struct CtlError {
     pub code: u8,
     /// What went wrong.
     pub msg: String,
+    /// What to print on stdout all the same (the reply of a `health` that is not healthy).
+    pub output: String,
 }
 
 fn fail(code: u8, msg: impl Into<String>) -> CtlError {
     CtlError {
         code,
         msg: msg.into(),
+        output: String::new(),
     }
 }
 
@@ -85,10 +89,33 @@ pub fn run(opts: &CtlOptions) -> Result<String, CtlError> {
             ),
         ));
     }
-    Ok(if opts.json {
+    let out = if opts.json {
         format!("{reply}\n")
     } else {
         render(v)
+    };
+    if name == "/nmdp/health" {
+        return health_verdict(v, out);
+    }
+    Ok(out)
+}
+
+/// `health` succeeds only when the run is healthy, so a routing daemon's health agent needs
+/// only the exit status (docs/scale-out.md): anything else exits 1 with the status and the
+/// reasons.
+fn health_verdict(v: &Value, out: String) -> Result<String, CtlError> {
+    let status = v["status"].as_str().unwrap_or("unknown");
+    if status == "healthy" {
+        return Ok(out);
+    }
+    let reasons: Vec<&str> = v["reasons"]
+        .as_array()
+        .map(|a| a.iter().filter_map(Value::as_str).collect())
+        .unwrap_or_default();
+    Err(CtlError {
+        code: 1,
+        msg: format!("{status}: {}", reasons.join("; ")),
+        output: out,
     })
 }
 
@@ -135,7 +162,7 @@ pub fn resolve(words: &[String], list: &[String]) -> Result<String, String> {
 type Column<'a> = (&'a str, &'a Vec<Value>);
 
 /// Columns that hold a row's key, shown first.
-const KEY_COLUMNS: [&str; 5] = ["address", "worker", "session", "backend", "name"];
+const KEY_COLUMNS: [&str; 6] = ["address", "worker", "session", "backend", "port", "name"];
 
 /// A reply for a person: columns of equal length as a table (the row's key first), other
 /// values as `name: value`.
@@ -253,6 +280,7 @@ mod tests {
             "/ethdev/stats",
             "/nmdp/lb/backends",
             "/nmdp/lb/drain",
+            "/nmdp/drain",
             "/nmdp/nf",
             "/nmdp/summary",
         ]
@@ -269,8 +297,31 @@ mod tests {
         assert_eq!(r("/ethdev/stats,1").unwrap(), "/ethdev/stats,1");
         assert_eq!(r("").unwrap(), "/");
         assert_eq!(r("help lb drain").unwrap(), "/help,/nmdp/lb/drain");
+        assert_eq!(r("drain 5").unwrap(), "/nmdp/drain,5");
         let e = r("lb explode").unwrap_err();
         assert!(e.contains("/nmdp/lb/drain"), "{e}");
+    }
+
+    #[test]
+    fn health_succeeds_only_when_healthy() {
+        let ok = serde_json::json!({"status": "healthy", "reasons": []});
+        assert_eq!(health_verdict(&ok, "x".into()).unwrap(), "x");
+        let bad = serde_json::json!({
+            "status": "unhealthy",
+            "reasons": ["port 1 (afpacket:b0): down", "worker 0: not polling"],
+        });
+        let e = health_verdict(&bad, "table".into()).unwrap_err();
+        assert_eq!(e.code, 1);
+        assert_eq!(
+            e.msg,
+            "unhealthy: port 1 (afpacket:b0): down; worker 0: not polling"
+        );
+        assert_eq!(e.output, "table");
+        let draining = serde_json::json!({"status": "draining", "reasons": ["draining"]});
+        assert_eq!(
+            health_verdict(&draining, String::new()).unwrap_err().code,
+            1
+        );
     }
 
     #[test]

@@ -11,6 +11,7 @@
 
 pub mod commands;
 pub mod ctl;
+pub mod health;
 pub mod metrics;
 
 use std::sync::{Arc, Mutex, OnceLock};
@@ -35,6 +36,13 @@ pub struct RunInfo {
     pub ports: Vec<String>,
     /// The pipeline's functions, as the config names them (canonical names), in order.
     pub pipeline: Vec<String>,
+    /// The kernel interface behind each port, by port id (`None`: a link without a state of
+    /// its own), for the health check.
+    pub links: Vec<Option<dataplane::link::kernel::KernelLinkSpec>>,
+    /// `run.health_stall_s`.
+    pub health_stall: Duration,
+    /// `run.instance_drain_s`.
+    pub instance_drain: Duration,
 }
 
 /// Per-worker rates over the last sampling window.
@@ -63,6 +71,8 @@ pub struct RunView {
     pub start: Instant,
     workers: Arc<[WorkerShared]>,
     rates: Mutex<RateWindow>,
+    /// Health and drain ([`health`]).
+    pub health: health::Health,
     final_nf: OnceLock<Vec<Vec<(String, Counters)>>>,
     final_xstats: OnceLock<Vec<WorkerXStats>>,
 }
@@ -77,9 +87,17 @@ impl RunView {
     /// A view of `workers`, started at `start`.
     pub fn new(info: RunInfo, workers: Arc<[WorkerShared]>, start: Instant) -> Self {
         let n = workers.len();
+        let health = health::Health::new(
+            n,
+            info.ports.len(),
+            info.health_stall,
+            info.instance_drain,
+            start,
+        );
         Self {
             info,
             start,
+            health,
             workers,
             rates: Mutex::new(RateWindow {
                 at: start,
@@ -137,6 +155,16 @@ impl RunView {
             .unwrap_or_else(|e| e.into_inner())
             .rates
             .clone()
+    }
+
+    /// The health verdict now ([`health`]).
+    pub fn health_report(&self) -> health::Report {
+        self.health.report(
+            &self.snapshots(),
+            &self.info.links,
+            &self.info.ports,
+            Instant::now(),
+        )
     }
 
     /// Keeps the workers' final counters for questions asked after they finished.

@@ -2,11 +2,13 @@
 //!
 //! A run ends when its traffic does (the wire has nothing more to deliver), when
 //! `run.duration_s` has passed, when its driver must stop it (a capture that failed to write),
-//! or when the operator sends SIGINT or SIGTERM ([`install_signal_handlers`], installed by
-//! `dataplane run`). However it ends, the path is the same: Rx stops, the workers drain what is
-//! in flight, the summary (text, and the whole `--json` object) is printed, every export is
-//! written, and the process exits 0. A stop by signal drains for at most [`SIGNAL_DRAIN`]; a
-//! second signal ends the process at once (status 130, no summary), for when draining hangs.
+//! when the operator sends SIGINT or SIGTERM ([`install_signal_handlers`], installed by
+//! `dataplane run`), or when a drain (`dataplane ctl drain`, [`crate::ops::health`]) has run
+//! its `run.instance_drain_s`. However it ends, the path is the same: Rx stops, the workers
+//! drain what is in flight, the summary (text, and the whole `--json` object) is printed, every
+//! export is written, and the process exits 0. A stop by signal drains for at most
+//! [`SIGNAL_DRAIN`]; a second signal ends the process at once (status 130, no summary), for when
+//! draining hangs.
 //! Counters stay consistent at any stop: every received packet was transmitted or dropped with
 //! a reason.
 
@@ -26,16 +28,20 @@ pub enum StopReason {
     Signal(&'static str),
     /// The driver stopped it (a `--tx-pcap` capture that failed to write).
     Driver,
+    /// `dataplane ctl drain`: `run.instance_drain_s` after health turned `draining`.
+    Drained,
 }
 
 impl StopReason {
-    /// Its name in the summary: `traffic-end`, `duration`, `SIGINT`, `SIGTERM`, `driver`.
+    /// Its name in the summary: `traffic-end`, `duration`, `SIGINT`, `SIGTERM`, `driver`,
+    /// `drain`.
     pub fn as_str(self) -> &'static str {
         match self {
             StopReason::TrafficEnd => "traffic-end",
             StopReason::Duration => "duration",
             StopReason::Signal(s) => s,
             StopReason::Driver => "driver",
+            StopReason::Drained => "drain",
         }
     }
 }

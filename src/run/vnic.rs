@@ -180,14 +180,19 @@ pub fn run_keeping(opts: &RunOptions, kept: &mut KeptChains) -> Result<Value, Ru
             })
         })
         .collect::<Result<Vec<_>, RunError>>()?;
-    let prepared = Workers::prepare(
-        &setups,
-        run_info(
-            &cfg,
-            "vnic",
-            ports.iter().map(|p| p.name().to_string()).collect(),
-        ),
+    let mut info = run_info(
+        &cfg,
+        "vnic",
+        ports.iter().map(|p| p.name().to_string()).collect(),
     );
+    info.links = specs
+        .iter()
+        .map(|(link, _)| match link {
+            VnicLink::Kernel(k) => Some(k.clone()),
+            _ => None,
+        })
+        .collect();
+    let prepared = Workers::prepare(&setups, info);
     let serving = serve(&cfg, opts, &prepared.0, false)?;
     let running = Workers::spawn(
         setups,

@@ -122,10 +122,20 @@ impl Workers {
             std::thread::sleep(Duration::from_millis(20));
             let el = self.start.elapsed();
             self.view.sample_rates();
+            self.view
+                .health
+                .sample(&self.view.snapshots(), Instant::now());
             let now = if let Some(sig) = stop_signal() {
                 Some(StopReason::Signal(sig))
             } else if sup.must_stop() {
                 Some(StopReason::Driver)
+            } else if self
+                .view
+                .health
+                .drain()
+                .is_some_and(|d| Instant::now() >= d.deadline)
+            {
+                Some(StopReason::Drained)
             } else if duration_s > 0.0 && el.as_secs_f64() >= duration_s {
                 Some(StopReason::Duration)
             } else {
@@ -134,6 +144,9 @@ impl Workers {
             if let Some(r) = now {
                 if reason.is_none() {
                     reason = Some(r);
+                    if r == StopReason::Drained {
+                        eprintln!("drained: stopping (dataplane ctl drain)");
+                    }
                     if let StopReason::Signal(sig) = r {
                         eprintln!(
                             "{sig}: stopping (draining at most {} ms; send it again to exit at \
@@ -219,6 +232,9 @@ pub fn run_info(
         driver,
         mode: cfg.datapath.mode.as_str(),
         ports,
+        links: Vec::new(),
+        health_stall: Duration::from_secs_f64(cfg.run.health_stall_s),
+        instance_drain: Duration::from_secs_f64(cfg.run.instance_drain_s),
         pipeline: cfg
             .pipeline
             .iter()
