@@ -614,9 +614,10 @@ impl VnicQueue {
             }
             let ready = if TIMED {
                 if err == 0 {
-                    model.rx_placed(arrival, hl, hp, np);
+                    model.rx_timed(arrival, hl, hp, np)
+                } else {
+                    model.rx_refused_timed(arrival)
                 }
-                model.rx_cqe(arrival)
             } else {
                 if err == 0 {
                     if (hl, hp, np) == (run.0, run.1, run.2) {
@@ -923,6 +924,7 @@ impl VnicQueue {
             }
             self.receive(len, at);
         }
+        self.model.rx_pass_done();
     }
 
     /// The frame waiting in `rx_stage`, taking the next one from the wire if none is.
@@ -989,9 +991,10 @@ impl VnicQueue {
         let ready = if timed {
             if err.is_none() {
                 self.model
-                    .rx_placed(at, hl as u32, host_pay as u32, nic_pay as u32);
+                    .rx_timed(at, hl as u32, host_pay as u32, nic_pay as u32)
+            } else {
+                self.model.rx_refused_timed(at)
             }
-            self.model.rx_cqe(at)
         } else {
             if err.is_none() {
                 self.model

@@ -1202,19 +1202,19 @@ unsafe fn gather_run<const TIMED: bool>(
         };
         let mut done = ready;
         if TIMED {
+            // Booked per WQE; charged with the run of identical transmits below.
             for h in g.host.into_iter().filter(|&h| h > 0) {
-                done = done.max(m.tx_host_read(ready, h));
+                done = done.max(m.tx_host_read_book(ready, h));
             }
             if g.nic > 0 {
-                done = done.max(m.tx_nic_read(ready, g.nic));
+                done = done.max(m.tx_nic_read_book(ready, g.nic));
             }
             // SAFETY: the slot's packet is owned by the send queue until its completion is
             // reaped; nothing else uses its metadata meanwhile.
             let arrival = unsafe { l.meta(s.hdr) }.arrival / PS_PER_NS;
-            done = m.tx_wire(done, g.len, arrival);
-        } else {
-            m.tx_untimed(g.host, g.nic, g.len);
+            done = m.tx_wire_book(done, g.len, arrival);
         }
+        m.tx_untimed(g.host, g.nic, g.len);
         lens[k] = g.len as u32;
         k += 1;
         off += batch_step(g.len);
