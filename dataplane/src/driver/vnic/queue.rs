@@ -1256,7 +1256,10 @@ impl VnicQueue {
         let from = burst.len();
         let mut cq = self.rx_cq.poll_cursor();
         let hc = self.hdr.sw_cursor();
-        let (primary, secondary) = (self.primary.as_ref(), self.secondary.as_ref());
+        // The payload rings' views as locals: the metadata writes below go through raw pointers,
+        // which would otherwise make the compiler reload the rings' fields for every packet.
+        let primary = self.primary.as_ref().map(|r| r.sw_cursor());
+        let secondary = self.secondary.as_ref().map(|r| r.sw_cursor());
         let (mut np, mut ns) = (0u32, 0u32);
         let hroom = hc.room();
         let hdr_l = self.layout.hdr;
@@ -1322,19 +1325,11 @@ impl VnicQueue {
                 match (cqe.ring, primary, secondary) {
                     (cqe_ring::PRIMARY, Some(r), _) => {
                         np += 1;
-                        (
-                            r.buf_at(cqe.payload_counter),
-                            PayloadRing::Primary,
-                            r.room(),
-                        )
+                        (r.buf(cqe.payload_counter), PayloadRing::Primary, r.room())
                     }
                     (cqe_ring::SECONDARY, _, Some(r)) => {
                         ns += 1;
-                        (
-                            r.buf_at(cqe.payload_counter),
-                            PayloadRing::Secondary,
-                            r.room(),
-                        )
+                        (r.buf(cqe.payload_counter), PayloadRing::Secondary, r.room())
                     }
                     _ => (0, PayloadRing::None, 0),
                 }
