@@ -761,7 +761,7 @@ pub(crate) struct Timing {
     cq_ready: Box<[Ps]>,
     cq_arrival: Box<[Ps]>,
     cq_mask: u32,
-    /// Tx WQEs in flight in model time: (departure, WQEBBs), FIFO.
+    /// Tx WQEs in flight in model time: (departure, WQEBBs), FIFO (a power-of-two ring).
     inflight: Box<[(Ps, u32)]>,
     if_head: usize,
     if_len: usize,
@@ -942,14 +942,14 @@ impl Timing {
     #[inline]
     pub(crate) fn tx_room(&mut self, ring_bbs: u32) -> u32 {
         let now = self.now;
-        let cap = self.inflight.len();
+        let mask = self.inflight.len() - 1;
         while self.if_len > 0 {
             let (dep, nbb) = self.inflight[self.if_head];
             if dep > now {
                 break;
             }
             self.inflight_bbs -= nbb;
-            self.if_head = (self.if_head + 1) % cap;
+            self.if_head = (self.if_head + 1) & mask;
             self.if_len -= 1;
         }
         ring_bbs.saturating_sub(self.inflight_bbs)
@@ -958,14 +958,15 @@ impl Timing {
     #[inline]
     fn tx_inflight_push(&mut self, dep: Ps, nbb: u32) {
         let cap = self.inflight.len();
+        let mask = cap - 1;
         if self.if_len == cap {
             // Cannot happen while posting respects `tx_room`; keep the oldest accounting sane.
             let (_, old) = self.inflight[self.if_head];
             self.inflight_bbs -= old;
-            self.if_head = (self.if_head + 1) % cap;
+            self.if_head = (self.if_head + 1) & mask;
             self.if_len -= 1;
         }
-        let at = (self.if_head + self.if_len) % cap;
+        let at = (self.if_head + self.if_len) & mask;
         self.inflight[at] = (dep, nbb);
         self.if_len += 1;
         self.inflight_bbs += nbb;
@@ -1310,6 +1311,7 @@ impl NicModel {
                     cq_ready: vec![0; cq].into_boxed_slice(),
                     cq_arrival: vec![0; cq].into_boxed_slice(),
                     cq_mask: cq as u32 - 1,
+                    // A power of two (`txn` is), so positions wrap with a mask.
                     inflight: vec![(0, 0); txn].into_boxed_slice(),
                     if_head: 0,
                     if_len: 0,
