@@ -1861,3 +1861,50 @@ mod memory_tests {
         assert!(m.latency_ns < loaded);
     }
 }
+
+#[cfg(test)]
+mod latency_tests {
+    use super::*;
+
+    fn timed_model() -> NicModel {
+        let profile = HardwareProfile::default();
+        let timing = VnicTiming::default();
+        NicModel::new(&ModelParams {
+            profile: &profile,
+            mode: DatapathMode::Host,
+            port_mode: DatapathMode::Host,
+            queues: 1,
+            nicmem_queues: 1,
+            split_offset: 64,
+            tx_inline: 0,
+            max_frame: 1514,
+            rx_ring: 64,
+            tx_ring: 64,
+            timing: Some(&timing),
+        })
+        .unwrap()
+    }
+
+    #[test]
+    fn windowed_latency_counts_equal_recording_every_sample() {
+        // A ramp that leaves the first window, a plateau the window moves to, outliers on both
+        // sides, and repeats: the report must hold exactly the samples recorded one by one.
+        let mut samples: Vec<u64> = (0..3000).map(|i| 1_000 + 7 * i).collect();
+        samples.extend((0..5000).map(|i| 40_000 + (i * 37) % 900));
+        samples.extend([1, 5, 59_999_999_999, 3, 40_100, 40_100]);
+        let mut m = timed_model();
+        let mut want = Histogram::<u64>::new_with_bounds(1, 60_000_000_000, 3).unwrap();
+        let mut exact = LatencyExact::default();
+        let t = m.t.as_deref_mut().unwrap();
+        for &s in &samples {
+            t.record_latency(s);
+            want.saturating_record(s);
+            exact.record(s);
+        }
+        assert!(t.lat_base > 30_000, "the window moved to the plateau");
+        let r = t.report();
+        assert_eq!(r.latency_ns, want);
+        assert_eq!(r.latency_exact, exact);
+        assert_eq!(r.latency_ns.len(), samples.len() as u64);
+    }
+}
