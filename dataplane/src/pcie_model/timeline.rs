@@ -172,40 +172,50 @@ impl Resource {
     /// `start = max(ready, free); free = start + units·cost; done = free + latency`.
     #[inline]
     pub fn reserve(&mut self, ready: Ps, units: u64) -> Reservation {
+        let (start, end) = if self.r == 0 {
+            // A whole number of picoseconds per unit: the remainder stays 0, so the busy-until
+            // time is `free_ps` exactly.
+            let start = ready.max(self.free_ps);
+            let end = start + units * self.q;
+            self.free_ps = end;
+            (start, end)
+        } else {
+            self.reserve_fractional(ready, units)
+        };
+        self.units += units;
+        self.reservations += 1;
+        Reservation {
+            start,
+            end,
+            done: end + self.latency_ps,
+        }
+    }
+
+    /// [`Resource::reserve`]'s start and end for a cost with a fractional part.
+    #[inline(always)]
+    fn reserve_fractional(&mut self, ready: Ps, units: u64) -> (Ps, Ps) {
         let (mut ps, mut rem) = if ready >= self.free_at() {
             (ready, 0)
         } else {
             (self.free_ps, self.free_rem)
         };
         let start = ps + u64::from(rem > 0);
-        if self.r == 0 {
-            // A whole number of picoseconds per unit: the remainder stays 0.
-            ps += units * self.q;
-        } else {
-            match units.checked_mul(self.r) {
-                Some(frac) => {
-                    let total = frac + rem;
-                    ps += units * self.q + total / self.den;
-                    rem = total % self.den;
-                }
-                None => {
-                    let total = u128::from(units) * u128::from(self.r) + u128::from(rem);
-                    let den = u128::from(self.den);
-                    ps += units * self.q + (total / den) as u64;
-                    rem = (total % den) as u64;
-                }
+        match units.checked_mul(self.r) {
+            Some(frac) => {
+                let total = frac + rem;
+                ps += units * self.q + total / self.den;
+                rem = total % self.den;
+            }
+            None => {
+                let total = u128::from(units) * u128::from(self.r) + u128::from(rem);
+                let den = u128::from(self.den);
+                ps += units * self.q + (total / den) as u64;
+                rem = (total % den) as u64;
             }
         }
         self.free_ps = ps;
         self.free_rem = rem;
-        self.units += units;
-        self.reservations += 1;
-        let end = ps + u64::from(rem > 0);
-        Reservation {
-            start,
-            end,
-            done: end + self.latency_ps,
-        }
+        (start, ps + u64::from(rem > 0))
     }
 
     /// When the resource is next free (ps, rounded up).

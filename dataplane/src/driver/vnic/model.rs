@@ -594,6 +594,13 @@ impl PortModel {
 /// queue at line rate, short against a trial).
 const DRAM_WINDOW_PS: Ps = 20_000_000;
 
+/// Nanoseconds of latency a queue counts per value before adding them to its histogram (see
+/// `Timing::lat_counts`).
+const LAT_WINDOW: usize = 4096;
+
+/// Samples outside the latency window, beyond those inside it, after which the window moves.
+const LAT_MOVE_AFTER: u64 = 64;
+
 /// Bytes one DRAM access moves (a cache line).
 const CACHE_LINE: u64 = 64;
 
@@ -731,6 +738,19 @@ pub(crate) struct Timing {
     last: Ps,
     hist: Histogram<u64>,
     lat_exact: LatencyExact,
+    /// Latency samples not yet in `hist`, counted per nanosecond in a window of
+    /// [`LAT_WINDOW`] ns from `lat_base`: one increment per packet instead of a histogram
+    /// record; the counts join `hist` when the window moves or the queue reports (a histogram
+    /// is the same whatever order its samples came in). Samples outside the window go to `hist`
+    /// directly; when they outnumber the window's (`lat_hits`, `lat_misses`), the window moves
+    /// to centre on the latest sample (latency settles after the first packets).
+    lat_counts: Box<[u64]>,
+    lat_base: u64,
+    lat_hits: u64,
+    lat_misses: u64,
+    /// Rx completions written into the partly filled compressed slot, as the timelines book
+    /// them (the accounting's own count is `NicModel::rx_mini`; both count every completion).
+    cqe_mini: u32,
     ddio: DdioModel,
     /// The port's queues sharing the LLC: how many run this queue's mode, how many the other
     /// (with `vnic.nicmem_queues` a nicmem port's last queues run `split`), and the other mode.
@@ -741,7 +761,7 @@ pub(crate) struct Timing {
     cq_ready: Box<[Ps]>,
     cq_arrival: Box<[Ps]>,
     cq_mask: u32,
-    /// Tx WQEs in flight in model time: (departure, WQEBBs), FIFO.
+    /// Tx WQEs in flight in model time: (departure, WQEBBs), FIFO (a power-of-two ring).
     inflight: Box<[(Ps, u32)]>,
     if_head: usize,
     if_len: usize,
@@ -922,14 +942,14 @@ impl Timing {
     #[inline]
     pub(crate) fn tx_room(&mut self, ring_bbs: u32) -> u32 {
         let now = self.now;
-        let cap = self.inflight.len();
+        let mask = self.inflight.len() - 1;
         while self.if_len > 0 {
             let (dep, nbb) = self.inflight[self.if_head];
             if dep > now {
                 break;
             }
             self.inflight_bbs -= nbb;
-            self.if_head = (self.if_head + 1) % cap;
+            self.if_head = (self.if_head + 1) & mask;
             self.if_len -= 1;
         }
         ring_bbs.saturating_sub(self.inflight_bbs)
@@ -938,14 +958,15 @@ impl Timing {
     #[inline]
     fn tx_inflight_push(&mut self, dep: Ps, nbb: u32) {
         let cap = self.inflight.len();
+        let mask = cap - 1;
         if self.if_len == cap {
             // Cannot happen while posting respects `tx_room`; keep the oldest accounting sane.
             let (_, old) = self.inflight[self.if_head];
             self.inflight_bbs -= old;
-            self.if_head = (self.if_head + 1) % cap;
+            self.if_head = (self.if_head + 1) & mask;
             self.if_len -= 1;
         }
-        let at = (self.if_head + self.if_len) % cap;
+        let at = (self.if_head + self.if_len) & mask;
         self.inflight[at] = (dep, nbb);
         self.if_len += 1;
         self.inflight_bbs += nbb;
@@ -970,6 +991,39 @@ impl Timing {
         self.mem.miss_adder_ps * self.miss_ppm / 1_000_000
     }
 
+    /// Records a packet's wire-to-wire latency (see `lat_counts`).
+    #[inline]
+    fn record_latency(&mut self, ns: u64) {
+        self.lat_exact.record(ns);
+        if let Some(c) = self
+            .lat_counts
+            .get_mut(ns.wrapping_sub(self.lat_base) as usize)
+        {
+            *c += 1;
+            self.lat_hits += 1;
+            return;
+        }
+        self.hist.saturating_record(ns);
+        self.lat_misses += 1;
+        if self.lat_misses > self.lat_hits + LAT_MOVE_AFTER {
+            self.move_latency_window(ns);
+        }
+    }
+
+    /// Adds the window's counts to the histogram and centres the window on `ns`.
+    #[cold]
+    fn move_latency_window(&mut self, ns: u64) {
+        for (i, n) in self.lat_counts.iter_mut().enumerate() {
+            if *n > 0 {
+                self.hist
+                    .saturating_record_n(self.lat_base + i as u64, std::mem::take(n));
+            }
+        }
+        self.lat_base = ns.saturating_sub(LAT_WINDOW as u64 / 2);
+        self.lat_hits = 0;
+        self.lat_misses = 0;
+    }
+
     fn report(&self) -> TimedReport {
         let mut busy = [0.0; 7];
         for (b, k) in busy.iter_mut().zip(ResourceKind::ALL) {
@@ -983,13 +1037,17 @@ impl Timing {
         ] {
             end = end.max(self.tl.get(k).free_at());
         }
+        let mut hist = self.hist.clone();
+        for (i, &n) in self.lat_counts.iter().enumerate().filter(|(_, n)| **n > 0) {
+            hist.saturating_record_n(self.lat_base + i as u64, n);
+        }
         TimedReport {
             virtual_clock: self.virtual_clock,
             start_ps: self.first.unwrap_or(0),
             end_ps: end,
             busy_ps: busy,
             cpu_busy_ps: self.cpu_busy,
-            latency_ns: self.hist.clone(),
+            latency_ns: hist,
             latency_exact: self.lat_exact,
             read_stalls: self.tl.reads().stalls(),
             ddio_hit: 1.0 - self.miss_ppm as f64 / 1e6,
@@ -1137,9 +1195,10 @@ fn charge_tx_run(c: &mut NicCounters, k: &Costs, r: &TxRun, reads: Traffic) {
 
 /// Accounting (and optional timing) of one queue.
 ///
-/// Untimed queues charge runs of identical operations together (a burst of equal frames costs
+/// Queues charge runs of identical receives and sends together (a burst of equal frames costs
 /// one multiplication per charge instead of one table look-up per packet); the totals are the
-/// same integers as charging each packet. A run is charged when the next operation differs,
+/// same integers as charging each packet. A timed queue still books every DMA on its
+/// timelines one by one (each packet's times depend on them), only the counting is batched. A run is charged when the next operation differs,
 /// when a receive run placed nicmem payloads (at the end of its pass, so nicmem's live bytes
 /// are current before packets are freed) and when the queue reports; [`NicModel::counters`]
 /// includes the pending runs.
@@ -1240,6 +1299,11 @@ impl NicModel {
                     last: 0,
                     hist,
                     lat_exact: LatencyExact::default(),
+                    lat_counts: vec![0; LAT_WINDOW].into_boxed_slice(),
+                    lat_base: 0,
+                    lat_hits: 0,
+                    lat_misses: 0,
+                    cqe_mini: 0,
                     ddio: DdioModel::from_profile(&prof.host),
                     ddio_peers: ddio_peers(p, q, k),
                     miss_ppm: 0,
@@ -1247,6 +1311,7 @@ impl NicModel {
                     cq_ready: vec![0; cq].into_boxed_slice(),
                     cq_arrival: vec![0; cq].into_boxed_slice(),
                     cq_mask: cq as u32 - 1,
+                    // A power of two (`txn` is), so positions wrap with a mask.
                     inflight: vec![(0, 0); txn].into_boxed_slice(),
                     if_head: 0,
                     if_len: 0,
@@ -1345,50 +1410,73 @@ impl NicModel {
         }
     }
 
-    /// A received frame was placed at `at`: `hl` header bytes and `host_payload` payload bytes
-    /// written to host memory, `nic_payload` payload bytes written to nicmem.
+    /// Timed: a received frame was placed at `at` (`hl` header bytes and `host_payload`
+    /// payload bytes written to host memory, `nic_payload` payload bytes written to nicmem) and
+    /// its completion written; returns when the CPU can see the completion. The charges are
+    /// [`NicModel::rx_untimed`]'s (a run of identical receives is charged together); the
+    /// timelines book each write.
     #[inline]
-    pub(crate) fn rx_placed(&mut self, at: Ps, hl: u32, host_payload: u32, nic_payload: u32) {
+    pub(crate) fn rx_timed(&mut self, at: Ps, hl: u32, host_payload: u32, nic_payload: u32) -> Ps {
+        self.rx_untimed(hl, host_payload, nic_payload);
+        let Some(t) = &mut self.t else {
+            return at;
+        };
         let op = &self.k.op;
         let w1 = self.k.writes.get(hl, |n| op.rx_data_write(n));
-        let mut tr = w1;
-        let w2 = if host_payload > 0 {
-            let w = self.k.writes.get(host_payload, |n| op.rx_data_write(n));
-            tr += w;
-            w
-        } else {
-            Traffic::ZERO
-        };
-        self.charge(Item::RxData, tr);
-        let host = u64::from(hl) + u64::from(host_payload);
-        self.c.host_bytes_written += host;
-        self.c.host_data_written += host;
+        t.tl.posted_write(at, w1);
+        if host_payload > 0 {
+            let w2 = self.k.writes.get(host_payload, |n| op.rx_data_write(n));
+            t.tl.posted_write(at, w2);
+        }
         if nic_payload > 0 {
-            self.c.nicmem_bytes_written += u64::from(nic_payload);
-            self.c.nicmem_live_bytes += u64::from(nic_payload);
-            if self.c.nicmem_live_bytes > self.c.nicmem_peak_bytes {
-                self.c.nicmem_peak_bytes = self.c.nicmem_live_bytes;
+            t.tl.get_mut(ResourceKind::Nicmem)
+                .reserve(at, u64::from(nic_payload));
+        }
+        if t.miss_ppm > 0 {
+            // Write-back and re-read of the missed share of the packet's host bytes.
+            let host = u64::from(hl) + u64::from(host_payload);
+            t.dram_acc += 2 * host * t.miss_ppm;
+            let b = t.dram_acc / 1_000_000;
+            t.dram_acc %= 1_000_000;
+            if b > 0 {
+                self.c.dram_bytes += b;
+                t.tl.get_mut(ResourceKind::Hostmem).reserve(at, b);
             }
         }
-        if let Some(t) = &mut self.t {
-            t.tl.posted_write(at, w1);
-            if host_payload > 0 {
-                t.tl.posted_write(at, w2);
-            }
-            if nic_payload > 0 {
-                t.tl.get_mut(ResourceKind::Nicmem)
-                    .reserve(at, u64::from(nic_payload));
-            }
-            if t.miss_ppm > 0 {
-                // Write-back and re-read of the missed share of the packet's host bytes.
-                t.dram_acc += 2 * host * t.miss_ppm;
-                let b = t.dram_acc / 1_000_000;
-                t.dram_acc %= 1_000_000;
-                if b > 0 {
-                    self.c.dram_bytes += b;
-                    t.tl.get_mut(ResourceKind::Hostmem).reserve(at, b);
+        Self::rx_cqe_book(t, &self.k, at)
+    }
+
+    /// Timed: the NIC refused a received frame's descriptor and wrote an error completion at
+    /// `at`; returns when the CPU can see it.
+    #[inline]
+    pub(crate) fn rx_refused_timed(&mut self, at: Ps) -> Ps {
+        self.rx_cqes(1);
+        match &mut self.t {
+            Some(t) => Self::rx_cqe_book(t, &self.k, at),
+            None => at,
+        }
+    }
+
+    /// Books an Rx completion written at `at` (with CQE compression, only the write of each
+    /// full slot); returns when the CPU can see it.
+    #[inline(always)]
+    fn rx_cqe_book(t: &mut Timing, k: &Costs, at: Ps) -> Ps {
+        let written = match k.mini_per_slot {
+            None => true,
+            Some(per) => {
+                t.cqe_mini += 1;
+                if t.cqe_mini == per {
+                    t.cqe_mini = 0;
+                    true
+                } else {
+                    false
                 }
             }
+        };
+        if written {
+            t.tl.posted_write(at, k.cqe).done
+        } else {
+            at + t.posted_latency
         }
     }
 
@@ -1488,33 +1576,6 @@ impl NicModel {
         c
     }
 
-    /// The NIC wrote an Rx completion at `at`; returns when the CPU can see it.
-    #[inline]
-    pub(crate) fn rx_cqe(&mut self, at: Ps) -> Ps {
-        self.c.rx_cqes += 1;
-        let tr = match self.k.mini_per_slot {
-            None => self.k.cqe,
-            Some(per) => {
-                self.rx_mini += 1;
-                if self.rx_mini == per {
-                    self.rx_mini = 0;
-                    self.k.cqe
-                } else {
-                    Traffic::ZERO
-                }
-            }
-        };
-        if tr.up_bytes > 0 {
-            self.charge(Item::RxCqe, tr);
-            self.c.host_bytes_written += self.k.cqe_size;
-        }
-        match &mut self.t {
-            Some(t) if tr.up_bytes > 0 => t.tl.posted_write(at, tr).done,
-            Some(t) => at + t.posted_latency,
-            None => at,
-        }
-    }
-
     /// The CPU rang the doorbell for `nbb` new WQEBBs; returns when the WQEs are at the NIC.
     #[inline]
     pub(crate) fn tx_doorbell(&mut self, nbb: u32) -> Ps {
@@ -1558,20 +1619,33 @@ impl NicModel {
         self.charge(Item::TxData, tr);
         self.c.host_bytes_read += u64::from(n);
         self.c.host_data_read += u64::from(n);
-        match &mut self.t {
-            None => 0,
-            Some(t) => {
-                let adder = t.tx_read_adder_ps();
-                let now = t.now;
-                t.tl.dma_read_booked(now.min(ready), ready, tr, adder).done
-            }
-        }
+        self.tx_host_read_book(ready, n)
+    }
+
+    /// Books [`NicModel::tx_host_read`]'s read without charging it (the caller charges it with
+    /// [`NicModel::tx_untimed`]); 0 when untimed.
+    #[inline]
+    pub(crate) fn tx_host_read_book(&mut self, ready: Ps, n: u32) -> Ps {
+        let Some(t) = &mut self.t else {
+            return 0;
+        };
+        let op = &self.k.op;
+        let tr = self.k.reads.get(n, |n| op.tx_data_read(n));
+        let adder = t.tx_read_adder_ps();
+        let now = t.now;
+        t.tl.dma_read_booked(now.min(ready), ready, tr, adder).done
     }
 
     /// The NIC read `n` payload bytes from nicmem at `ready`; returns when they are read.
     #[inline]
     pub(crate) fn tx_nic_read(&mut self, ready: Ps, n: u32) -> Ps {
         self.c.nicmem_bytes_read += u64::from(n);
+        self.tx_nic_read_book(ready, n)
+    }
+
+    /// Books [`NicModel::tx_nic_read`]'s read without charging it; 0 when untimed.
+    #[inline]
+    pub(crate) fn tx_nic_read_book(&mut self, ready: Ps, n: u32) -> Ps {
         match &mut self.t {
             None => 0,
             Some(t) => {
@@ -1592,13 +1666,20 @@ impl NicModel {
         let bytes = len as u64 + self.k.wire_overhead;
         self.c.wire_tx_frames += 1;
         self.c.wire_tx_bytes += bytes;
+        self.tx_wire_book(ready, len, arrival_ns)
+    }
+
+    /// Books [`NicModel::tx_wire`]'s wire slot and records the packet's latency without
+    /// charging the frame; 0 when untimed.
+    #[inline]
+    pub(crate) fn tx_wire_book(&mut self, ready: Ps, len: usize, arrival_ns: u64) -> Ps {
+        let bytes = len as u64 + self.k.wire_overhead;
         match &mut self.t {
             None => 0,
             Some(t) => {
                 let r = t.tl.get_mut(ResourceKind::WireTx).reserve(ready, bytes);
                 let lat = (r.end / PS_PER_NS).saturating_sub(arrival_ns).max(1);
-                t.hist.saturating_record(lat);
-                t.lat_exact.record(lat);
+                t.record_latency(lat);
                 t.last = t.last.max(r.end);
                 r.end
             }
@@ -1778,5 +1859,52 @@ mod memory_tests {
         let loaded = m.latency_ns;
         m.update(2 * DRAM_WINDOW_PS, 0.6 * DRAM_WINDOW_PS as f64, 0);
         assert!(m.latency_ns < loaded);
+    }
+}
+
+#[cfg(test)]
+mod latency_tests {
+    use super::*;
+
+    fn timed_model() -> NicModel {
+        let profile = HardwareProfile::default();
+        let timing = VnicTiming::default();
+        NicModel::new(&ModelParams {
+            profile: &profile,
+            mode: DatapathMode::Host,
+            port_mode: DatapathMode::Host,
+            queues: 1,
+            nicmem_queues: 1,
+            split_offset: 64,
+            tx_inline: 0,
+            max_frame: 1514,
+            rx_ring: 64,
+            tx_ring: 64,
+            timing: Some(&timing),
+        })
+        .unwrap()
+    }
+
+    #[test]
+    fn windowed_latency_counts_equal_recording_every_sample() {
+        // A ramp that leaves the first window, a plateau the window moves to, outliers on both
+        // sides, and repeats: the report must hold exactly the samples recorded one by one.
+        let mut samples: Vec<u64> = (0..3000).map(|i| 1_000 + 7 * i).collect();
+        samples.extend((0..5000).map(|i| 40_000 + (i * 37) % 900));
+        samples.extend([1, 5, 59_999_999_999, 3, 40_100, 40_100]);
+        let mut m = timed_model();
+        let mut want = Histogram::<u64>::new_with_bounds(1, 60_000_000_000, 3).unwrap();
+        let mut exact = LatencyExact::default();
+        let t = m.t.as_deref_mut().unwrap();
+        for &s in &samples {
+            t.record_latency(s);
+            want.saturating_record(s);
+            exact.record(s);
+        }
+        assert!(t.lat_base > 30_000, "the window moved to the plateau");
+        let r = t.report();
+        assert_eq!(r.latency_ns, want);
+        assert_eq!(r.latency_exact, exact);
+        assert_eq!(r.latency_ns.len(), samples.len() as u64);
     }
 }

@@ -614,9 +614,10 @@ impl VnicQueue {
             }
             let ready = if TIMED {
                 if err == 0 {
-                    model.rx_placed(arrival, hl, hp, np);
+                    model.rx_timed(arrival, hl, hp, np)
+                } else {
+                    model.rx_refused_timed(arrival)
                 }
-                model.rx_cqe(arrival)
             } else {
                 if err == 0 {
                     if (hl, hp, np) == (run.0, run.1, run.2) {
@@ -923,6 +924,7 @@ impl VnicQueue {
             }
             self.receive(len, at);
         }
+        self.model.rx_pass_done();
     }
 
     /// The frame waiting in `rx_stage`, taking the next one from the wire if none is.
@@ -989,9 +991,10 @@ impl VnicQueue {
         let ready = if timed {
             if err.is_none() {
                 self.model
-                    .rx_placed(at, hl as u32, host_pay as u32, nic_pay as u32);
+                    .rx_timed(at, hl as u32, host_pay as u32, nic_pay as u32)
+            } else {
+                self.model.rx_refused_timed(at)
             }
-            self.model.rx_cqe(at)
         } else {
             if err.is_none() {
                 self.model
@@ -1253,7 +1256,10 @@ impl VnicQueue {
         let from = burst.len();
         let mut cq = self.rx_cq.poll_cursor();
         let hc = self.hdr.sw_cursor();
-        let (primary, secondary) = (self.primary.as_ref(), self.secondary.as_ref());
+        // The payload rings' views as locals: the metadata writes below go through raw pointers,
+        // which would otherwise make the compiler reload the rings' fields for every packet.
+        let primary = self.primary.as_ref().map(|r| r.sw_cursor());
+        let secondary = self.secondary.as_ref().map(|r| r.sw_cursor());
         let (mut np, mut ns) = (0u32, 0u32);
         let hroom = hc.room();
         let hdr_l = self.layout.hdr;
@@ -1319,19 +1325,11 @@ impl VnicQueue {
                 match (cqe.ring, primary, secondary) {
                     (cqe_ring::PRIMARY, Some(r), _) => {
                         np += 1;
-                        (
-                            r.buf_at(cqe.payload_counter),
-                            PayloadRing::Primary,
-                            r.room(),
-                        )
+                        (r.buf(cqe.payload_counter), PayloadRing::Primary, r.room())
                     }
                     (cqe_ring::SECONDARY, _, Some(r)) => {
                         ns += 1;
-                        (
-                            r.buf_at(cqe.payload_counter),
-                            PayloadRing::Secondary,
-                            r.room(),
-                        )
+                        (r.buf(cqe.payload_counter), PayloadRing::Secondary, r.room())
                     }
                     _ => (0, PayloadRing::None, 0),
                 }

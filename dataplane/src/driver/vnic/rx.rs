@@ -265,13 +265,6 @@ impl RxRing {
         }
     }
 
-    /// The buffer index of the slot a completion names, without advancing the driver's
-    /// consumer count (see [`RxRing::sw_release`]).
-    #[inline(always)]
-    pub(crate) fn buf_at(&self, counter: u16) -> u32 {
-        self.bufs[(u32::from(counter) & self.mask) as usize]
-    }
-
     /// The driver harvested `n` more buffers (through a [`SwCursor`]).
     #[inline(always)]
     pub(crate) fn sw_release(&mut self, n: u32) {

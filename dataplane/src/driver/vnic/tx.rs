@@ -1105,7 +1105,7 @@ unsafe fn gather_run<const TIMED: bool>(
         let (w, s) = unsafe { (bbs.add(slot * WQEBB), &*slots.add(slot)) };
         // SAFETY: the control segment's bytes (`CtrlSeg::read`'s layout).
         let (opcode, ds, flags) = unsafe { (*w.add(3), *w.add(7) as usize, *w.add(11)) };
-        if !TIMED {
+        {
             // The commonest WQE of all, straight-line: one WQEBB, no inline bytes, one data
             // segment in the packet's header buffer (what `gather_common` would find, checked
             // the same).
@@ -1135,6 +1135,12 @@ unsafe fn gather_run<const TIMED: bool>(
                         let stage = std::slice::from_raw_parts_mut(out.add(off), MAX_WIRE_FRAME);
                         nicmem::copy_prefix(stage, std::slice::from_raw_parts(p, avail), n);
                     }
+                    let done = if TIMED {
+                        // SAFETY: as for `timed_send` below.
+                        unsafe { timed_send(m, l, s, ready, n, [d.byte_count, 0], 0) }
+                    } else {
+                        ready
+                    };
                     m.tx_untimed([d.byte_count, 0], 0, n);
                     lens[k] = n as u32;
                     k += 1;
@@ -1146,14 +1152,22 @@ unsafe fn gather_run<const TIMED: bool>(
                             ci,
                             off,
                             k,
-                            completion: Some((at, ready, 1)),
+                            completion: Some((at, done, 1)),
                         };
+                    }
+                    if TIMED {
+                        m.tx_done(done, 1);
                     }
                     continue;
                 }
             }
             let inl = u16::from_be(inl) as usize;
-            if opcode == OPCODE_SEND && s.at == ci && inl > 0 && ds == data_segment_at(inl) {
+            if opcode == OPCODE_SEND
+                && s.at == ci
+                && inl > 0
+                && ds == data_segment_at(inl)
+                && (!TIMED || s.hdr != NO_PKT)
+            {
                 // An inline-only WQE (the whole frame in the WQE), straight-line too.
                 let nbb = ds.div_ceil(4);
                 if nbb as u32 <= pi.wrapping_sub(ci) && slot + nbb <= size {
@@ -1166,6 +1180,12 @@ unsafe fn gather_run<const TIMED: bool>(
                             std::slice::from_raw_parts(w.add(INLINE_AT), ds * SEG - INLINE_AT);
                         nicmem::copy_prefix(stage, src, inl);
                     }
+                    let done = if TIMED {
+                        // SAFETY: as for `timed_send` below.
+                        unsafe { timed_send(m, l, s, ready, inl, [0, 0], 0) }
+                    } else {
+                        ready
+                    };
                     m.tx_untimed([0, 0], 0, inl);
                     lens[k] = inl as u32;
                     k += 1;
@@ -1177,8 +1197,11 @@ unsafe fn gather_run<const TIMED: bool>(
                             ci,
                             off,
                             k,
-                            completion: Some((at, ready, nbb as u32)),
+                            completion: Some((at, done, nbb as u32)),
                         };
+                    }
+                    if TIMED {
+                        m.tx_done(done, nbb as u32);
                     }
                     continue;
                 }
@@ -1200,21 +1223,13 @@ unsafe fn gather_run<const TIMED: bool>(
         let Some(g) = (unsafe { gather_common(w, ds, s, l, stage) }) else {
             break;
         };
-        let mut done = ready;
-        if TIMED {
-            for h in g.host.into_iter().filter(|&h| h > 0) {
-                done = done.max(m.tx_host_read(ready, h));
-            }
-            if g.nic > 0 {
-                done = done.max(m.tx_nic_read(ready, g.nic));
-            }
-            // SAFETY: the slot's packet is owned by the send queue until its completion is
-            // reaped; nothing else uses its metadata meanwhile.
-            let arrival = unsafe { l.meta(s.hdr) }.arrival / PS_PER_NS;
-            done = m.tx_wire(done, g.len, arrival);
+        let done = if TIMED {
+            // SAFETY: `gather_common` accepted the WQE, so the slot holds a packet.
+            unsafe { timed_send(m, l, s, ready, g.len, g.host, g.nic) }
         } else {
-            m.tx_untimed(g.host, g.nic, g.len);
-        }
+            ready
+        };
+        m.tx_untimed(g.host, g.nic, g.len);
         lens[k] = g.len as u32;
         k += 1;
         off += batch_step(g.len);
@@ -1238,6 +1253,36 @@ unsafe fn gather_run<const TIMED: bool>(
         k,
         completion: None,
     }
+}
+
+/// Books the send of a common WQE of a timed queue whose WQE is at the NIC at `ready`: its
+/// host data reads (`host`, 0: none) and nicmem read (`nic` bytes, 0: none) from `ready` on,
+/// then the frame's `len` bytes on the wire; returns the departure. The caller charges the send
+/// with [`NicModel::tx_untimed`] (a run of identical sends is charged together).
+///
+/// # Safety
+/// The slot `s` must hold a packet of the arena `l` that the send queue owns (until its
+/// completion is reaped nothing else uses its metadata).
+#[inline(always)]
+unsafe fn timed_send(
+    m: &mut NicModel,
+    l: &ArenaLayout,
+    s: &TxSlot,
+    ready: Ps,
+    len: usize,
+    host: [u32; 2],
+    nic: u32,
+) -> Ps {
+    let mut done = ready;
+    for h in host.into_iter().filter(|&h| h > 0) {
+        done = done.max(m.tx_host_read_book(ready, h));
+    }
+    if nic > 0 {
+        done = done.max(m.tx_nic_read_book(ready, nic));
+    }
+    // SAFETY: the caller's contract.
+    let arrival = unsafe { l.meta(s.hdr) }.arrival / PS_PER_NS;
+    m.tx_wire_book(done, len, arrival)
 }
 
 /// A frame gathered by [`gather_common`]: its length, the lengths of its host data segments
