@@ -35,7 +35,10 @@ use crate::verdict::{DropReason, Verdict};
 
 /// The largest burst (`datapath.burst` may be 1..=MAX_BURST).
 pub const MAX_BURST: usize = 256;
-const _: () = assert!(MAX_BURST % 8 == 0, "set_rx_defaults fills in groups of 8");
+const _: () = assert!(
+    MAX_BURST.is_multiple_of(8),
+    "set_rx_defaults fills in groups of 8"
+);
 
 /// Default burst size (DPDK's customary 32).
 pub const DEFAULT_BURST: usize = 32;
