@@ -35,6 +35,10 @@ use crate::verdict::{DropReason, Verdict};
 
 /// The largest burst (`datapath.burst` may be 1..=MAX_BURST).
 pub const MAX_BURST: usize = 256;
+const _: () = assert!(
+    MAX_BURST.is_multiple_of(8),
+    "set_rx_defaults fills in groups of 8"
+);
 
 /// Default burst size (DPDK's customary 32).
 pub const DEFAULT_BURST: usize = 32;
@@ -115,6 +119,14 @@ pub struct HandleLayout {
 }
 
 impl HandleLayout {
+    /// No layout (a burst whose packets are described in its arrays never reads it).
+    const NONE: HandleLayout = HandleLayout {
+        buf_addr: 0,
+        data_off: 0,
+        data_len: 0,
+        pkt_len: 0,
+    };
+
     /// The header start and length, and the frame length, of the packet behind `h`.
     ///
     /// # Safety
@@ -269,8 +281,13 @@ impl PacketMut<'_> {
 pub struct PacketsMut<'a> {
     i: usize,
     len: usize,
-    /// Bare handles: read each header from its metadata instead of the arrays.
-    locate: Option<HandleLayout>,
+    /// Bare handles: read each header from its metadata (laid out as `layout` says) instead of
+    /// the arrays.
+    locate: bool,
+    layout: HandleLayout,
+    /// Every packet was live when the walk began (one non-drop verdict for the whole burst):
+    /// the walk then reads no verdict per packet.
+    all_live: bool,
     handle: *const usize,
     hdr: *const *mut u8,
     hdr_len: *const u16,
@@ -281,51 +298,91 @@ pub struct PacketsMut<'a> {
 }
 
 impl<'a> PacketsMut<'a> {
-    /// Prefetches the header of packet `j` (which must be below `len`).
+    /// Prefetches the header of packet `j` (which must be below `len`), read from the handle's
+    /// metadata when `LOCATE` (which must equal `self.locate`).
     #[inline(always)]
-    fn prefetch(&self, j: usize) {
+    fn prefetch<const LOCATE: bool>(&self, j: usize) {
         // SAFETY: `j < len <= MAX_BURST` indexes every array; with `locate`, every handle points
-        // to metadata laid out as it says (`push_handles_in_place`'s contract). A prefetch of
-        // any address is harmless.
+        // to metadata laid out as `layout` says (`push_handles_in_place`'s contract). A prefetch
+        // of any address is harmless.
         unsafe {
-            match self.locate {
-                Some(l) => prefetch_read(l.read(*self.handle.add(j)).0),
-                None => prefetch_read(*self.hdr.add(j)),
+            if LOCATE {
+                prefetch_read(self.layout.read(*self.handle.add(j)).0)
+            } else {
+                prefetch_read(*self.hdr.add(j))
             }
         }
     }
 
     /// Packet `i` (below `len`, and visited once), or `None` when it is dropped.
     #[inline(always)]
-    fn item(&mut self, i: usize) -> Option<PacketMut<'a>> {
+    fn item<const LOCATE: bool>(&mut self, i: usize) -> Option<PacketMut<'a>> {
+        // SAFETY: `i < len <= MAX_BURST` indexes the verdict array.
+        if unsafe { (*self.verdict.add(i)).is_drop() } {
+            return None;
+        }
+        Some(self.live_item::<LOCATE>(i))
+    }
+
+    /// Packet `i` (below `len`, visited once, and known to be live); `LOCATE` must equal
+    /// `self.locate`.
+    #[inline(always)]
+    fn live_item<const LOCATE: bool>(&mut self, i: usize) -> PacketMut<'a> {
         // SAFETY: `i < len <= MAX_BURST` indexes every array; the iterator holds the burst
-        // mutably for `'a` and described every packet when it was made. Each packet's verdict
-        // slot and header buffer are distinct, and every index is visited once, so the `&mut`
-        // items never overlap; the header pointers satisfy `Burst::push`'s contract (host
-        // memory, hence not null). With `locate`, every handle points to metadata laid out as it
-        // says (`push_handles_in_place`'s contract), whose header fields satisfy `push`'s.
+        // mutably for `'a` and described every packet when it was made (unless `locate`). Each
+        // packet's verdict slot and header buffer are distinct, and every index is visited once,
+        // so the `&mut` items never overlap; the header pointers satisfy `Burst::push`'s
+        // contract (host memory, hence not null). With `locate`, every handle points to
+        // metadata laid out as `layout` says (`push_handles_in_place`'s contract), whose header
+        // fields satisfy `push`'s.
         unsafe {
             let verdict = &mut *self.verdict.add(i);
-            if verdict.is_drop() {
-                return None;
-            }
-            let (hdr, hdr_len, frame_len) = match self.locate {
-                Some(l) => l.read(*self.handle.add(i)),
-                None => (
+            let (hdr, hdr_len, frame_len) = if LOCATE {
+                self.layout.read(*self.handle.add(i))
+            } else {
+                (
                     *self.hdr.add(i),
                     *self.hdr_len.add(i) as usize,
                     *self.frame_len.add(i) as usize,
-                ),
+                )
             };
             std::hint::assert_unchecked(!hdr.is_null());
-            Some(PacketMut {
+            PacketMut {
                 index: i,
                 header: std::slice::from_raw_parts_mut(hdr, hdr_len),
                 frame_len,
                 rx_port: *self.port.add(i),
                 verdict,
-            })
+            }
         }
+    }
+
+    /// The rest of the walk in two loops, the first prefetching without a bounds check per
+    /// packet; with `LIVE` (every packet live, `self.all_live`) no verdict is read. One copy per
+    /// combination, so neither choice is made per packet.
+    #[inline(always)]
+    fn walk<B, F, const LOCATE: bool, const LIVE: bool>(mut self, init: B, mut f: F) -> B
+    where
+        F: FnMut(B, PacketMut<'a>) -> B,
+    {
+        let mut acc = init;
+        let split = self.len.saturating_sub(PREFETCH_AHEAD).max(self.i);
+        for i in self.i..split {
+            self.prefetch::<LOCATE>(i + PREFETCH_AHEAD);
+            if LIVE {
+                acc = f(acc, self.live_item::<LOCATE>(i));
+            } else if let Some(p) = self.item::<LOCATE>(i) {
+                acc = f(acc, p);
+            }
+        }
+        for i in split..self.len {
+            if LIVE {
+                acc = f(acc, self.live_item::<LOCATE>(i));
+            } else if let Some(p) = self.item::<LOCATE>(i) {
+                acc = f(acc, p);
+            }
+        }
+        acc
     }
 }
 
@@ -337,38 +394,38 @@ impl<'a> Iterator for PacketsMut<'a> {
         while self.i < self.len {
             let i = self.i;
             self.i += 1;
-            if i + PREFETCH_AHEAD < self.len {
-                self.prefetch(i + PREFETCH_AHEAD);
-            }
-            if let Some(p) = self.item(i) {
-                return Some(p);
+            let p = if self.locate {
+                if i + PREFETCH_AHEAD < self.len {
+                    self.prefetch::<true>(i + PREFETCH_AHEAD);
+                }
+                self.item::<true>(i)
+            } else {
+                if i + PREFETCH_AHEAD < self.len {
+                    self.prefetch::<false>(i + PREFETCH_AHEAD);
+                }
+                self.item::<false>(i)
+            };
+            if p.is_some() {
+                return p;
             }
         }
         None
     }
 
     /// The whole walk in two loops, the first prefetching without a bounds check per packet
-    /// (`for_each` on a burst's packets runs this instead of `next` per packet).
+    /// (`for_each` on a burst's packets runs this instead of `next` per packet); a burst whose
+    /// packets were all live when the walk began is walked without reading any verdict.
     #[inline(always)]
-    fn fold<B, F>(mut self, init: B, mut f: F) -> B
+    fn fold<B, F>(self, init: B, f: F) -> B
     where
         F: FnMut(B, PacketMut<'a>) -> B,
     {
-        let mut acc = init;
-        let split = self.len.saturating_sub(PREFETCH_AHEAD).max(self.i);
-        for i in self.i..split {
-            self.prefetch(i + PREFETCH_AHEAD);
-            if let Some(p) = self.item(i) {
-                acc = f(acc, p);
-            }
+        match (self.locate, self.all_live) {
+            (true, true) => self.walk::<B, F, true, true>(init, f),
+            (true, false) => self.walk::<B, F, true, false>(init, f),
+            (false, true) => self.walk::<B, F, false, true>(init, f),
+            (false, false) => self.walk::<B, F, false, false>(init, f),
         }
-        for i in split..self.len {
-            if let Some(p) = self.item(i) {
-                acc = f(acc, p);
-            }
-        }
-        self.i = self.len;
-        acc
     }
 }
 
@@ -693,6 +750,18 @@ impl Burst {
         !self.verdict(i).is_drop()
     }
 
+    /// Packets whose verdict is not a drop (no pass over the verdicts while the whole burst has
+    /// one verdict, as it has from Rx until a network function sets one per packet).
+    #[inline]
+    pub fn live_count(&self) -> usize {
+        if self.uniform_len == self.len
+            && let Some(u) = self.uniform
+        {
+            return if u.is_drop() { 0 } else { self.len };
+        }
+        self.verdicts().iter().filter(|v| !v.is_drop()).count()
+    }
+
     /// Every verdict, in packet order.
     #[inline]
     pub fn verdicts(&self) -> &[Verdict] {
@@ -733,6 +802,7 @@ impl Burst {
     #[inline]
     pub fn packets_mut(&mut self) -> PacketsMut<'_> {
         let len = self.len;
+        let all_live = self.uniform_len == len && self.uniform.is_some_and(|v| !v.is_drop());
         // The walk hands out each packet's verdict to write.
         self.uniform = None;
         // Bare handles with a known metadata layout are read in the same pass; anything else is
@@ -751,7 +821,9 @@ impl Burst {
         PacketsMut {
             i: 0,
             len,
-            locate,
+            locate: locate.is_some(),
+            layout: locate.unwrap_or(HandleLayout::NONE),
+            all_live,
             handle: self.handle.as_ptr(),
             hdr,
             hdr_len,
@@ -963,7 +1035,15 @@ impl Burst {
     #[inline]
     pub fn set_rx_defaults(&mut self, from: usize, port: u16, verdict: Verdict) {
         let to = self.len;
-        if from < to {
+        if from == 0 {
+            // The common case, a burst received whole: both arrays are written in whole groups
+            // of 8 (one 16-byte store each, no remainder loop). Entries past `to` hold nothing
+            // (nothing reads past the length), and the rounded end stays within the arrays
+            // (`to <= MAX_BURST`, a multiple of 8).
+            let end = (to + 7) & !7;
+            self.port[..end].fill(port);
+            self.verdict[..end].fill(verdict);
+        } else if from < to {
             self.port[from..to].fill(port);
             self.verdict[from..to].fill(verdict);
         }
@@ -1211,6 +1291,36 @@ mod tests {
         assert_eq!(b.single_tx_port(), Some(1));
         b.drop_packet(0, DropReason::POLICY);
         assert_eq!(b.single_tx_port(), None);
+        drop(b);
+        assert_eq!(f.in_use(), 0);
+    }
+
+    #[test]
+    fn walks_and_live_count_agree_with_the_verdicts() {
+        let f = PacketFactory::new(DatapathMode::Host, 64, 1514, 16);
+        let frames: Vec<Vec<u8>> = (0..7u8).map(|k| vec![k; 60]).collect();
+        let mut b = f.burst(&frames);
+        b.set_all_verdicts(Verdict::tx(1));
+        assert_eq!(b.live_count(), 7);
+        // One verdict for the whole burst: the walk reads none and visits every packet.
+        let seen: Vec<usize> = b.packets_mut().map(|p| p.index()).collect();
+        assert_eq!(seen, (0..7).collect::<Vec<_>>());
+        let mut folded = Vec::new();
+        b.packets_mut().for_each(|mut p| {
+            folded.push(p.header()[0]);
+            if p.index() % 3 == 0 {
+                p.drop_packet(DropReason::POLICY);
+            }
+        });
+        assert_eq!(folded, (0..7u8).collect::<Vec<_>>());
+        assert_eq!(b.live_count(), 4, "packets 0, 3 and 6 dropped");
+        // Per-packet verdicts now: dropped packets are skipped.
+        let mut live = Vec::new();
+        b.packets_mut().for_each(|p| live.push(p.index()));
+        assert_eq!(live, vec![1, 2, 4, 5]);
+        b.set_all_verdicts(Verdict::drop(DropReason::POLICY));
+        assert_eq!(b.live_count(), 0);
+        assert_eq!(b.packets_mut().count(), 0);
         drop(b);
         assert_eq!(f.in_use(), 0);
     }

@@ -125,6 +125,8 @@ impl NfCommand {
 #[derive(Default)]
 pub struct NfChain {
     nfs: Vec<Box<dyn NetworkFunction>>,
+    /// Some function may hold packets (see [`NfChain::may_hold`]).
+    holding: bool,
 }
 
 /// The functions' names in order.
@@ -152,17 +154,31 @@ impl NfChain {
         &self.nfs
     }
 
-    /// Mutable access to the functions in order.
+    /// Mutable access to the functions in order. (A caller may make one hold packets through
+    /// it, so [`NfChain::may_hold`] says yes until the next [`NfChain::release`].)
     pub fn functions_mut(&mut self) -> &mut [Box<dyn NetworkFunction>] {
+        self.holding = true;
         &mut self.nfs
     }
 
     /// Runs every function over the burst.
     #[inline]
     pub fn process(&mut self, burst: &mut Burst, ctx: &NfContext) {
+        let n = burst.len();
         for nf in &mut self.nfs {
             nf.process(burst, ctx);
         }
+        // A function holds packets only by taking them out of a burst (`Burst::remove_to`).
+        self.holding |= burst.len() < n;
+    }
+
+    /// False when no function holds a packet, known without asking each one: the run loop's
+    /// per-iteration test. Set when a burst came out of [`NfChain::process`] shorter than it
+    /// went in (a function took packets out), cleared by the [`NfChain::release`] that leaves
+    /// none held. True does not mean a packet is held ([`NfChain::held`] counts them).
+    #[inline]
+    pub fn may_hold(&self) -> bool {
+        self.holding
     }
 
     /// Resets every function ([`NetworkFunction::reset`]); `true` when all of them are now as
@@ -195,9 +211,10 @@ impl NfChain {
                 for nf in &mut self.nfs[k + 1..] {
                     nf.process(out, ctx);
                 }
-                return;
+                break;
             }
         }
+        self.holding = self.held() > 0;
     }
 
     /// The addresses every function owns (see [`NetworkFunction::owned_addresses`]).
@@ -578,13 +595,20 @@ mod tests {
             ..NfContext::default()
         };
         let mut b = f.burst(&vec![vec![1u8; 100]; 3]);
+        assert!(!chain.may_hold());
         chain.process(&mut b, &ctx(0));
         assert_eq!((b.len(), chain.held()), (2, 1));
+        assert!(
+            chain.may_hold(),
+            "a function took a packet out of the burst"
+        );
         let mut out = Burst::with_capacity(4);
         chain.release(&mut out, &ctx(5), false);
         assert!(out.is_empty(), "not ready yet");
+        assert!(chain.may_hold(), "still held");
         chain.release(&mut out, &ctx(10), false);
         assert_eq!((out.len(), chain.held()), (1, 0));
+        assert!(!chain.may_hold(), "nothing held after the release");
         assert_eq!(out.verdict(0), Verdict::tx(0));
         assert_eq!(
             chain.functions()[1].counters()["seen"],

@@ -377,19 +377,28 @@ impl RunControl {
 pub fn run_worker(
     worker: u16,
     workers: u16,
-    mut setup: WorkerSetup,
+    setup: WorkerSetup,
     control: &RunControl,
     shared: &WorkerShared,
 ) -> WorkerReport {
-    let nports = setup.queues.len();
-    let mut burst = Burst::with_capacity(setup.burst);
-    let mut tx: Vec<Burst> = (0..nports)
-        .map(|_| Burst::with_capacity(setup.burst))
-        .collect();
-    let mut dropped = Burst::with_capacity(setup.burst);
-    let mut released = Burst::with_capacity(setup.burst);
-    let mut punted = Burst::with_capacity(setup.burst);
-    let mut drops = DropCounts::default();
+    let WorkerSetup {
+        queues,
+        mut chain,
+        egress,
+        burst: size,
+        slow,
+    } = setup;
+    let nports = queues.len();
+    let mut burst = Burst::with_capacity(size);
+    let mut released = Burst::with_capacity(size);
+    let mut out = Outputs {
+        tx: (0..nports).map(|_| Burst::with_capacity(size)).collect(),
+        queues,
+        dropped: Burst::with_capacity(size),
+        punted: Burst::with_capacity(size),
+        slow,
+        drops: DropCounts::default(),
+    };
     // Every reason is registered when the functions are built, before their workers start.
     let reasons = DropReason::all().len();
     let start = Instant::now();
@@ -426,12 +435,20 @@ pub fn run_worker(
             },
         )
     };
-    publish(WorkerState::Running, &setup.queues, &drops, 0, start, 0, 0);
+    publish(
+        WorkerState::Running,
+        &out.queues,
+        &out.drops,
+        0,
+        start,
+        0,
+        0,
+    );
     loop {
         iter += 1;
         let mut got_any = false;
         for qi in 0..nports {
-            let n = setup.queues[qi].rx_burst(&mut burst);
+            let n = out.queues[qi].rx_burst(&mut burst);
             if n == 0 {
                 continue;
             }
@@ -444,54 +461,37 @@ pub fn run_worker(
             }
             got_any = true;
             bursts += 1;
-            if let Some(e) = setup.egress {
+            if let Some(e) = egress {
                 burst.set_all_verdicts(Verdict::tx(e));
             }
-            setup.chain.process(&mut burst, &ctx);
-            dispatch(
-                &mut burst,
-                &mut setup.queues,
-                &mut tx,
-                &mut dropped,
-                &mut punted,
-                setup.slow.as_mut(),
-                &mut drops,
-                qi,
-            );
+            chain.process(&mut burst, &ctx);
+            dispatch(&mut burst, &mut out, qi);
         }
         // Packets an NF held back (fragments waiting for their first) go out once ready, and
-        // time out even while no traffic arrives.
-        if setup.chain.held() > 0 {
+        // time out even while no traffic arrives. (`may_hold` is one flag: no function is asked
+        // per iteration while none holds anything.)
+        if chain.may_hold() {
             if !got_any {
                 clock.busy();
                 ctx.now_ns = clock.ns();
             }
-            setup.chain.release(&mut released, &ctx, false);
+            chain.release(&mut released, &ctx, false);
             if !released.is_empty() {
                 got_any = true;
                 busy_since.get_or_insert(clock.now);
-                dispatch(
-                    &mut released,
-                    &mut setup.queues,
-                    &mut tx,
-                    &mut dropped,
-                    &mut punted,
-                    setup.slow.as_mut(),
-                    &mut drops,
-                    0,
-                );
+                dispatch(&mut released, &mut out, 0);
             }
         }
-        if let Some(slow) = setup.slow.as_mut()
+        if let Some(slow) = out.slow.as_mut()
             && slow.wants_poll()
         {
             let mut io = PortIo {
-                queues: &mut setup.queues,
-                tx: &mut tx,
-                drops: &mut drops,
+                queues: &mut out.queues,
+                tx: &mut out.tx,
+                drops: &mut out.drops,
             };
             slow.poll(&mut io);
-            send_all(&mut tx, &mut setup.queues, &mut drops);
+            send_all(&mut out.tx, &mut out.queues, &mut out.drops);
         }
         if got_any {
             last_active = clock.now;
@@ -501,11 +501,11 @@ pub fn run_worker(
             }
             clock.idle();
             idle_polls += 1;
-            for q in &mut setup.queues {
+            for q in &mut out.queues {
                 q.flush();
             }
             let stop = control.stop.load(Ordering::Relaxed);
-            if (stop || !control.keep_polling) && setup.queues.iter().all(|q| q.idle()) {
+            if (stop || !control.keep_polling) && out.queues.iter().all(|q| q.idle()) {
                 break;
             }
             if stop {
@@ -517,7 +517,7 @@ pub fn run_worker(
             }
         }
         if shared.mailbox.has_mail() {
-            let (queues, chain) = (&setup.queues, &mut setup.chain);
+            let (queues, chain) = (&out.queues, &mut chain);
             shared.mailbox.serve(|r| answer(r, queues, chain, &ctx));
         }
         if iter % PUBLISH_EVERY == 0 {
@@ -528,32 +528,31 @@ pub fn run_worker(
             };
             let now = Instant::now();
             let busy = busy_ns + busy_since.map_or(0, |t| (now - t).as_nanos() as u64);
-            publish(state, &setup.queues, &drops, busy, now, bursts, idle_polls);
+            publish(
+                state,
+                &out.queues,
+                &out.drops,
+                busy,
+                now,
+                bursts,
+                idle_polls,
+            );
         }
     }
     // Nothing may stay held when the run ends: every held packet leaves, sent or dropped with
     // its reason (each call releases at least one packet while any is held).
     ctx.now_ns = start.elapsed().as_nanos() as u64;
-    while setup.chain.held() > 0 {
-        setup.chain.release(&mut released, &ctx, true);
+    while chain.held() > 0 {
+        chain.release(&mut released, &ctx, true);
         if released.is_empty() {
             break;
         }
-        dispatch(
-            &mut released,
-            &mut setup.queues,
-            &mut tx,
-            &mut dropped,
-            &mut punted,
-            setup.slow.as_mut(),
-            &mut drops,
-            0,
-        );
+        dispatch(&mut released, &mut out, 0);
     }
-    if let Some(slow) = setup.slow.as_mut() {
-        slow.finish(&mut setup.queues, &mut drops);
+    if let Some(slow) = out.slow.as_mut() {
+        slow.finish(&mut out.queues, &mut out.drops);
     }
-    for q in &mut setup.queues {
+    for q in &mut out.queues {
         q.flush();
     }
     shared.mailbox.close();
@@ -562,8 +561,8 @@ pub fn run_worker(
     }
     publish(
         WorkerState::Finished,
-        &setup.queues,
-        &drops,
+        &out.queues,
+        &out.drops,
         busy_ns,
         Instant::now(),
         bursts,
@@ -573,8 +572,7 @@ pub fn run_worker(
         now_ns: start.elapsed().as_nanos() as u64,
         ..ctx
     };
-    let nf_errors = setup
-        .chain
+    let nf_errors = chain
         .functions_mut()
         .iter_mut()
         .filter_map(|nf| {
@@ -583,11 +581,10 @@ pub fn run_worker(
         })
         .collect();
     WorkerReport {
-        queue_stats: setup.queues.iter().map(|q| q.stats()).collect(),
-        xstats: setup.queues.iter().map(|q| q.xstats()).collect(),
-        drops,
-        nf_counters: setup
-            .chain
+        queue_stats: out.queues.iter().map(|q| q.stats()).collect(),
+        xstats: out.queues.iter().map(|q| q.xstats()).collect(),
+        drops: out.drops,
+        nf_counters: chain
             .functions()
             .iter()
             .map(|nf| (nf.name().to_string(), nf.counters()))
@@ -597,48 +594,54 @@ pub fn run_worker(
         bursts,
         busy_s: busy_ns as f64 * 1e-9,
         active_s: (last_active - start).as_secs_f64(),
-        chain: setup.chain,
+        chain,
     }
+}
+
+/// A worker's queues and what the run loop sorts a processed burst into: per-port Tx bursts,
+/// the drop and slow-path bursts, drops by reason, and the slow path. One place for what
+/// [`dispatch`] and [`sort_and_send`] work on, borrowed once per burst.
+struct Outputs {
+    /// The worker's queue on each port (index = port id).
+    queues: Vec<Box<dyn Queue>>,
+    /// Per-port Tx bursts of the sorting pass (index = port id).
+    tx: Vec<Burst>,
+    /// Packets the sorting pass drops, freed together.
+    dropped: Burst,
+    /// Packets for the slow path.
+    punted: Burst,
+    /// The worker's slow path, when the run has a network layer.
+    slow: Option<SlowPath>,
+    /// Drops by reason.
+    drops: DropCounts,
 }
 
 /// Hands a processed burst to the Tx queues by verdict: as it is when every verdict names one
 /// port (the fast path), otherwise sorted into per-port Tx bursts and a drop burst (counted by
-/// reason, freed through queue `free_on`; slow-path drops go to `slow` when the run has one).
-/// The fast path is inlined into the loop; the sorting pass is a call of its own.
+/// reason, freed through queue `free_on`; slow-path drops go to the slow path when the run has
+/// one). The fast path is inlined into the loop; the sorting pass is a call of its own.
 #[inline(always)]
-#[allow(clippy::too_many_arguments)]
-fn dispatch(
-    burst: &mut Burst,
-    queues: &mut [Box<dyn Queue>],
-    tx: &mut [Burst],
-    dropped: &mut Burst,
-    punted: &mut Burst,
-    slow: Option<&mut SlowPath>,
-    drops: &mut DropCounts,
-    free_on: usize,
-) {
+fn dispatch(burst: &mut Burst, out: &mut Outputs, free_on: usize) {
     if let Some(p) = burst.single_tx_port()
-        && let Some(q) = queues.get_mut(p as usize)
+        && let Some(q) = out.queues.get_mut(p as usize)
     {
-        q.tx_burst(burst, drops);
+        q.tx_burst(burst, &mut out.drops);
         return;
     }
-    sort_and_send(burst, queues, tx, dropped, punted, slow, drops, free_on);
+    sort_and_send(burst, out, free_on);
 }
 
 /// [`dispatch`] of a burst whose verdicts name more than one port or a drop.
 #[inline(never)]
-#[allow(clippy::too_many_arguments)]
-fn sort_and_send(
-    burst: &mut Burst,
-    queues: &mut [Box<dyn Queue>],
-    tx: &mut [Burst],
-    dropped: &mut Burst,
-    punted: &mut Burst,
-    slow: Option<&mut SlowPath>,
-    drops: &mut DropCounts,
-    free_on: usize,
-) {
+fn sort_and_send(burst: &mut Burst, out: &mut Outputs, free_on: usize) {
+    let Outputs {
+        queues,
+        tx,
+        dropped,
+        punted,
+        slow,
+        drops,
+    } = out;
     let nports = queues.len();
     let to_slow_path = slow.is_some();
     for i in 0..burst.len() {

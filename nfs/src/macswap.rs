@@ -39,7 +39,10 @@ impl NetworkFunction for MacSwap {
     }
 
     fn process(&mut self, burst: &mut Burst, _ctx: &NfContext) {
-        let (mut swapped, mut truncated) = (0u64, 0u64);
+        // Every live packet is swapped but the truncated ones: one count per burst instead of
+        // one per packet.
+        let live = burst.live_count() as u64;
+        let mut truncated = 0u64;
         // `for_each` (not a `for` loop): the walk then prefetches without a check per packet.
         burst.packets_mut().for_each(|mut p| {
             let Some(macs) = p.header().first_chunk_mut::<12>() else {
@@ -51,9 +54,8 @@ impl NetworkFunction for MacSwap {
             let d: [u8; 6] = (*dst).try_into().expect("6 bytes");
             dst.copy_from_slice(src);
             src.copy_from_slice(&d);
-            swapped += 1;
         });
-        self.swapped += swapped;
+        self.swapped += live - truncated;
         self.truncated += truncated;
     }
 

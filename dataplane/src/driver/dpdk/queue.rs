@@ -20,7 +20,7 @@ use super::mbuf::{
 };
 use super::shared::PortShared;
 use super::spill::spill_stats;
-use crate::burst::{Burst, DescribeOut, HandleLayout, RxPacket};
+use crate::burst::{Burst, Describe, DescribeOut, HandleLayout, RxPacket};
 use crate::mode::DatapathMode;
 use crate::packet::{PacketOwner, PayloadRing};
 use crate::port::{Queue, QueueStats};
@@ -99,6 +99,8 @@ pub struct DpdkQueue {
     nic_mp: *mut sys::rte_mempool,
     rx_room: usize,
     rss: bool,
+    /// How the burst describes this queue's mbufs (with or without the RSS hash), chosen once.
+    describe: Describe,
     rx: Vec<*mut sys::rte_mbuf>,
     hdrs: Vec<*mut sys::rte_mbuf>,
     nics: Vec<*mut sys::rte_mbuf>,
@@ -150,6 +152,11 @@ impl DpdkQueue {
             nic_mp,
             rx_room,
             rss: s.rss,
+            describe: if s.rss {
+                describe_mbufs::<true>
+            } else {
+                describe_mbufs::<false>
+            },
             rx: vec![std::ptr::null_mut(); b],
             hdrs: Vec::with_capacity(b),
             nics: Vec::with_capacity(b),
@@ -261,15 +268,10 @@ impl DpdkQueue {
             }
             return self.rx_host_chains(n, burst);
         }
-        let describe = if self.rss {
-            describe_mbufs::<true>
-        } else {
-            describe_mbufs::<false>
-        };
         // SAFETY: the burst adopted this driver's owner (`rx_burst`); the handles are
         // single-segment mbufs this queue received and hands over; `describe_mbufs` describes
         // any of them truthfully; `bytes` is their frame bytes.
-        unsafe { burst.push_handles_in_place(n, describe, Some(MBUF_LAYOUT), bytes) };
+        unsafe { burst.push_handles_in_place(n, self.describe, Some(MBUF_LAYOUT), bytes) };
         self.count(RxAcc {
             packets: n as u64,
             bytes,
