@@ -18,8 +18,9 @@
 #   with the packets received so far, from the run's live stats line, so the setup before the
 #   first packet (allocating the tables) is never mistaken for growth;
 # - counters add up: frames sent by the generator = packets_rx + rx_missed + pcie_overrun +
-#   rx_oversize + desc_errors + faults.link_down_drops, packets_rx = packets_tx (frames put on
-#   the wire) + the drops by reason (without the two before Rx) + faults.tx_dma_errors, frames
+#   rx_oversize + desc_errors + faults.link_down_drops + faults.reset_rx_drops, packets_rx =
+#   packets_tx (frames put on the wire) + the drops by reason (without the two before Rx) +
+#   faults.tx_dma_errors + faults.sq_error_drops + faults.reset_tx_drops, frames
 #   received by the checking sink = packets_tx, and 0 payload mismatches.
 # With injected faults (e.g. SOAK_SET="vnic.faults.rx_desc_every=10000
 # vnic.faults.tx_dma_every=10000 vnic.faults.doorbell_lost_every=1000
@@ -95,14 +96,15 @@ sent, received = s["traffic"]["sent"], s["traffic"]["received"]
 if sent != int(packets):
     bad.append(f"the generator sent {sent} frames, not {packets}")
 faults = s.get("faults", {})
-link_down = faults.get("link_down_drops", 0)
-dma = faults.get("tx_dma_errors", 0)
+link_down = faults.get("link_down_drops", 0) + faults.get("reset_rx_drops", 0)
+dma = sum(faults.get(k, 0) for k in ("tx_dma_errors", "sq_error_drops", "reset_tx_drops"))
 arrived = rx + before_rx + s["rx_oversize"] + s["desc_errors"] + link_down
 if sent != arrived:
     bad.append(f"sent {sent} != packets_rx + rx_missed + pcie_overrun + rx_oversize + desc_errors"
-               f" + faults.link_down_drops = {arrived}")
+               f" + faults.link_down_drops + faults.reset_rx_drops = {arrived}")
 if rx != tx + after_rx + dma:
-    bad.append(f"packets_rx {rx} != packets_tx {tx} + drops {after_rx} + faults.tx_dma_errors {dma}")
+    bad.append(f"packets_rx {rx} != packets_tx {tx} + drops {after_rx} + faults.tx_dma_errors"
+               f" + sq_error_drops + reset_tx_drops {dma}")
 if received != tx:
     bad.append(f"the sink received {received} frames, packets_tx is {tx}")
 if s["payload_mismatches"]:

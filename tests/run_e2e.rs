@@ -276,6 +276,7 @@ fn injected_faults_are_survived_counted_and_lose_only_their_frames() {
             "vnic.faults.rx_desc_every=500",
             "vnic.faults.tx_dma_every=500",
             "vnic.faults.doorbell_lost_every=20",
+            "vnic.faults.reset_every=3000",
         ]);
         o.mode = Some(mode);
         let s = run(&o).unwrap();
@@ -286,6 +287,8 @@ fn injected_faults_are_survived_counted_and_lose_only_their_frames() {
             "tx_dma_errors",
             "doorbells_lost",
             "doorbells_rerung",
+            "device_resets",
+            "sq_recoveries",
         ] {
             assert!(u(f, k) > 0, "{mode}: {k} injected: {f}");
         }
@@ -306,11 +309,18 @@ fn injected_faults_are_survived_counted_and_lose_only_their_frames() {
         let desc = u(&s, "desc_errors");
         assert!(desc + 1 >= u(f, "rx_desc_corrupted") && desc <= u(f, "rx_desc_corrupted"));
         assert_eq!(
-            rx + desc + u(f, "link_down_drops"),
+            rx + desc + u(f, "link_down_drops") + u(f, "reset_rx_drops"),
             20000,
             "{mode}: every frame"
         );
-        assert_eq!(rx, u(&s, "packets_tx") + u(f, "tx_dma_errors"), "{mode}");
+        assert_eq!(
+            rx,
+            u(&s, "packets_tx")
+                + u(f, "tx_dma_errors")
+                + u(f, "sq_error_drops")
+                + u(f, "reset_tx_drops"),
+            "{mode}: {f}"
+        );
         assert_eq!(u(&s["traffic"], "received"), u(&s, "packets_tx"), "{mode}");
         assert_eq!(u(&s, "payload_mismatches"), 0, "{mode}");
         for p in s["pools"].as_array().unwrap() {

@@ -88,7 +88,8 @@ mod real {
              dev_start|dev_stop|dev_close|stats_get|stats_reset|xstats_get|xstats_get_names|\
              xstats_reset|promiscuous_enable|rx_burst|tx_burst|macaddr_get|dev_get_name_by_port|\
              dev_get_port_by_name|find_next|dev_socket_id|dev_adjust_nb_rx_tx_desc|\
-             link_get_nowait|dev_is_valid_port|dev_set_mtu|dev_get_mtu|dev_default_mac_addr_set)",
+             link_get_nowait|dev_is_valid_port|dev_set_mtu|dev_get_mtu|dev_default_mac_addr_set|\
+             dev_callback_register|dev_callback_unregister|dev_reset)",
             "rte_pktmbuf_(pool_create|pool_create_extbuf|alloc|alloc_bulk|free|free_bulk|\
              free_seg|attach_extbuf|reset|data_room_size|priv_size)",
             "rte_mbuf_raw_(alloc|free)",

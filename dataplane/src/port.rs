@@ -77,6 +77,17 @@ pub struct FaultCounts {
     pub doorbells_lost: u64,
     /// Doorbells the driver rang again because the WQEs of a lost one were still waiting.
     pub doorbells_rerung: u64,
+    /// Device resets this queue recovered from (its rings re-initialised and refilled).
+    pub device_resets: u64,
+    /// Frames the NIC had received but not yet handed over when the device reset (lost).
+    pub reset_rx_drops: u64,
+    /// Frames accepted for sending that the NIC had not yet read when the device reset (lost).
+    pub reset_tx_drops: u64,
+    /// Times the driver recovered the send queue from the error state an error completion put
+    /// it in.
+    pub sq_recoveries: u64,
+    /// Frames posted behind a failed WQE, dropped when the driver recovered the send queue.
+    pub sq_error_drops: u64,
 }
 
 impl FaultCounts {
@@ -88,10 +99,24 @@ impl FaultCounts {
         self.tx_dma_errors += o.tx_dma_errors;
         self.doorbells_lost += o.doorbells_lost;
         self.doorbells_rerung += o.doorbells_rerung;
+        self.device_resets += o.device_resets;
+        self.reset_rx_drops += o.reset_rx_drops;
+        self.reset_tx_drops += o.reset_tx_drops;
+        self.sq_recoveries += o.sq_recoveries;
+        self.sq_error_drops += o.sq_error_drops;
+    }
+
+    /// Frames lost to injected faults, all reasons: what `rx = tx + drops` leaves out.
+    pub fn frames_lost(&self) -> u64 {
+        self.link_down_drops
+            + self.tx_dma_errors
+            + self.reset_rx_drops
+            + self.reset_tx_drops
+            + self.sq_error_drops
     }
 
     /// The counters as `(name, value)`, in the order of the fields.
-    pub fn named(&self) -> [(&'static str, u64); 6] {
+    pub fn named(&self) -> [(&'static str, u64); 11] {
         [
             ("link_down", self.link_down),
             ("link_down_drops", self.link_down_drops),
@@ -99,6 +124,11 @@ impl FaultCounts {
             ("tx_dma_errors", self.tx_dma_errors),
             ("doorbells_lost", self.doorbells_lost),
             ("doorbells_rerung", self.doorbells_rerung),
+            ("device_resets", self.device_resets),
+            ("reset_rx_drops", self.reset_rx_drops),
+            ("reset_tx_drops", self.reset_tx_drops),
+            ("sq_recoveries", self.sq_recoveries),
+            ("sq_error_drops", self.sq_error_drops),
         ]
     }
 }

@@ -227,6 +227,8 @@ pub struct FaultsSection {
     pub tx_dma_every: u64,
     /// Doorbells between lost doorbells.
     pub doorbell_lost_every: u64,
+    /// Frames received by queue 0 between device resets.
+    pub reset_every: u64,
 }
 
 impl Default for FaultsSection {
@@ -238,6 +240,7 @@ impl Default for FaultsSection {
             rx_desc_every: 0,
             tx_dma_every: 0,
             doorbell_lost_every: 0,
+            reset_every: 0,
         }
     }
 }
@@ -461,6 +464,7 @@ impl RunConfig {
             ("vnic.faults.rx_desc_every", f.rx_desc_every),
             ("vnic.faults.tx_dma_every", f.tx_dma_every),
             ("vnic.faults.doorbell_lost_every", f.doorbell_lost_every),
+            ("vnic.faults.reset_every", f.reset_every),
         ] {
             if n > MAX_FAULT_EVENTS {
                 return bad(
@@ -1021,6 +1025,7 @@ impl RunConfig {
                 rx_desc_every: f.rx_desc_every,
                 tx_dma_every: f.tx_dma_every,
                 doorbell_lost_every: f.doorbell_lost_every,
+                reset_every: f.reset_every,
             },
         })
     }

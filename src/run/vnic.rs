@@ -580,8 +580,7 @@ fn summary(
 }
 
 /// The `faults` object of a run with `[vnic.faults]`: the injected faults and recoveries summed
-/// (`link_down`, `link_down_drops`, `rx_desc_corrupted`, `tx_dma_errors`, `doorbells_lost`,
-/// `doorbells_rerung`) and per queue (`queues`: `port`, `queue` and the same counters).
+/// (the names of [`dataplane::FaultCounts::named`]) and per queue (`queues`: `port`, `queue` and the same counters).
 fn faults_json(total: &QueueStats, reports: &[WorkerReport]) -> Value {
     let named = |f: &dataplane::FaultCounts| {
         f.named()

@@ -39,6 +39,7 @@ static const uint32_t NMDP_MAX_LCORE = RTE_MAX_LCORE;
 static const uint32_t NMDP_LCORE_ID_ANY = LCORE_ID_ANY;
 static const uint32_t NMDP_ETH_MQ_RX_RSS = RTE_ETH_MQ_RX_RSS;
 static const uint32_t NMDP_ETH_MQ_RX_NONE = RTE_ETH_MQ_RX_NONE;
+static const uint32_t NMDP_ETH_DEV_INTR_LSC = RTE_ETH_DEV_INTR_LSC;
 static const int NMDP_SOCKET_ID_ANY = SOCKET_ID_ANY;
 static const int NMDP_VERSION_YEAR = RTE_VER_YEAR;
 static const int NMDP_VERSION_MONTH = RTE_VER_MONTH;

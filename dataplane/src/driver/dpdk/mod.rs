@@ -52,6 +52,7 @@
 
 mod eal;
 mod error;
+mod events;
 mod mbuf;
 mod mempool;
 pub mod mlx5;

@@ -9,6 +9,7 @@ use nicmem::{NicMem, ProtectionDomain, Region};
 
 use super::eal::{Eal, control_lock};
 use super::error::{DpdkError, strerror};
+use super::events::{self, PortEvents, Reconfigure};
 use super::mempool::{
     MempoolStats, QueuePools, create_extbuf_pool, create_pool, nic_buffer_size,
     register_nic_pool_window,
@@ -243,6 +244,12 @@ impl DpdkPort {
             pools.push(p);
         }
         start(port_id, name)?;
+        let events = PortEvents::register(
+            port_id,
+            name,
+            events::lsc_capable(info),
+            reconfigure(cfg, port_id, name, &plan),
+        )?;
         guard.armed = false;
         let mode = cfg.mode;
         if plan.emulated {
@@ -262,6 +269,7 @@ impl DpdkPort {
             nicmem: nic.emulated,
             _regions: regions,
             window: plan.window,
+            events,
         });
         let stop = RxStop::default();
         let finite = cfg.stop_when_idle.unwrap_or_else(|| {
@@ -427,6 +435,7 @@ impl std::fmt::Debug for PortStatsHandle {
 
 /// What a port runs as, decided from its capabilities and the config before anything is set up
 /// (the first step of [`DpdkPort::configure`]).
+#[derive(Clone)]
 struct Plan {
     /// Queue pairs (one per worker).
     queues: u16,
@@ -562,6 +571,7 @@ fn configure_device(
     if info.tx_offload_capa & sys::NMDP_TX_OFFLOAD_MULTI_SEGS != 0 {
         conf.txmode.offloads |= sys::NMDP_TX_OFFLOAD_MULTI_SEGS;
     }
+    events::enable_lsc(&mut conf, info);
     // SAFETY: valid port id and config.
     let rc = unsafe { sys::rte_eth_dev_configure(port_id, q, q, &conf) };
     if rc != 0 {
@@ -832,6 +842,28 @@ fn setup_queue(
         )));
     }
     Ok(())
+}
+
+/// How the port is set up again after a device reset ([`events`]): the steps of
+/// [`DpdkPort::configure`] after the pools exist, over the same pools.
+fn reconfigure(cfg: &DpdkPortConfig, port_id: u16, name: &str, plan: &Plan) -> Reconfigure {
+    let (cfg, name, plan) = (cfg.clone(), name.to_string(), plan.clone());
+    Box::new(move |pools| {
+        let mut info = sys::rte_eth_dev_info::default();
+        // SAFETY: valid port id and out-pointer.
+        let rc = unsafe { sys::rte_eth_dev_info_get(port_id, &mut info) };
+        if rc != 0 {
+            return Err(DpdkError::Port(format!(
+                "rte_eth_dev_info_get({name}): {}",
+                strerror(-rc)
+            )));
+        }
+        let nb = configure_device(&cfg, port_id, &name, &info, &plan)?;
+        for (qi, p) in pools.iter().enumerate() {
+            setup_queue(port_id, &name, qi as u16, nb, &plan, &info, p)?;
+        }
+        start(port_id, &name)
+    })
 }
 
 /// Starts a configured port and turns promiscuous mode on (harmless where unsupported).

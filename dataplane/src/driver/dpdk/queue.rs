@@ -611,6 +611,9 @@ impl Queue for DpdkQueue {
             as usize;
         if n == 0 {
             self.empty_polls += 1;
+            if self.queue == 0 {
+                self.shared.events.on_idle(&self.shared.pools);
+            }
             return 0;
         }
         self.empty_polls = 0;
@@ -764,6 +767,7 @@ impl Queue for DpdkQueue {
                 NICMEM_CPU_WRITE_BYTES.load(Ordering::Relaxed),
             ));
             v.extend(port_xstats(self.port_id, &self.shared.name));
+            v.extend((self.shared.events.xstats().iter()).map(|&(k, n)| (k.to_string(), n)));
         }
         v
     }

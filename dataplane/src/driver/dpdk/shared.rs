@@ -8,6 +8,7 @@ use dpdk_sys as sys;
 use nicmem::{NicMem, Region};
 
 use super::eal::control_lock;
+use super::events::PortEvents;
 use super::mempool::QueuePools;
 use super::mlx5;
 
@@ -30,11 +31,14 @@ pub(crate) struct PortShared {
     pub(crate) _regions: Vec<Region>,
     /// mlx5 device memory the payload pools use.
     pub(crate) window: Option<mlx5::DeviceWindow>,
+    /// Link-state and reset events, and how to set the port up again after a reset.
+    pub(crate) events: PortEvents,
 }
 
 impl Drop for PortShared {
     fn drop(&mut self) {
         let _g = control_lock();
+        self.events.unregister();
         // SAFETY: the port was started by us; every queue handle is gone (this is the last
         // reference), so no thread polls it. Close returns mbufs held in its rings to the pools.
         unsafe {

@@ -1,6 +1,14 @@
 //! Faults the virtual NIC injects on purpose (`[vnic.faults]`), so the driver's handling of
 //! them runs in tests and soaks: the link going down for a while, a corrupted Rx descriptor, a
-//! DMA read of a Tx WQE or its payload that fails, a doorbell the NIC never sees.
+//! DMA read of a Tx WQE or its payload that fails, a doorbell the NIC never sees, a device
+//! reset.
+//!
+//! A failed Tx DMA read also puts the send queue in the error state, as an error completion does
+//! on mlx5: the NIC processes no further WQE of that queue until the driver recovers it (on a
+//! real NIC by moving the SQ from error through reset back to ready; the mlx5 PMD then drops the
+//! WQEs posted behind the failed one). A device reset drops every queue's descriptors and work
+//! in flight; each queue's driver notices it on its next poll, takes every buffer back, counts
+//! the frames it lost, re-initialises its rings and refills them.
 //!
 //! Injection is seeded and counted in events (frames, WQEs, doorbells), not in time, so the same
 //! config injects the same faults at the same packets on either clock. Each kind has a mean
@@ -10,6 +18,8 @@
 
 use super::desc::SEG;
 use crate::port::FaultCounts;
+use std::sync::Arc;
+use std::sync::atomic::{AtomicU64, Ordering};
 
 /// What to inject and how often (0 = never). Intervals are means, in the events they count.
 #[derive(Clone, Debug, Default, PartialEq, Eq)]
@@ -26,6 +36,8 @@ pub struct FaultConfig {
     pub tx_dma_every: u64,
     /// Doorbells between lost doorbells.
     pub doorbell_lost_every: u64,
+    /// Frames received by queue 0 between device resets (each resets every queue of the port).
+    pub reset_every: u64,
 }
 
 impl FaultConfig {
@@ -35,6 +47,19 @@ impl FaultConfig {
             || self.rx_desc_every > 0
             || self.tx_dma_every > 0
             || self.doorbell_lost_every > 0
+            || self.reset_every > 0
+    }
+}
+
+/// The resets a port's device went through, shared by its queues: queue 0 counts the frames
+/// between resets and bumps the count; every queue recovers once per count it has not seen.
+#[derive(Debug, Default)]
+pub(crate) struct DeviceResets(AtomicU64);
+
+impl DeviceResets {
+    /// A new, shared count for one port.
+    pub(crate) fn new() -> Arc<Self> {
+        Arc::new(Self::default())
     }
 }
 
@@ -75,6 +100,15 @@ pub(crate) struct FaultState {
     next_rx_desc: u64,
     next_tx_dma: u64,
     next_doorbell_lost: u64,
+    next_reset: u64,
+    /// Queue 0 triggers the port's device resets.
+    triggers_resets: bool,
+    /// The port's device resets, and how many of them this queue has recovered from.
+    device: Arc<DeviceResets>,
+    resets_seen: u64,
+    /// The send queue is in the error state after an error completion: the NIC takes no WQE
+    /// until the driver recovers it.
+    pub sq_error: bool,
     /// Frames still to be lost in the current link-down period.
     pub down_left: u64,
     /// A doorbell was lost and the WQEs it covered are still waiting.
@@ -86,8 +120,14 @@ pub(crate) struct FaultState {
 }
 
 impl FaultState {
-    /// The state of queue `queue` of port `port`, or `None` when nothing is injected.
-    pub(crate) fn new(cfg: &FaultConfig, port: u16, queue: u16) -> Option<Box<Self>> {
+    /// The state of queue `queue` of port `port`, whose device resets are counted in `device`,
+    /// or `None` when nothing is injected.
+    pub(crate) fn new(
+        cfg: &FaultConfig,
+        port: u16,
+        queue: u16,
+        device: &Arc<DeviceResets>,
+    ) -> Option<Box<Self>> {
         if !cfg.enabled() {
             return None;
         }
@@ -101,6 +141,11 @@ impl FaultState {
             next_rx_desc: 0,
             next_tx_dma: 0,
             next_doorbell_lost: 0,
+            next_reset: 0,
+            triggers_resets: queue == 0,
+            device: device.clone(),
+            resets_seen: 0,
+            sq_error: false,
             down_left: 0,
             doorbell_owed: false,
             tx_fail_pending: false,
@@ -110,6 +155,7 @@ impl FaultState {
         s.next_rx_desc = s.gap(cfg.rx_desc_every);
         s.next_tx_dma = s.gap(cfg.tx_dma_every);
         s.next_doorbell_lost = s.gap(cfg.doorbell_lost_every);
+        s.next_reset = s.gap(cfg.reset_every);
         Some(Box::new(s))
     }
 
@@ -170,6 +216,23 @@ impl FaultState {
         true
     }
 
+    /// True when the device reset since this queue last looked (the driver must then recover
+    /// the queue). Queue 0 resets the device when `frames`, the frames it has seen so far,
+    /// reach the next reset.
+    pub(crate) fn reset_due(&mut self, frames: u64) -> bool {
+        if self.triggers_resets && frames >= self.next_reset {
+            self.next_reset = frames.saturating_add(self.gap(self.cfg.reset_every));
+            self.device.0.fetch_add(1, Ordering::Relaxed);
+        }
+        let now = self.device.0.load(Ordering::Relaxed);
+        if now == self.resets_seen {
+            return false;
+        }
+        self.resets_seen = now;
+        self.counts.device_resets += 1;
+        true
+    }
+
     /// Counts a doorbell; true when the NIC loses it.
     pub(crate) fn doorbell_lost(&mut self) -> bool {
         self.doorbells += 1;
@@ -197,7 +260,7 @@ mod tests {
             ..FaultConfig::default()
         };
         let run = || {
-            let mut s = FaultState::new(&cfg, 0, 0).unwrap();
+            let mut s = FaultState::new(&cfg, 0, 0, &DeviceResets::new()).unwrap();
             (0..100_000).filter(|_| s.doorbell_lost()).count()
         };
         let n = run();
@@ -206,7 +269,7 @@ mod tests {
             (9_000..=11_000).contains(&n),
             "{n} lost of 100000, mean 1 in 10"
         );
-        assert!(FaultState::new(&FaultConfig::default(), 0, 0).is_none());
+        assert!(FaultState::new(&FaultConfig::default(), 0, 0, &DeviceResets::new()).is_none());
     }
 
     #[test]

@@ -356,6 +356,7 @@ impl VnicPort {
         let q = cfg.queues as usize;
         let rss = Rss::new(&DEFAULT_RSS_KEY, cfg.queues);
         let alive = Arc::new(());
+        let device_resets = faults::DeviceResets::new();
         let stop = Arc::new(AtomicBool::new(false));
         let sink = Arc::new(ModelSink::new(q));
         let mut queues = Vec::with_capacity(q);
@@ -421,6 +422,7 @@ impl VnicPort {
                 queue_rss,
                 &alive,
                 qm,
+                &device_resets,
             )?;
             queues.push(qp);
         }
@@ -521,6 +523,7 @@ impl VnicPort {
         rss: Option<Rss>,
         alive: &Arc<()>,
         qm: QueueModel,
+        device_resets: &Arc<faults::DeviceResets>,
     ) -> Result<VnicQueue, VnicError> {
         let mem = |e: &dyn std::fmt::Display| VnicError::Memory(format!("queue {qid}: {e}"));
         let rx_ring = cfg.rx_ring.next_power_of_two();
@@ -566,7 +569,7 @@ impl VnicPort {
             rss,
             alive: alive.clone(),
             qm,
-            faults: faults::FaultState::new(&cfg.faults, port_id, qid),
+            faults: faults::FaultState::new(&cfg.faults, port_id, qid, device_resets),
         }))
     }
 

@@ -1025,7 +1025,10 @@ impl VnicQueue {
 
     /// Rings the doorbell: the NIC fetches every posted WQE and processes it onto the wire.
     pub fn tx_doorbell(&mut self) {
-        self.doorbell(false);
+        // The NIC serves no doorbell of a send queue in the error state (`faults.rs`).
+        if !self.faults.as_ref().is_some_and(|f| f.sq_error) {
+            self.doorbell(false);
+        }
     }
 
     /// [`VnicQueue::tx_doorbell`]; with `fail_first`, the DMA read of the first WQE fails (an
@@ -1041,6 +1044,11 @@ impl VnicQueue {
             && self
                 .tx
                 .nic_fail_next(syndrome::LOCAL_ACCESS, &mut self.model, ready);
+        if failed {
+            // The error completion put the send queue in the error state: the NIC reads no
+            // further WQE until the driver recovers it (`faults.rs`).
+            return true;
+        }
         let egress = &mut self.egress;
         let mut wire = |buf: &[u8], lens: &[u32]| match egress {
             Egress::Sink(s) => s.deliver_batch(buf, lens),
@@ -1082,6 +1090,12 @@ impl VnicQueue {
         let Some(mut f) = self.faults.take() else {
             return want;
         };
+        if f.reset_due(self.stats.rx_packets + f.counts.link_down_drops) {
+            self.device_reset(&mut f);
+        }
+        if f.sq_error {
+            self.recover_sq(&mut f);
+        }
         if f.doorbell_owed {
             self.ring_owed(&mut f);
         }
@@ -1113,14 +1127,17 @@ impl VnicQueue {
 
     /// The injected faults' part of a send burst (`n` WQEs just posted): a failed DMA read is
     /// due after some WQEs, and the doorbell may be lost (the WQEs then wait for the driver's
-    /// next poll, [`VnicQueue::rx_faults`], or the next doorbell).
+    /// next poll, [`VnicQueue::rx_faults`], or the next doorbell); a device reset due now loses
+    /// the WQEs just posted.
     #[cold]
     #[inline(never)]
     fn tx_faults(&mut self, n: usize) {
         let Some(mut f) = self.faults.take() else {
             return;
         };
-        if n > 0 {
+        if f.reset_due(self.stats.rx_packets + f.counts.link_down_drops) {
+            self.device_reset(&mut f);
+        } else if n > 0 {
             if f.tx_dma_due(n as u64) {
                 f.tx_fail_pending = true;
             }
@@ -1134,13 +1151,54 @@ impl VnicQueue {
     /// Rings the doorbell with the faults state `f` (taken out of the queue): fails the first
     /// WQE's DMA read when that is pending, and settles a lost doorbell this one covers.
     fn ring_owed(&mut self, f: &mut FaultState) {
+        if f.sq_error {
+            self.recover_sq(f);
+        }
         if std::mem::take(&mut f.doorbell_owed) {
             f.counts.doorbells_rerung += 1;
         }
         if self.doorbell(f.tx_fail_pending) {
             f.tx_fail_pending = false;
             f.counts.tx_dma_errors += 1;
+            f.sq_error = true;
         }
+    }
+
+    /// The driver's recovery of a send queue in the error state (mlx5: SQ error -> reset ->
+    /// ready): polls the completions, the error one included, drops the WQEs posted behind the
+    /// failed one (counted) and returns their buffers, and starts the ring afresh.
+    #[cold]
+    fn recover_sq(&mut self, f: &mut FaultState) {
+        self.reclaim();
+        f.counts.sq_error_drops += self.drain_tx();
+        f.counts.sq_recoveries += 1;
+        f.sq_error = false;
+        f.doorbell_owed = false;
+    }
+
+    /// The driver's recovery after a device reset (`faults.rs`): every descriptor and all work
+    /// in flight are gone, so it takes back every buffer from the rings, the completion queues
+    /// and the send queue, counts the frames lost with them, and posts fresh descriptors.
+    #[cold]
+    fn device_reset(&mut self, f: &mut FaultState) {
+        let (rx, tx) = self.release_all();
+        f.counts.reset_rx_drops += rx;
+        f.counts.reset_tx_drops += tx;
+        f.sq_error = false;
+        f.doorbell_owed = false;
+        self.refill();
+    }
+
+    /// Empties the send queue, returning every buffer it holds; returns the packets the NIC
+    /// never read.
+    fn drain_tx(&mut self) -> u64 {
+        let cache = &mut self.cache;
+        let model = &mut self.model;
+        self.tx.drain(&mut |c| {
+            // SAFETY: the send queue's buffers, given up by the drained ring.
+            unsafe { cache.free_sorted(c.hdr, c.pay, c.nic) };
+            model.nicmem_freed(c.nic_bytes);
+        })
     }
 
     /// Frees completed sends, in bulk.
@@ -1497,17 +1555,14 @@ impl VnicQueue {
     }
 
     /// Takes every buffer back from the rings, the completion queue and the send queue (queue
-    /// teardown).
-    fn release_all(&mut self) {
-        let cache = &mut self.cache;
-        let model = &mut self.model;
-        self.tx.drain(&mut |c| {
-            // SAFETY: the send queue's buffers, given up by the drained ring.
-            unsafe { cache.free_sorted(c.hdr, c.pay, c.nic) };
-            model.nicmem_freed(c.nic_bytes);
-        });
+    /// teardown, device reset). Returns the frames received but never polled and the packets
+    /// posted for sending but never read by the NIC.
+    fn release_all(&mut self) -> (u64, u64) {
+        let unsent = self.drain_tx();
+        let mut unpolled = 0;
         // Completions the driver never polled: their buffers return too.
         while let Some(cqe) = self.rx_cq.poll() {
+            unpolled += 1;
             let h = self.hdr.harvest(cqe.wqe_counter);
             let ring = cqe.ring.min(cqe_ring::SECONDARY + 1);
             let pidx = match ring {
@@ -1539,6 +1594,7 @@ impl VnicQueue {
             // SAFETY: as above, for the secondary ring's host buffers.
             unsafe { c.free_indices(&idx) };
         }
+        (unpolled, unsent)
     }
 }
 
@@ -1589,7 +1645,7 @@ impl Queue for VnicQueue {
         if self.faults.is_some() {
             self.tx_faults(n);
         } else if n > 0 {
-            self.tx_doorbell();
+            self.doorbell(false);
         }
         n
     }
@@ -1689,7 +1745,9 @@ impl Queue for VnicQueue {
                     self.ring_owed(&mut f);
                     self.faults = Some(f);
                 }
-                None => self.tx_doorbell(),
+                None => {
+                    self.doorbell(false);
+                }
             }
         }
         self.reclaim();

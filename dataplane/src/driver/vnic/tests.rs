@@ -819,7 +819,7 @@ fn corrupted_rx_descriptors_complete_in_error_and_the_run_goes_on() {
 }
 
 #[test]
-fn failed_tx_dma_reads_lose_only_their_frame() {
+fn failed_tx_dma_reads_put_the_send_queue_in_error_until_the_driver_recovers_it() {
     for virt in [false, true] {
         for mode in DatapathMode::ALL {
             let f = FaultConfig {
@@ -830,14 +830,225 @@ fn failed_tx_dma_reads_lose_only_their_frame() {
             let (s, input, out) = run_with_faults(mode, f, virt);
             let c = s.faults;
             assert!(c.tx_dma_errors >= 5, "{mode} virt {virt}: {c:?}");
+            // Every error completion is followed by one recovery before the queue sends again.
+            assert_eq!(
+                c.sq_recoveries, c.tx_dma_errors,
+                "{mode} virt {virt}: {c:?}"
+            );
             assert_eq!(s.rx_packets, input.len() as u64, "{mode}");
             assert_eq!(s.rx_packets, s.tx_packets, "{mode}: rx = tx");
-            assert_eq!(s.wire_tx_frames, s.tx_packets - c.tx_dma_errors, "{mode}");
+            // Lost: the failed WQE's frame, and the WQEs posted behind it that the recovery
+            // dropped; nothing else.
+            assert_eq!(
+                s.wire_tx_frames,
+                s.tx_packets - c.tx_dma_errors - c.sq_error_drops,
+                "{mode} virt {virt}: {c:?}"
+            );
+            assert_eq!(c.frames_lost(), c.tx_dma_errors + c.sq_error_drops);
             assert_eq!(out.len() as u64, s.wire_tx_frames, "{mode}");
             assert!(
                 is_subsequence(&out, &input),
                 "{mode}: delivered frames intact"
             );
+        }
+    }
+}
+
+/// A host-mode queue of 8 frames of 300 B with `faults`, untimed.
+fn faulty_queue(faults: FaultConfig) -> (VnicPort, VnicQueue, CollectSink, Vec<Vec<u8>>) {
+    let frames: Vec<Vec<u8>> = (0..8).map(|i| frame(300, i)).collect();
+    let cfg = VnicConfig {
+        mode: DatapathMode::Host,
+        rx_ring: 16,
+        tx_ring: 64,
+        faults,
+        ..VnicConfig::default()
+    };
+    let (mut p, sink) = port(cfg, frames.clone());
+    let q = p.take_vnic_queues().pop().unwrap();
+    (p, q, sink, frames)
+}
+
+#[test]
+fn a_send_queue_in_error_takes_no_work_until_recovered() {
+    // A mean of 2 WQEs between failures: the first fails within the first 3 WQEs.
+    let (p, mut q, sink, frames) = faulty_queue(FaultConfig {
+        seed: 1,
+        tx_dma_every: 2,
+        ..FaultConfig::default()
+    });
+    let mut burst = Burst::with_capacity(4);
+    let mut drops = DropCounts::default();
+    assert_eq!(q.rx_burst(&mut burst), 4);
+    assert_eq!(q.tx_burst(&mut burst, &mut drops), 4);
+    let s = q.stats();
+    assert_eq!(s.faults.tx_dma_errors, 1, "{:?}", s.faults);
+    let before = s.wire_tx_frames;
+    assert!(before <= 2, "WQEs before the failed one went out");
+    assert_eq!(s.faults.sq_recoveries, 0, "not recovered yet");
+    // The queue is in error: a doorbell for more work is not served until the driver's
+    // recovery, which its next poll does; the WQEs behind the failed one are dropped.
+    q.tx_doorbell();
+    assert_eq!(
+        q.stats().wire_tx_frames,
+        before,
+        "a queue in error takes no work"
+    );
+    let mut one = Burst::with_capacity(1);
+    assert_eq!(q.rx_burst(&mut one), 1);
+    let s = q.stats();
+    assert_eq!(s.faults.sq_recoveries, 1);
+    assert_eq!(s.faults.sq_error_drops, 3 - before, "{:?}", s.faults);
+    // After the recovery the NIC reads WQEs again: this one is sent or fails its read.
+    assert_eq!(q.tx_burst(&mut one, &mut drops), 1);
+    let s = q.stats();
+    assert_eq!(
+        s.wire_tx_frames + s.faults.tx_dma_errors,
+        before + 2,
+        "{s:?}"
+    );
+    let s = forward(&mut q);
+    drop(q);
+    assert_eq!(
+        s.faults.sq_recoveries, s.faults.tx_dma_errors,
+        "{:?}",
+        s.faults
+    );
+    assert_eq!(
+        s.wire_tx_frames + s.faults.frames_lost(),
+        8,
+        "every frame sent or counted: {:?}",
+        s.faults
+    );
+    assert!(is_subsequence(&sink.frames.lock().unwrap(), &frames));
+    assert_eq!(p.pools()[0].header.stats().in_use, 0, "buffers back");
+}
+
+#[test]
+fn a_device_reset_drops_the_work_in_flight_and_the_queue_refills() {
+    let (p, mut q, sink, frames) = faulty_queue(FaultConfig {
+        seed: 1,
+        reset_every: 1,
+        ..FaultConfig::default()
+    });
+    let mut burst = Burst::with_capacity(4);
+    assert_eq!(q.rx_burst(&mut burst), 4);
+    // Posted, doorbell not rung: the WQEs are in flight when the device resets.
+    assert_eq!(q.tx_post(&mut burst, &mut DropCounts::default()), 4);
+    assert_eq!(q.rx_burst(&mut burst), 4, "the queue refilled and receives");
+    let s = q.stats();
+    assert_eq!(s.faults.device_resets, 1);
+    assert_eq!(s.faults.reset_tx_drops, 4, "{:?}", s.faults);
+    assert_eq!(q.tx_burst(&mut burst, &mut DropCounts::default()), 4);
+    let s = forward(&mut q);
+    drop(q);
+    assert_eq!(s.rx_packets + s.faults.reset_rx_drops, 8);
+    assert_eq!(s.wire_tx_frames + s.faults.reset_tx_drops, s.tx_packets);
+    let out = sink.frames.lock().unwrap().clone();
+    assert_eq!(out.len() as u64, s.wire_tx_frames);
+    assert!(is_subsequence(&out, &frames));
+    assert_eq!(p.pools()[0].header.stats().in_use, 0, "buffers back");
+}
+
+#[test]
+fn device_resets_lose_only_the_frames_in_flight_and_the_run_goes_on() {
+    for virt in [false, true] {
+        for mode in DatapathMode::ALL {
+            let f = FaultConfig {
+                seed: 13,
+                reset_every: 250,
+                doorbell_lost_every: 3,
+                ..FaultConfig::default()
+            };
+            let (s, input, out) = run_with_faults(mode, f, virt);
+            let c = s.faults;
+            assert!(c.device_resets >= 4, "{mode} virt {virt}: {c:?}");
+            // The lost doorbells leave WQEs waiting, which a reset then loses.
+            assert!(c.reset_tx_drops > 0, "{mode} virt {virt}: {c:?}");
+            // rx = tx + counted losses, on both sides of the driver.
+            assert_eq!(
+                s.rx_packets + c.reset_rx_drops,
+                input.len() as u64,
+                "{mode} virt {virt}: {c:?}"
+            );
+            assert_eq!(s.rx_packets, s.tx_packets, "{mode}: rx = tx");
+            assert_eq!(
+                s.wire_tx_frames + c.reset_tx_drops,
+                s.tx_packets,
+                "{mode} virt {virt}: {c:?}"
+            );
+            assert_eq!(out.len() as u64, s.wire_tx_frames, "{mode}");
+            assert!(s.wire_tx_frames > input.len() as u64 / 2, "{mode}: {s:?}");
+            assert!(
+                is_subsequence(&out, &input),
+                "{mode}: delivered frames intact"
+            );
+        }
+    }
+}
+
+#[test]
+fn a_device_reset_recovers_every_queue_of_the_port() {
+    let frames: Vec<Vec<u8>> = (0..4000u32)
+        .map(|i| {
+            udp_to(
+                (i % 251) as u8,
+                [10, 0, (i / 251) as u8, 1],
+                1000 + i as u16,
+            )
+        })
+        .collect();
+    let cfg = VnicConfig {
+        mode: DatapathMode::Split,
+        queues: 2,
+        rx_ring: 64,
+        tx_ring: 256,
+        faults: FaultConfig {
+            seed: 3,
+            reset_every: 300,
+            ..FaultConfig::default()
+        },
+        ..VnicConfig::default()
+    };
+    let (mut p, sink) = port(cfg, frames.clone());
+    let mut qs = p.take_vnic_queues();
+    let mut burst = Burst::with_capacity(32);
+    let mut drops = DropCounts::default();
+    for _ in 0..1_000_000 {
+        for q in &mut qs {
+            q.rx_burst(&mut burst);
+            q.tx_burst(&mut burst, &mut drops);
+            q.flush();
+        }
+        if qs.iter().all(|q| q.idle()) {
+            break;
+        }
+    }
+    let stats: Vec<_> = qs.iter().map(|q| q.stats()).collect();
+    drop(qs);
+    p.join();
+    let resets: Vec<u64> = stats.iter().map(|s| s.faults.device_resets).collect();
+    assert!(resets[0] >= 2, "{resets:?}");
+    // Queue 1 sees every reset queue 0 triggered, except one after its last poll.
+    assert!(
+        resets[1] + 1 >= resets[0] && resets[1] <= resets[0],
+        "{resets:?}"
+    );
+    let mut total = crate::port::QueueStats::default();
+    for s in &stats {
+        total.add(s);
+    }
+    let f = total.faults;
+    assert_eq!(total.rx_packets + f.reset_rx_drops, frames.len() as u64);
+    assert_eq!(total.wire_tx_frames + f.reset_tx_drops, total.tx_packets);
+    assert_eq!(
+        sink.frames.lock().unwrap().len() as u64,
+        total.wire_tx_frames
+    );
+    for pools in p.pools() {
+        assert_eq!(pools.header.stats().in_use, 0, "header buffers");
+        if let Some(pool) = &pools.host_payload {
+            assert_eq!(pool.stats().in_use, 0, "payload buffers");
         }
     }
 }
@@ -872,12 +1083,14 @@ fn faults_repeat_with_the_seed() {
         rx_desc_every: 150,
         tx_dma_every: 170,
         doorbell_lost_every: 7,
+        reset_every: 600,
     };
     let a = run_with_faults(DatapathMode::NicInline, f.clone(), true);
     let b = run_with_faults(DatapathMode::NicInline, f, true);
     assert_eq!(a.0, b.0, "same seed, same counters");
     assert_eq!(a.2, b.2, "same seed, same frames out");
     assert!(a.0.faults.link_down > 0 && a.0.faults.tx_dma_errors > 0);
+    assert!(a.0.faults.device_resets > 0 && a.0.faults.sq_recoveries > 0);
 }
 
 #[test]

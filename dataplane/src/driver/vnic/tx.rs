@@ -786,13 +786,23 @@ impl TxRing {
         true
     }
 
-    /// Hands every packet still held (queue teardown) to `free`, like [`TxRing::complete`], and
-    /// empties the ring.
-    pub(crate) fn drain(&mut self, free: &mut impl FnMut(Completed<'_>)) {
+    /// Hands every packet still held (queue teardown, or the driver's recovery after an error
+    /// completion or a device reset) to `free`, like [`TxRing::complete`], and empties the ring
+    /// and its completion queue. Returns how many of those packets the NIC never read (lost).
+    pub(crate) fn drain(&mut self, free: &mut impl FnMut(Completed<'_>)) -> u64 {
+        let (mut at, mut unsent) = (self.nic_ci, 0);
+        while at.wrapping_sub(self.nic_ci) < self.pi.wrapping_sub(self.nic_ci) {
+            let s = self.slots[(at & self.mask) as usize];
+            let start = s.at == at;
+            unsent += u64::from(start && s.hdr != NO_PKT);
+            at = at.wrapping_add(if start { u32::from(s.nbb.max(1)) } else { 1 });
+        }
+        while self.cq.poll().is_some() {}
         self.release([self.hdrs.pi, self.pays.pi, self.nics.pi], free);
         self.slots.fill(EMPTY_SLOT);
         self.sw_ci = self.pi;
         self.nic_ci = self.pi;
+        unsent
     }
 
     /// Completions not yet polled.

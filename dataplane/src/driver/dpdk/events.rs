@@ -1,0 +1,425 @@
+//! Link-state and reset events of DPDK ports: the callbacks EAL's interrupt thread runs for
+//! `RTE_ETH_EVENT_INTR_LSC` and `RTE_ETH_EVENT_INTR_RESET`, and the recovery the port's worker
+//! does afterwards.
+//!
+//! Why the work is split: an event callback runs on EAL's interrupt thread while the workers poll
+//! the port, and DPDK forbids resetting a port from its own callback (the reset waits for the
+//! interrupt thread). So the callbacks only record what happened in atomics ([`EventCounts`]);
+//! the worker that polls queue 0 looks at them when a poll comes back empty (a port whose device
+//! reset or whose link is down delivers nothing, and a busy port pays nothing), and recovers:
+//! it stops the port, calls `rte_eth_dev_reset`, and sets the port up again over the pools it
+//! already has (configure, queue setup, start), as `rte_eth_dev_reset`'s documentation asks of
+//! an application. A PMD without a reset operation (`-ENOTSUP`) is set up again all the same.
+//!
+//! A link that goes down is only reported: the PMD delivers nothing meanwhile, and the port
+//! carries on when the link comes back. Some PMDs keep the link status by interrupt without
+//! raising the event (`net_tap` in DPDK 22.11 updates it from its netlink interrupt and calls
+//! no callback), so the worker also reads that status, a copy without a PMD call, every few
+//! hundred empty polls. Both show in the port's extended statistics
+//! (`link_up`, `link_down_events`, `link_up_events`, `reset_events`, `device_resets`,
+//! `reset_failures`), hence in the run summary's `xstats` and EAL's telemetry of the port.
+//!
+//! Only a port with one queue pair is set up again by its worker: with several, other workers
+//! poll and send on the port's other queues while it would be reconfigured, so the reset is
+//! counted in `reset_failures` with a message instead, and the run goes on without that port's
+//! traffic.
+
+use std::ffi::{c_int, c_void};
+use std::sync::atomic::{AtomicBool, AtomicU64, Ordering};
+
+use dpdk_sys as sys;
+
+use super::eal::control_lock;
+use super::error::{DpdkError, strerror};
+use super::mempool::QueuePools;
+
+/// Sets a port up again after a reset over the pools it already has (configure, queue setup,
+/// start).
+pub(crate) type Reconfigure = Box<dyn Fn(&[QueuePools]) -> Result<(), DpdkError> + Send + Sync>;
+
+/// What a port's event callbacks saw and what its worker did about it (all monotonic but
+/// `link_up`).
+#[derive(Debug, Default)]
+pub(crate) struct EventCounts {
+    /// The link is up (as last reported).
+    link_up: AtomicBool,
+    /// Times the link went down.
+    link_down: AtomicU64,
+    /// Times the link came up.
+    link_up_events: AtomicU64,
+    /// Reset events the PMD raised.
+    reset_events: AtomicU64,
+    /// Reset events the worker has dealt with.
+    resets_handled: AtomicU64,
+    /// Resets recovered (port reset and set up again).
+    resets: AtomicU64,
+    /// Resets that could not be recovered.
+    reset_failures: AtomicU64,
+}
+
+impl EventCounts {
+    /// Notes a link status report.
+    fn link(&self, up: bool) {
+        let was = self.link_up.swap(up, Ordering::Relaxed);
+        if was && !up {
+            self.link_down.fetch_add(1, Ordering::Relaxed);
+        } else if !was && up {
+            self.link_up_events.fetch_add(1, Ordering::Relaxed);
+        }
+    }
+}
+
+/// The events DPDK calls back for, with the callback registered for each.
+const EVENTS: [sys::rte_eth_event_type; 2] = [
+    sys::rte_eth_event_type_RTE_ETH_EVENT_INTR_LSC,
+    sys::rte_eth_event_type_RTE_ETH_EVENT_INTR_RESET,
+];
+
+/// A port's event callbacks and the way to set it up again: registered at open, unregistered
+/// (before the port is stopped and closed) by [`PortEvents::unregister`].
+pub(crate) struct PortEvents {
+    port_id: u16,
+    name: String,
+    /// Boxed: its address is the callbacks' argument and must not move.
+    counts: Box<EventCounts>,
+    reconfigure: Reconfigure,
+    /// The PMD keeps the link status by interrupt (reading it is a copy, no PMD call).
+    lsc: bool,
+    /// Empty polls of queue 0 seen (only its worker counts them).
+    idle_polls: AtomicU64,
+    /// The events whose callbacks are registered.
+    registered: [bool; 2],
+}
+
+impl std::fmt::Debug for PortEvents {
+    fn fmt(&self, f: &mut std::fmt::Formatter<'_>) -> std::fmt::Result {
+        f.debug_struct("PortEvents")
+            .field("port_id", &self.port_id)
+            .field("counts", &self.counts)
+            .field("registered", &self.registered)
+            .finish()
+    }
+}
+
+/// Whether the link of `port_id` is up now.
+fn link_is_up(port_id: u16) -> bool {
+    let mut link = sys::rte_eth_link::default();
+    // SAFETY: a valid port id and an out-pointer to a local.
+    let rc = unsafe { sys::rte_eth_link_get_nowait(port_id, &mut link) };
+    rc == 0 && link.link_status() != 0
+}
+
+/// True when the port's PMD keeps its link status by interrupt (`RTE_ETH_DEV_INTR_LSC` in its
+/// device flags).
+pub(crate) fn lsc_capable(info: &sys::rte_eth_dev_info) -> bool {
+    // SAFETY: `dev_flags` points at the device's flags, alive as long as the device.
+    !info.dev_flags.is_null() && unsafe { *info.dev_flags } & sys::NMDP_ETH_DEV_INTR_LSC != 0
+}
+
+/// Asks a port's configuration for link-state interrupts when its PMD can raise them; without
+/// the device flag asking makes configure fail.
+pub(crate) fn enable_lsc(conf: &mut sys::rte_eth_conf, info: &sys::rte_eth_dev_info) {
+    if lsc_capable(info) {
+        conf.intr_conf.set_lsc(1);
+    }
+}
+
+/// Empty polls of queue 0 between two reads of the link status (see [`PortEvents::on_idle`]).
+const LINK_READ_EVERY: u64 = 256;
+
+/// The callback EAL's interrupt thread runs for a port's events.
+///
+/// # Safety
+/// `cb_arg` must be the [`EventCounts`] registered with it, alive until the callback is
+/// unregistered.
+unsafe extern "C" fn on_event(
+    port_id: u16,
+    event: sys::rte_eth_event_type,
+    cb_arg: *mut c_void,
+    _ret_param: *mut c_void,
+) -> c_int {
+    // SAFETY: per the contract, the registered counts, alive while registered; only atomics are
+    // touched through the shared reference.
+    let c = unsafe { &*(cb_arg as *const EventCounts) };
+    if event == sys::rte_eth_event_type_RTE_ETH_EVENT_INTR_LSC {
+        c.link(link_is_up(port_id));
+    } else if event == sys::rte_eth_event_type_RTE_ETH_EVENT_INTR_RESET {
+        c.reset_events.fetch_add(1, Ordering::Release);
+    }
+    0
+}
+
+impl PortEvents {
+    /// Registers the callbacks of started port `port_id` (named `name`; `lsc`: its PMD keeps the
+    /// link status by interrupt), which `reconfigure` sets up again after a reset, and notes
+    /// whether its link is up now.
+    pub(crate) fn register(
+        port_id: u16,
+        name: &str,
+        lsc: bool,
+        reconfigure: Reconfigure,
+    ) -> Result<Self, DpdkError> {
+        let mut ev = Self {
+            port_id,
+            name: name.to_string(),
+            counts: Box::default(),
+            reconfigure,
+            lsc,
+            idle_polls: AtomicU64::new(0),
+            registered: [false; 2],
+        };
+        ev.counts
+            .link_up
+            .store(link_is_up(port_id), Ordering::Relaxed);
+        let arg = ev.arg();
+        for (i, &e) in EVENTS.iter().enumerate() {
+            // SAFETY: a valid port; `on_event` matches `rte_eth_dev_cb_fn`; `arg` points at the
+            // boxed counts, which stay put and alive until `unregister` (also run on drop).
+            let rc = unsafe { sys::rte_eth_dev_callback_register(port_id, e, Some(on_event), arg) };
+            if rc != 0 {
+                return Err(DpdkError::Port(format!(
+                    "rte_eth_dev_callback_register({name}, event {e}): {}",
+                    strerror(-rc)
+                )));
+            }
+            ev.registered[i] = true;
+        }
+        Ok(ev)
+    }
+
+    fn arg(&self) -> *mut c_void {
+        (&*self.counts as *const EventCounts).cast_mut().cast()
+    }
+
+    /// Unregisters the callbacks (waiting for one that is running to finish). Must run before
+    /// the port is closed.
+    pub(crate) fn unregister(&mut self) {
+        let arg = self.arg();
+        for (i, &e) in EVENTS.iter().enumerate() {
+            if !std::mem::take(&mut self.registered[i]) {
+                continue;
+            }
+            loop {
+                // SAFETY: the same port, event, callback and argument as registered. -EAGAIN
+                // means the callback is running on the interrupt thread: wait and retry.
+                let rc = unsafe {
+                    sys::rte_eth_dev_callback_unregister(self.port_id, e, Some(on_event), arg)
+                };
+                if rc != -libc::EAGAIN {
+                    break;
+                }
+                std::thread::yield_now();
+            }
+        }
+    }
+
+    /// Queue 0's worker found the port idle: recovers from a reset the PMD reported since the
+    /// last look, if any, and every [`LINK_READ_EVERY`] empty polls reads the link status the
+    /// PMD's interrupt keeps (some PMDs, `net_tap` among them, update it without raising the
+    /// event). `pools` are the port's pools, one entry per queue.
+    #[inline]
+    pub(crate) fn on_idle(&self, pools: &[QueuePools]) {
+        let raised = self.counts.reset_events.load(Ordering::Acquire);
+        if raised != self.counts.resets_handled.load(Ordering::Relaxed) {
+            self.recover(raised, pools);
+        }
+        if self.lsc
+            && self
+                .idle_polls
+                .fetch_add(1, Ordering::Relaxed)
+                .is_multiple_of(LINK_READ_EVERY)
+        {
+            self.counts.link(link_is_up(self.port_id));
+        }
+    }
+
+    /// Resets the port and sets it up again (one recovery covers every reset raised so far).
+    #[cold]
+    #[inline(never)]
+    fn recover(&self, raised: u64, pools: &[QueuePools]) {
+        self.counts.resets_handled.store(raised, Ordering::Relaxed);
+        let c = &self.counts;
+        if pools.len() > 1 {
+            c.reset_failures.fetch_add(1, Ordering::Relaxed);
+            eprintln!(
+                "error: port {}: the device reset; a port with {} queues is not set up again \
+                 while other workers use it: its traffic stops (restart the run)",
+                self.name,
+                pools.len()
+            );
+            return;
+        }
+        let _g = control_lock();
+        // SAFETY: a valid port, polled only by this thread (one queue pair); stop and reset
+        // release the mbufs in its rings to their pools, which stay alive (`pools`).
+        let rc = unsafe {
+            sys::rte_eth_dev_stop(self.port_id);
+            sys::rte_eth_dev_reset(self.port_id)
+        };
+        let result = if rc != 0 && rc != -libc::ENOTSUP {
+            Err(DpdkError::Port(format!(
+                "rte_eth_dev_reset({}): {}",
+                self.name,
+                strerror(-rc)
+            )))
+        } else {
+            (self.reconfigure)(pools)
+        };
+        match result {
+            Ok(()) => {
+                c.resets.fetch_add(1, Ordering::Relaxed);
+                c.link(link_is_up(self.port_id));
+            }
+            Err(e) => {
+                c.reset_failures.fetch_add(1, Ordering::Relaxed);
+                eprintln!(
+                    "error: port {}: the device reset and could not be set up again: {e}",
+                    self.name
+                );
+            }
+        }
+    }
+
+    /// The counters, named as the port's extended statistics.
+    pub(crate) fn xstats(&self) -> [(&'static str, u64); 6] {
+        let c = &self.counts;
+        let get = |a: &AtomicU64| a.load(Ordering::Relaxed);
+        [
+            ("link_up", u64::from(c.link_up.load(Ordering::Relaxed))),
+            ("link_down_events", get(&c.link_down)),
+            ("link_up_events", get(&c.link_up_events)),
+            ("reset_events", get(&c.reset_events)),
+            ("device_resets", get(&c.resets)),
+            ("reset_failures", get(&c.reset_failures)),
+        ]
+    }
+
+    /// Runs the callback as the PMD would for `event` (tests: no vdev raises a reset).
+    #[cfg(test)]
+    fn raise(&self, event: sys::rte_eth_event_type) {
+        // SAFETY: the registered argument, alive while `self` is.
+        unsafe { on_event(self.port_id, event, self.arg(), std::ptr::null_mut()) };
+    }
+}
+
+impl Drop for PortEvents {
+    fn drop(&mut self) {
+        self.unregister();
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+    use crate::burst::Burst;
+    use crate::driver::dpdk::{DpdkPort, DpdkPortConfig, test_eal};
+    use crate::port::Port;
+    use crate::verdict::DropCounts;
+
+    fn xstat(port: &DpdkPort, name: &str) -> u64 {
+        let x = port.shared().events.xstats();
+        x.iter().find(|(k, _)| *k == name).expect("named").1
+    }
+
+    /// A reset the PMD raises (none of the vdevs does, so the test raises it as the PMD would):
+    /// the worker's next empty poll resets the port (`net_ring` has no reset operation, so it is
+    /// set up again as it is), counts it, and the port carries frames again.
+    #[test]
+    fn a_reset_event_sets_the_port_up_again() {
+        test_eal();
+        let mut port = DpdkPort::open(&DpdkPortConfig {
+            devargs: format!("net_ring_rst{}", std::process::id() % 10_000),
+            rx_desc: 64,
+            tx_desc: 64,
+            ..DpdkPortConfig::default()
+        })
+        .expect("net_ring port");
+        let mut q = port.take_queues().pop().expect("one queue");
+        let mut burst = Burst::with_capacity(32);
+        assert_eq!(q.rx_burst(&mut burst), 0, "nothing sent yet");
+        assert_eq!(xstat(&port, "device_resets"), 0);
+        port.shared()
+            .events
+            .raise(sys::rte_eth_event_type_RTE_ETH_EVENT_INTR_RESET);
+        assert_eq!(xstat(&port, "reset_events"), 1);
+        assert_eq!(q.rx_burst(&mut burst), 0);
+        assert_eq!(
+            xstat(&port, "device_resets"),
+            1,
+            "recovered on the empty poll"
+        );
+        assert_eq!(xstat(&port, "reset_failures"), 0);
+        // The port set up again carries frames: net_ring loops Tx back to Rx.
+        let frame = [0x5au8; 60];
+        for _ in 0..4 {
+            assert!(q.push_frame(&mut burst, &frame));
+        }
+        let mut drops = DropCounts::default();
+        assert_eq!(q.tx_burst(&mut burst, &mut drops), 4);
+        let mut got = 0;
+        for _ in 0..100 {
+            got += q.rx_burst(&mut burst);
+            if got == 4 {
+                break;
+            }
+        }
+        assert_eq!(got, 4, "frames loop back after the reset");
+        q.free_burst(&mut burst);
+        assert_eq!(q.rx_burst(&mut burst), 0);
+        assert_eq!(xstat(&port, "device_resets"), 1, "one reset, one recovery");
+    }
+
+    /// Link down and up on a `net_tap` port, done from the kernel side with `ip link` (needs
+    /// root): the PMD's link-state interrupt updates the status (`net_tap` raises no event; a
+    /// PMD that does reaches the callback), the worker's idle polls read it, and both changes
+    /// are counted and the link reported.
+    #[test]
+    fn link_state_changes_are_counted() {
+        // SAFETY: a plain libc call without arguments.
+        if unsafe { libc::geteuid() } != 0 {
+            eprintln!("skipped: link_state_changes_are_counted needs root (ip link on a tap)");
+            return;
+        }
+        test_eal();
+        let iface = format!("nmdplsc{}", std::process::id() % 10_000);
+        let port = DpdkPort::open(&DpdkPortConfig {
+            devargs: format!("net_tap_lsc{},iface={iface}", std::process::id() % 10_000),
+            rx_desc: 64,
+            tx_desc: 64,
+            ..DpdkPortConfig::default()
+        })
+        .expect("net_tap port");
+        let mut port = port;
+        let mut q = port.take_queues().pop().expect("one queue");
+        let mut burst = Burst::with_capacity(32);
+        let ip = |state: &str| {
+            let ok = std::process::Command::new("ip")
+                .args(["link", "set", &iface, state])
+                .status()
+                .is_ok_and(|s| s.success());
+            assert!(ok, "ip link set {iface} {state}");
+        };
+        // The worker's idle polls, which also read the link status.
+        let mut wait_for = |name: &str, want: u64| {
+            for _ in 0..500 {
+                for _ in 0..LINK_READ_EVERY {
+                    q.rx_burst(&mut burst);
+                    q.free_burst(&mut burst);
+                }
+                if xstat(&port, name) == want {
+                    return true;
+                }
+                std::thread::sleep(std::time::Duration::from_millis(10));
+            }
+            false
+        };
+        assert!(wait_for("link_up", 1), "the tap's link is up after start");
+        ip("down");
+        assert!(wait_for("link_down_events", 1), "link down counted");
+        assert_eq!(xstat(&port, "link_up"), 0, "reported down");
+        ip("up");
+        assert!(wait_for("link_up", 1), "reported up again");
+        assert_eq!(xstat(&port, "link_down_events"), 1);
+        assert!(xstat(&port, "link_up_events") >= 1);
+    }
+}
