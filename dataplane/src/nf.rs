@@ -69,6 +69,14 @@ pub trait NetworkFunction: Send {
     /// are counted (sent or dropped by reason) like every other packet.
     fn release(&mut self, _out: &mut Burst, _ctx: &NfContext, _flush: bool) {}
 
+    /// True while the function has work that must be done within a bounded time even when no
+    /// packet arrives (a NAT's event records waiting to be sent to the collector): the run loop
+    /// then calls [`NetworkFunction::release`] on idle iterations as it does for held packets.
+    /// Asked once per loop iteration, never per packet.
+    fn wants_release(&self) -> bool {
+        false
+    }
+
     /// Answers an operator's command between two bursts (the telemetry socket and `dataplane
     /// ctl` send it to every worker's instance through the worker's mailbox,
     /// [`crate::control`]): a query (`backends`, `sessions`) or a change (`drain`, `weight`),
@@ -170,16 +178,22 @@ impl NfChain {
     /// be built again: a held packet belongs to the run that received it).
     pub fn reset(&mut self) -> bool {
         // Every function is reset, also after one that cannot be.
-        let mut all = self.held() == 0;
+        let mut all = self.nfs.iter().map(|nf| nf.held()).sum::<usize>() == 0;
         for nf in &mut self.nfs {
             all &= nf.reset();
         }
         all
     }
 
-    /// Packets held back by the chain's functions (see [`NetworkFunction::held`]).
+    /// Packets held back by the chain's functions (see [`NetworkFunction::held`]), plus one per
+    /// function that wants [`NetworkFunction::release`] called without traffic
+    /// ([`NetworkFunction::wants_release`]): the run loop calls [`NfChain::release`] while this
+    /// is not zero.
     pub fn held(&self) -> usize {
-        self.nfs.iter().map(|nf| nf.held()).sum()
+        self.nfs
+            .iter()
+            .map(|nf| nf.held() + usize::from(nf.wants_release()))
+            .sum()
     }
 
     /// Lets the first function that has held packets ready release them into `out` (see
@@ -187,7 +201,7 @@ impl NfChain {
     /// afterwards when no function released anything.
     pub fn release(&mut self, out: &mut Burst, ctx: &NfContext, flush: bool) {
         for k in 0..self.nfs.len() {
-            if self.nfs[k].held() == 0 {
+            if self.nfs[k].held() == 0 && !self.nfs[k].wants_release() {
                 continue;
             }
             self.nfs[k].release(out, ctx, flush);

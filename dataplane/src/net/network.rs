@@ -3,7 +3,7 @@
 //! starts and shared by every worker's route stage and slow path (see the [module docs](super)).
 
 use std::net::Ipv4Addr;
-use std::sync::OnceLock;
+use std::sync::RwLock;
 use std::sync::atomic::{AtomicU64, Ordering};
 use std::time::Instant;
 
@@ -146,9 +146,10 @@ pub struct Network {
     fib: Fib,
     neighbors: Neighbors,
     arp: ArpConfig,
-    /// `(port, address)` the ports answer ARP for: their own addresses and the NFs' (set once,
-    /// after the NF chains are built).
-    owned: OnceLock<Vec<(u16, u32)>>,
+    /// `(port, address)` the ports answer ARP for: their own addresses and the NFs' (set after
+    /// the NF chains are built; an NF's address put into or taken out of service at run time
+    /// changes it). Read by the slow path per ARP packet, never per forwarded packet.
+    owned: RwLock<Vec<(u16, u32)>>,
     counters: NetCounters,
     epoch: Instant,
 }
@@ -190,13 +191,13 @@ impl Network {
             fib,
             neighbors: table,
             arp,
-            owned: OnceLock::new(),
+            owned: RwLock::new(Vec::new()),
             counters: NetCounters::default(),
             epoch: Instant::now(),
         })
     }
 
-    /// Sets the addresses the NFs own (once, before traffic starts): each on the port given, or
+    /// Sets the addresses the NFs own (before traffic starts): each on the port given, or
     /// (`None`) on every port whose subnet holds it. The ports' own addresses are always owned.
     /// Returns the addresses no port answers ARP for (owned on no subnet: hosts must route to
     /// them through one of the ports' addresses).
@@ -228,19 +229,59 @@ impl Network {
         }
         owned.sort_unstable();
         owned.dedup();
-        // Set once; a second call keeps the first list (the run sets it before it starts).
-        let _ = self.owned.set(owned);
+        *self.owned.write().unwrap_or_else(|e| e.into_inner()) = owned;
         unanswered
+    }
+
+    /// An NF's address put into service at run time (a NAT outside address added): answered on
+    /// `port`, or (`None`) on every port whose subnet holds it. False when no port answers it.
+    pub fn own(&self, ip: Ipv4Addr, port: Option<u16>) -> bool {
+        let a = u32::from(ip);
+        let ports: Vec<u16> = match port {
+            Some(p) if usize::from(p) < self.ports.len() => vec![p],
+            Some(_) => vec![],
+            None => (0..self.ports.len())
+                .filter(|&i| self.ports[i].ip.is_some_and(|pi| pi.contains(a)))
+                .map(|i| i as u16)
+                .collect(),
+        };
+        let mut owned = self.owned.write().unwrap_or_else(|e| e.into_inner());
+        for &p in &ports {
+            if !owned.contains(&(p, a)) {
+                owned.push((p, a));
+            }
+        }
+        owned.sort_unstable();
+        !ports.is_empty()
+    }
+
+    /// An NF's address taken out of service at run time: no port answers ARP for it any more
+    /// (a port's own address stays).
+    pub fn disown(&self, ip: Ipv4Addr) {
+        let a = u32::from(ip);
+        let own: Vec<(u16, u32)> = self
+            .ports
+            .iter()
+            .enumerate()
+            .filter_map(|(i, p)| Some((i as u16, p.ip?.addr)))
+            .collect();
+        self.owned
+            .write()
+            .unwrap_or_else(|e| e.into_inner())
+            .retain(|e| e.1 != a || own.contains(e));
     }
 
     /// True when `port` answers ARP for `ip`.
     pub fn owns(&self, port: u16, ip: u32) -> bool {
-        self.owned().contains(&(port, ip))
+        self.owned
+            .read()
+            .unwrap_or_else(|e| e.into_inner())
+            .contains(&(port, ip))
     }
 
-    /// Every `(port, address)` the ports answer ARP for.
-    pub fn owned(&self) -> &[(u16, u32)] {
-        self.owned.get().map_or(&[], Vec::as_slice)
+    /// Every `(port, address)` the ports answer ARP for, now.
+    pub fn owned(&self) -> Vec<(u16, u32)> {
+        self.owned.read().unwrap_or_else(|e| e.into_inner()).clone()
     }
 
     /// The ports' addresses, by run port index.

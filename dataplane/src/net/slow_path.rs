@@ -273,7 +273,7 @@ impl SlowPath {
             return;
         }
         let net = self.net.clone();
-        for &(port, ip) in net.owned() {
+        for (port, ip) in net.owned() {
             let mac = net.ports()[usize::from(port)].mac;
             frames::arp(
                 &mut self.frame,
