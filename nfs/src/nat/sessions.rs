@@ -132,7 +132,7 @@ impl Nat {
             })
             .collect();
         let mut v = Counters::new();
-        v.gauge("in_service", self.pool.in_service().count() as u64)
+        v.setting("in_service", self.pool.in_service().count() as u64)
             .setting(
                 "ring_points_per_address",
                 u64::from(self.pool.points_per_address()),
@@ -194,7 +194,7 @@ impl Nat {
             .text("state", st.as_str())
             .text("was", was.as_str())
             .count("sessions_ended", ended)
-            .gauge("in_service", self.pool.in_service().count() as u64);
+            .setting("in_service", self.pool.in_service().count() as u64);
         Ok(v)
     }
 
