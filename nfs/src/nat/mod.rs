@@ -1255,7 +1255,8 @@ impl Nat {
                 self.addresses_exhausted(proto)
             });
         };
-        if self.alloc.full(aidx, proto) {
+        // A deterministic subscriber's limit is its own range (checked there), not the address.
+        if self.det.is_none() && self.alloc.full(aidx, proto) {
             return Err(self.port_exhausted(nat_ip, proto));
         }
         let out_port = if self.det.is_some() {
