@@ -615,6 +615,55 @@ mod tests {
         assert_eq!(f.in_use(), 0, "no packet lost");
     }
 
+    /// Has work pending until its release is called at `now_ns >= 10` (a log waiting to be sent).
+    struct Pending(bool);
+
+    impl NetworkFunction for Pending {
+        fn name(&self) -> &str {
+            "pending"
+        }
+        fn process(&mut self, _: &mut Burst, _: &NfContext) {
+            self.0 = true;
+        }
+        fn wants_release(&self) -> bool {
+            self.0
+        }
+        fn release(&mut self, _out: &mut Burst, ctx: &NfContext, flush: bool) {
+            if flush || ctx.now_ns >= 10 {
+                self.0 = false;
+            }
+        }
+        fn reset(&mut self) -> bool {
+            true
+        }
+    }
+
+    #[test]
+    fn a_function_with_pending_work_is_released_without_traffic_and_still_resets() {
+        let mut chain = NfChain::new();
+        chain.push(Box::new(Count(0)));
+        chain.push(Box::new(Pending(false)));
+        assert_eq!(chain.held(), 0);
+        let ctx = |now_ns| NfContext {
+            now_ns,
+            ..NfContext::default()
+        };
+        let mut b = Burst::with_capacity(4);
+        chain.process(&mut b, &ctx(0));
+        assert_eq!(chain.held(), 1, "the run loop keeps calling release");
+        let mut out = Burst::with_capacity(4);
+        chain.release(&mut out, &ctx(5), false);
+        assert!(out.is_empty());
+        assert_eq!(chain.held(), 1);
+        chain.release(&mut out, &ctx(10), false);
+        assert_eq!(chain.held(), 0);
+        let mut alone = NfChain::new();
+        alone.push(Box::new(Pending(false)));
+        alone.process(&mut b, &ctx(20));
+        assert_eq!(alone.held(), 1);
+        assert!(alone.reset(), "pending work holds no packet: the chain still resets");
+    }
+
     /// Counts its resets; resets itself only when told it can.
     struct Resettable {
         can: bool,
