@@ -661,7 +661,10 @@ mod tests {
         alone.push(Box::new(Pending(false)));
         alone.process(&mut b, &ctx(20));
         assert_eq!(alone.held(), 1);
-        assert!(alone.reset(), "pending work holds no packet: the chain still resets");
+        assert!(
+            alone.reset(),
+            "pending work holds no packet: the chain still resets"
+        );
     }
 
     /// Counts its resets; resets itself only when told it can.

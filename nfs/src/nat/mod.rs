@@ -178,10 +178,13 @@ pub fn memory_for(cfg: &NatConfig, workers: u16) -> u64 {
     if cfg.subscriber_port_limit > 0 || cfg.subscriber_session_limit > 0 {
         bytes = bytes.saturating_add(FlowTable::<u64>::memory_for(n));
     }
+    let addresses = cfg.check(cfg.nat_ips.is_none()).map_or(1, |st| {
+        config::prefix_addresses(&st.pool) + config::prefix_addresses(&st.spare)
+    });
+    if addresses > 1 {
+        bytes = bytes.saturating_add(pool::ring_bytes(addresses));
+    }
     if cfg.port_block > 0 {
-        let addresses = cfg.check(cfg.nat_ips.is_none()).map_or(1, |st| {
-            config::prefix_addresses(&st.pool) + config::prefix_addresses(&st.spare)
-        });
         let ports = (u64::from(cfg.port_max) + 1).saturating_sub(u64::from(cfg.port_min));
         let per_worker = ports / u64::from(workers.max(1)) / u64::from(cfg.port_block);
         bytes = bytes.saturating_add(PortBlocks::memory_for(addresses * per_worker));

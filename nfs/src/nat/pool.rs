@@ -90,6 +90,14 @@ fn mix(x: u64) -> u32 {
     (z ^ (z >> 31)) as u32
 }
 
+/// Bytes of the ring of a pool of `known` addresses, all active (what [`AddressPool::new`]
+/// allocates at most for it).
+pub(super) fn ring_bytes(known: u64) -> u64 {
+    let points =
+        (u64::from(RING_BUDGET) / known.max(1)).clamp(u64::from(MIN_POINTS), u64::from(MAX_POINTS));
+    known.saturating_mul(points).saturating_mul(8)
+}
+
 impl AddressPool {
     /// A pool of `active` (checked, non-overlapping, at least one address) in service and
     /// `spare` known but off.
