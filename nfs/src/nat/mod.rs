@@ -6,8 +6,14 @@
 //!
 //! - **Outside addresses**: `nat_ip` (one, default 10.0.0.1, the paper's
 //!   `FlowIPNAT(SIP 10.0.0.1)`) or a pool `nat_ips` (addresses and prefixes). Each inside
-//!   address is paired with one outside address by a hash (`nfs/src/nat/pool.rs`), so all its
-//!   sessions share it (RFC 4787 REQ-2).
+//!   address is paired with one outside address by a consistent-hash ring of the addresses in
+//!   service (`nfs/src/nat/pool.rs`), so all its sessions share it (RFC 4787 REQ-2), and an
+//!   operator may put `spare_ips` into service, drain or remove addresses while it runs
+//!   (`pool add|drain|remove`, `nfs/src/nat/sessions.rs`) moving only the subscribers that must
+//!   move. With `instances = N` the instance uses only its `instance`-th share of the pool.
+//! - **Deterministic NAT** (`deterministic`, RFC 7422, `nfs/src/nat/deterministic.rs`): each
+//!   address of `subscriber_prefixes` has a computed outside address and port range per
+//!   worker; nothing is logged per session and [`DeterministicPlan`] maps back from the config.
 //! - **Ports**: each worker owns a slice of `port_min..=port_max` (1024-65535 split evenly; worker
 //!   `w` takes the `w`-th slice, the last one also the remainder) on every outside address, and
 //!   return traffic is steered to the owner by destination port ([`Nat::steering_rules`]).
@@ -72,16 +78,19 @@
 //!   mappings take ports from blocks of consecutive ports it owns (at most `port_block_limit`
 //!   per worker, beyond that `subscriber_limit`); a block returns when its last mapping ends.
 //! - **Logging** (`log_ipfix`, `nfs/src/nat/ipfix.rs`): session create and delete (or, with port
-//!   blocks, block allocation and release) and port exhaustion, as IPFIX records written into a
+//!   blocks, block allocation and release; nothing per session with deterministic NAT), ports
+//!   and addresses exhausted and quotas exceeded (rate limited), as IPFIX records written into a
 //!   preallocated per-worker buffer where sessions, mappings and blocks start and end, and sent
-//!   after the burst; `docs/operating-nat-logging.md`.
+//!   after the burst, or by an idle worker within `log_flush_ms`;
+//!   `docs/operating-nat-logging.md`.
 //! - **Timeouts** (VPP's defaults, RFC 4787/5382/5508): UDP 300 s, TCP established 7440 s, TCP
 //!   opening and closing 240 s, ICMP 60 s. Expiry is lazy (a lookup that finds an expired session
 //!   ends it) plus an incremental scan of `scan_per_burst` sessions per burst (and as many
 //!   mappings while some are on hold).
 //! - **Drop reasons** of its own, registered when a NAT is built: `no_mapping`,
 //!   `port_exhausted`, `subscriber_limit`, `filtered`, `tcp_not_syn`, `icmp_bad_checksum`,
-//!   `payload_unwritable`, `fragment_timeout`, `fragment_hold_full`, `fragment_first_dropped`.
+//!   `payload_unwritable`, `fragment_timeout`, `fragment_hold_full`, `fragment_first_dropped`,
+//!   `not_subscriber`.
 //!
 //! Memory: a session is 32 B and two session-table keys (34 B per slot, 1.11-2.22 slots per
 //! key); endpoint-independent mapping adds a 32 B mapping and two mapping-table keys per inside
