@@ -206,6 +206,37 @@ fn pool_add_drain_and_remove_between_bursts() {
     }
     let e = cmd(n, "pool", &["remove", "198.51.100.3"], 5 * SEC).unwrap_err();
     assert!(e.contains("last address"), "{e}");
+    // Every address draining: a new subscriber has no address (natEvent 3), an old one's
+    // session goes on.
+    cmd(n, "pool", &["drain", "198.51.100.3"], 5 * SEC).unwrap();
+    records(&rx);
+    let out = run(
+        nf.as_mut(),
+        &f,
+        &[
+            udp(ip("100.65.0.1"), 7, "203.0.113.5", 53),
+            udp(subs[0], 2000, "203.0.113.5", 53),
+        ],
+        6 * SEC,
+        0,
+    );
+    assert_eq!(out[0].1, Verdict::drop(reason("port_exhausted")));
+    assert_eq!(out[1].1, Verdict::tx(1));
+    assert_eq!(nf.counters().count_at("no_active_address"), Some(1));
+    nf.release(&mut out_burst(), &ctx(7 * SEC), false);
+    let got = records(&rx);
+    let exhausted = got
+        .get(&259)
+        .unwrap_or_else(|| panic!("{:?} {}", got.keys().collect::<Vec<_>>(), nf.counters()));
+    assert_eq!(
+        (exhausted.len(), exhausted[0][8]),
+        (1, 3),
+        "one addresses-exhausted record"
+    );
+}
+
+fn out_burst() -> dataplane::Burst {
+    dataplane::Burst::with_capacity(32)
 }
 
 /// Deterministic NAT: every translation of a subscriber lands in the range the plan computes

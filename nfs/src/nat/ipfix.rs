@@ -542,6 +542,12 @@ impl NatLog {
         if self.open_msg && (all || due) {
             self.close();
         }
+        self.send_complete();
+    }
+
+    /// Sends every complete message (a command that ends many sessions at once calls it as it
+    /// goes, so the buffer never fills).
+    pub fn send_complete(&mut self) {
         while self.waiting > 0 {
             let base = self.first * MSG_BYTES;
             let len = self.lens[self.first];

@@ -1234,7 +1234,7 @@ impl Nat {
         } else {
             self.sub_admit(sub, true)?;
             let Some((nat_ip, _)) = self.pool.paired(sub) else {
-                return Err(self.addresses_exhausted(k.proto()));
+                return Err(self.addresses_exhausted());
             };
             let port = self.edm_port(k, nat_ip, now)?;
             let idx = self.create_session(k, nat_ip, port, bits, now)?;
@@ -1264,7 +1264,7 @@ impl Nat {
                 self.c.not_subscriber += 1;
                 self.reasons.not_subscriber
             } else {
-                self.addresses_exhausted(proto)
+                self.addresses_exhausted()
             });
         };
         // A deterministic subscriber's limit is its own range (checked there), not the address.
@@ -1537,7 +1537,7 @@ impl Nat {
 
     /// No active outside address to pair a subscriber with (every one draining): counted as
     /// `port_exhausted` and logged as addresses exhausted (natEvent 3, rate limited).
-    fn addresses_exhausted(&mut self, _proto: u8) -> DropReason {
+    fn addresses_exhausted(&mut self) -> DropReason {
         self.c.port_exhausted += 1;
         self.c.no_active_address += 1;
         if let Some(l) = self.log.as_deref_mut() {

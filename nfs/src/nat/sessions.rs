@@ -200,7 +200,8 @@ impl Nat {
 
     /// Ends every session, mapping and port hold on outside address `addr` (it left service):
     /// sessions end as they do when they expire (logged), without a hold. Returns the live
-    /// sessions ended.
+    /// sessions ended. The log's complete messages are sent as they fill (an address may hold
+    /// far more sessions than the log buffers between two bursts), so no delete is lost.
     fn take_out(&mut self, addr: u32, now: u32) -> u64 {
         let mut ended = 0;
         for i in 0..self.sessions.high_water() as u32 {
@@ -210,15 +211,24 @@ impl Nat {
                     ended += 1;
                 }
                 self.end_session(i, now, false);
+                self.send_full_log();
             }
         }
         for m in 0..self.mappings.high_water() as u32 {
             let map = self.mappings.get(m);
             if (map.state == MAP_LIVE || map.state == MAP_HOLD) && map.outside == addr {
                 self.free_mapping(m);
+                self.send_full_log();
             }
         }
         ended
+    }
+
+    /// Sends the log's complete messages (the one being filled stays).
+    fn send_full_log(&mut self) {
+        if let Some(l) = self.log.as_deref_mut() {
+            l.send_complete();
+        }
     }
 
     /// Who holds outside endpoint `addr:port` on this worker: the live sessions and mappings
