@@ -225,13 +225,16 @@ fn pool_add_drain_and_remove_between_bursts() {
     assert_eq!(nf.counters().count_at("no_active_address"), Some(1));
     nf.release(&mut out_burst(), &ctx(7 * SEC), false);
     let got = records(&rx);
-    let exhausted = got
-        .get(&259)
-        .unwrap_or_else(|| panic!("{:?} {}", got.keys().collect::<Vec<_>>(), nf.counters()));
+    let exhausted = &got[&259];
     assert_eq!(
         (exhausted.len(), exhausted[0][8]),
         (1, 3),
         "one addresses-exhausted record"
+    );
+    assert_eq!(
+        nf.counters().count_at("log.lost"),
+        Some(0),
+        "removing addresses with thousands of sessions loses no delete"
     );
 }
 
