@@ -447,18 +447,43 @@ fn prometheus_metrics_pass_promtool_and_rise_during_a_run() {
         ],
     );
     run.client();
-    let err = run.stderr();
-    let addr = err
-        .lines()
-        .find_map(|l| l.strip_prefix("metrics: http://")?.strip_suffix("/metrics"))
-        .unwrap_or_else(|| panic!("no metrics address in:\n{err}"))
-        .to_string();
+    // The run prints the address once both surfaces are up: the socket may answer first.
+    let t0 = Instant::now();
+    let addr = loop {
+        let err = run.stderr();
+        if let Some(a) = err
+            .lines()
+            .find_map(|l| l.strip_prefix("metrics: http://")?.strip_suffix("/metrics"))
+        {
+            break a.to_string();
+        }
+        assert!(t0.elapsed() < PATIENCE, "no metrics address in:\n{err}");
+        std::thread::sleep(Duration::from_millis(20));
+    };
     assert!(addr.starts_with("127.0.0.1:"), "{addr}");
     run.wait_for("/nmdp/summary", |s| n(&s["packets_rx"]) > 1000);
     let (status, first) = http_get(&addr, "/metrics");
     assert_eq!(status, "HTTP/1.1 200 OK");
-    std::thread::sleep(Duration::from_millis(500));
-    let (_, second) = http_get(&addr, "/metrics");
+    let rising = [
+        "nmdp_port_rx_packets_total{port=\"0\",queue=\"0\"}",
+        "nmdp_port_wire_tx_frames_total{port=\"0\",queue=\"0\"}",
+        "nmdp_lb_vip_packets_total{nf=\"lb\",worker=\"0\"}",
+        "nmdp_lb_backends_packets_total{nf=\"lb\",worker=\"0\",backend=\"10.180.250.5\"}",
+        "nmdp_worker_bursts_total{worker=\"0\"}",
+    ];
+    // Scrapes again until every series has risen (a loaded machine may not run the worker for
+    // a while; the test waits for progress, it does not time it).
+    let t0 = Instant::now();
+    let second = loop {
+        std::thread::sleep(Duration::from_millis(200));
+        let (_, body) = http_get(&addr, "/metrics");
+        if rising.iter().all(|s| sample(&body, s) > sample(&first, s)) {
+            break body;
+        }
+        if t0.elapsed() > PATIENCE {
+            break body;
+        }
+    };
     let (status, _) = http_get(&addr, "/nothing");
     assert!(status.contains("404"), "{status}");
     run.signal("INT");
@@ -481,13 +506,7 @@ fn prometheus_metrics_pass_promtool_and_rise_during_a_run() {
             String::from_utf8_lossy(&o.stderr)
         );
     }
-    for series in [
-        "nmdp_port_rx_packets_total{port=\"0\",queue=\"0\"}",
-        "nmdp_port_wire_tx_frames_total{port=\"0\",queue=\"0\"}",
-        "nmdp_lb_vip_packets_total{nf=\"lb\",worker=\"0\"}",
-        "nmdp_lb_backends_packets_total{nf=\"lb\",worker=\"0\",backend=\"10.180.250.5\"}",
-        "nmdp_worker_bursts_total{worker=\"0\"}",
-    ] {
+    for series in rising {
         assert!(
             sample(&second, series) > sample(&first, series),
             "{series} did not rise"
