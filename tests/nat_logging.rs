@@ -517,3 +517,70 @@ fn tshark_agrees_on_blocks(msgs: &[Vec<u8>], recs: &[(u16, Record)], pcap: &Path
         .collect();
     assert_eq!(from_tshark, from_decoder);
 }
+
+/// A worker whose traffic has stopped still sends its last records within `log_flush_ms`: the
+/// run goes on idle (no more packets), and every create reaches the collector while it runs,
+/// not only when it ends. (Without the idle flush the last records wait for the run's end and
+/// this test times out.)
+#[test]
+fn an_idle_worker_sends_its_last_records_while_the_run_goes_on() {
+    let s = UdpSocket::bind("127.0.0.1:0").unwrap();
+    s.set_read_timeout(Some(Duration::from_millis(50))).unwrap();
+    let port = s.local_addr().unwrap().port();
+    let got = Arc::new(std::sync::Mutex::new(Vec::<Vec<u8>>::new()));
+    let stop = Arc::new(AtomicBool::new(false));
+    let listener = {
+        let (got, stop) = (got.clone(), stop.clone());
+        std::thread::spawn(move || {
+            let mut b = vec![0u8; 65536];
+            while !stop.load(Ordering::Relaxed) {
+                if let Ok(n) = s.recv(&mut b) {
+                    got.lock().unwrap().push(b[..n].to_vec());
+                }
+            }
+        })
+    };
+    let cfg = format!(
+        "[run]\nworkers = 1\npackets = 300\nclock = \"wall\"\nstop_when_idle = false\n\n\
+         [datapath]\nmode = \"nic-inline\"\nsplit_offset = 64\ntx_inline = 64\nburst = 32\n\n\
+         [vnic]\nrx_ring = 1024\ntx_ring = 1024\nnicmem = \"256KiB\"\n\n\
+         [traffic]\nframe_size = 128\nrate_gbps = 0.01\nflows = 300\ndst_ip_count = 1\n\n\
+         [[pipeline]]\nname = \"nat\"\nnat_ip = \"10.0.0.1\"\nflows = 8192\n\
+         log_ipfix = \"127.0.0.1:{port}\"\nlog_flush_ms = 50\n"
+    );
+    let path = tmp_dir("idle").join("nat-idle.toml");
+    std::fs::write(&path, cfg).unwrap();
+    let mut child = Command::new(env!("CARGO_BIN_EXE_dataplane"))
+        .arg("run")
+        .arg(&path)
+        .args(["-q", "--set", "run.telemetry=false"])
+        .stdout(std::process::Stdio::null())
+        .stderr(std::process::Stdio::null())
+        .spawn()
+        .unwrap();
+    // Every create arrives while the run is still going (it never ends by itself).
+    let t0 = std::time::Instant::now();
+    let creates = loop {
+        let n = decode(&got.lock().unwrap())
+            .iter()
+            .filter(|(id, r)| *id == 256 && r[&NAT_EVENT] == 4)
+            .count();
+        if n >= 300 || t0.elapsed() > Duration::from_secs(120) {
+            break n;
+        }
+        assert!(
+            child.try_wait().unwrap().is_none(),
+            "the run ended by itself"
+        );
+        std::thread::sleep(Duration::from_millis(50));
+    };
+    let running = child.try_wait().unwrap().is_none();
+    let _ = Command::new("kill")
+        .args(["-s", "INT", &child.id().to_string()])
+        .status();
+    let _ = child.wait();
+    stop.store(true, Ordering::Relaxed);
+    listener.join().unwrap();
+    assert!(running);
+    assert_eq!(creates, 300, "every create sent by the idle worker");
+}

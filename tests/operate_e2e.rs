@@ -447,18 +447,43 @@ fn prometheus_metrics_pass_promtool_and_rise_during_a_run() {
         ],
     );
     run.client();
-    let err = run.stderr();
-    let addr = err
-        .lines()
-        .find_map(|l| l.strip_prefix("metrics: http://")?.strip_suffix("/metrics"))
-        .unwrap_or_else(|| panic!("no metrics address in:\n{err}"))
-        .to_string();
+    // The run prints the address once both surfaces are up: the socket may answer first.
+    let t0 = Instant::now();
+    let addr = loop {
+        let err = run.stderr();
+        if let Some(a) = err
+            .lines()
+            .find_map(|l| l.strip_prefix("metrics: http://")?.strip_suffix("/metrics"))
+        {
+            break a.to_string();
+        }
+        assert!(t0.elapsed() < PATIENCE, "no metrics address in:\n{err}");
+        std::thread::sleep(Duration::from_millis(20));
+    };
     assert!(addr.starts_with("127.0.0.1:"), "{addr}");
     run.wait_for("/nmdp/summary", |s| n(&s["packets_rx"]) > 1000);
     let (status, first) = http_get(&addr, "/metrics");
     assert_eq!(status, "HTTP/1.1 200 OK");
-    std::thread::sleep(Duration::from_millis(500));
-    let (_, second) = http_get(&addr, "/metrics");
+    let rising = [
+        "nmdp_port_rx_packets_total{port=\"0\",queue=\"0\"}",
+        "nmdp_port_wire_tx_frames_total{port=\"0\",queue=\"0\"}",
+        "nmdp_lb_vip_packets_total{nf=\"lb\",worker=\"0\"}",
+        "nmdp_lb_backends_packets_total{nf=\"lb\",worker=\"0\",backend=\"10.180.250.5\"}",
+        "nmdp_worker_bursts_total{worker=\"0\"}",
+    ];
+    // Scrapes again until every series has risen (a loaded machine may not run the worker for
+    // a while; the test waits for progress, it does not time it).
+    let t0 = Instant::now();
+    let second = loop {
+        std::thread::sleep(Duration::from_millis(200));
+        let (_, body) = http_get(&addr, "/metrics");
+        if rising.iter().all(|s| sample(&body, s) > sample(&first, s)) {
+            break body;
+        }
+        if t0.elapsed() > PATIENCE {
+            break body;
+        }
+    };
     let (status, _) = http_get(&addr, "/nothing");
     assert!(status.contains("404"), "{status}");
     run.signal("INT");
@@ -481,13 +506,7 @@ fn prometheus_metrics_pass_promtool_and_rise_during_a_run() {
             String::from_utf8_lossy(&o.stderr)
         );
     }
-    for series in [
-        "nmdp_port_rx_packets_total{port=\"0\",queue=\"0\"}",
-        "nmdp_port_wire_tx_frames_total{port=\"0\",queue=\"0\"}",
-        "nmdp_lb_vip_packets_total{nf=\"lb\",worker=\"0\"}",
-        "nmdp_lb_backends_packets_total{nf=\"lb\",worker=\"0\",backend=\"10.180.250.5\"}",
-        "nmdp_worker_bursts_total{worker=\"0\"}",
-    ] {
+    for series in rising {
         assert!(
             sample(&second, series) > sample(&first, series),
             "{series} did not rise"
@@ -783,4 +802,114 @@ fn nat_sessions_are_listed_while_it_runs() {
     let listed: std::collections::HashSet<String> = outside.into_iter().collect();
     assert_eq!(listed, sent);
     std::fs::remove_dir_all(&dir).unwrap();
+}
+
+/// The NAT's pool as `dataplane ctl --json nat pool` shows it: address -> (state, sessions).
+fn nat_pool(run: &Run) -> std::collections::HashMap<String, (String, u64)> {
+    let (code, out, err) = ctl(run, &["--json", "nat", "pool"]);
+    assert_eq!(code, 0, "{err}");
+    let v: Value = serde_json::from_str(&out).unwrap();
+    let p = &v["/nmdp/nat/pool"];
+    let addrs = p["address"].as_array().unwrap_or_else(|| panic!("{p}"));
+    addrs
+        .iter()
+        .enumerate()
+        .map(|(i, a)| {
+            (
+                a.as_str().unwrap().to_string(),
+                (
+                    p["state"][i].as_str().unwrap().to_string(),
+                    n(&p["sessions"][i]),
+                ),
+            )
+        })
+        .collect()
+}
+
+/// Issue 17's "a NAT address added at run time gets new sessions": a spare address put in
+/// service while new subscribers keep arriving takes about its share (1 of 5) of the new
+/// sessions, the old addresses keep theirs, and removing an old address ends its sessions at
+/// once and gives it no new ones.
+#[test]
+fn nat_address_added_at_run_time_gets_new_sessions() {
+    // 2 M inside hosts, each sending once at about 60 000 frames/s: every frame is a new
+    // subscriber (a new session) for the whole test. The addresses' port slices fill to about
+    // half, so a new mapping may probe up to 64 ports (none is refused).
+    let mut run = Run::start(
+        "natpool",
+        &[
+            config("nat.toml").to_str().unwrap(),
+            "--duration",
+            "0",
+            "--packets",
+            "0",
+            "--workers",
+            "2",
+            "--set",
+            "pipeline.nat.nat_ips=\"10.0.0.0/30\"",
+            "--set",
+            "pipeline.nat.spare_ips=\"10.0.0.9\"",
+            "--set",
+            "pipeline.nat.flows=600000",
+            "--set",
+            "pipeline.nat.port_attempts=64",
+            "--set",
+            "pipeline.flow_counter.flows=600000",
+            "--set",
+            "traffic.flows=2000000",
+            "--set",
+            "traffic.frame_size=64",
+            "--set",
+            "traffic.rate_gbps=0.04",
+            "--json",
+            "-q",
+        ],
+    );
+    run.wait_for("/nmdp/summary", |s| n(&s["packets_rx"]) > 5_000);
+    let before = nat_pool(&run);
+    assert_eq!(before.len(), 5, "{before:?}");
+    assert_eq!(before["10.0.0.9"], ("off".to_string(), 0));
+    let (code, _, err) = ctl(&run, &["nat", "pool", "add", "10.0.0.8"]);
+    assert_eq!(code, 1);
+    assert!(err.contains("spare_ips"), "{err}");
+    let at_add: u64 = before.values().map(|v| v.1).sum();
+    let (code, out, err) = ctl(&run, &["nat", "pool", "add", "10.0.0.9"]);
+    assert_eq!(code, 0, "{err}");
+    assert!(
+        out.contains("state: active") && out.contains("was: off"),
+        "{out}"
+    );
+    let rx = n(&run.wait_for("/nmdp/summary", |_| true)["packets_rx"]);
+    run.wait_for("/nmdp/summary", |s| n(&s["packets_rx"]) > rx + 40_000);
+    let after = nat_pool(&run);
+    assert_eq!(after["10.0.0.9"].0, "active");
+    let new: u64 = after.values().map(|v| v.1).sum::<u64>() - at_add;
+    let share = after["10.0.0.9"].1 as f64 / new as f64;
+    assert!(
+        (0.12..0.28).contains(&share),
+        "the added address took {share} of {new} new sessions: {after:?}"
+    );
+    for a in ["10.0.0.0", "10.0.0.1", "10.0.0.2", "10.0.0.3"] {
+        assert!(after[a].1 > before[a].1, "{a} kept getting sessions");
+    }
+    // Removing an old address ends its sessions (at least those listed a moment ago).
+    let listed = after["10.0.0.1"].1;
+    let (code, out, err) = ctl(&run, &["--json", "nat", "pool", "remove", "10.0.0.1"]);
+    assert_eq!(code, 0, "{err}");
+    let r: Value = serde_json::from_str(&out).unwrap();
+    let r = &r["/nmdp/nat/pool/remove"];
+    assert_eq!(r["state"], "off");
+    assert!(n(&r["sessions_ended"]) >= listed, "{r} vs {listed}");
+    let rx = n(&run.wait_for("/nmdp/summary", |_| true)["packets_rx"]);
+    run.wait_for("/nmdp/summary", |s| n(&s["packets_rx"]) > rx + 20_000);
+    let later = nat_pool(&run);
+    assert_eq!(later["10.0.0.1"], ("off".to_string(), 0), "{later:?}");
+    assert!(later["10.0.0.9"].1 > after["10.0.0.9"].1);
+    run.signal("INT");
+    let (st, out, err) = run.finish();
+    assert_eq!(st.code(), Some(0), "{err}");
+    let s: Value = serde_json::from_str(&out).unwrap();
+    assert_counters_add_up(&s);
+    let nat = &s["nfs"]["nat"];
+    assert_eq!(n(&nat["dropped"]), 0, "{nat}");
 }

@@ -69,6 +69,14 @@ pub trait NetworkFunction: Send {
     /// are counted (sent or dropped by reason) like every other packet.
     fn release(&mut self, _out: &mut Burst, _ctx: &NfContext, _flush: bool) {}
 
+    /// True while the function has work that must be done within a bounded time even when no
+    /// packet arrives (a NAT's event records waiting to be sent to the collector): the run loop
+    /// then calls [`NetworkFunction::release`] on idle iterations as it does for held packets.
+    /// Asked once per loop iteration, never per packet.
+    fn wants_release(&self) -> bool {
+        false
+    }
+
     /// Answers an operator's command between two bursts (the telemetry socket and `dataplane
     /// ctl` send it to every worker's instance through the worker's mailbox,
     /// [`crate::control`]): a query (`backends`, `sessions`) or a change (`drain`, `weight`),
@@ -186,16 +194,22 @@ impl NfChain {
     /// be built again: a held packet belongs to the run that received it).
     pub fn reset(&mut self) -> bool {
         // Every function is reset, also after one that cannot be.
-        let mut all = self.held() == 0;
+        let mut all = self.nfs.iter().map(|nf| nf.held()).sum::<usize>() == 0;
         for nf in &mut self.nfs {
             all &= nf.reset();
         }
         all
     }
 
-    /// Packets held back by the chain's functions (see [`NetworkFunction::held`]).
+    /// Packets held back by the chain's functions (see [`NetworkFunction::held`]), plus one per
+    /// function that wants [`NetworkFunction::release`] called without traffic
+    /// ([`NetworkFunction::wants_release`]): the run loop calls [`NfChain::release`] while this
+    /// is not zero.
     pub fn held(&self) -> usize {
-        self.nfs.iter().map(|nf| nf.held()).sum()
+        self.nfs
+            .iter()
+            .map(|nf| nf.held() + usize::from(nf.wants_release()))
+            .sum()
     }
 
     /// Lets the first function that has held packets ready release them into `out` (see
@@ -203,7 +217,7 @@ impl NfChain {
     /// afterwards when no function released anything.
     pub fn release(&mut self, out: &mut Burst, ctx: &NfContext, flush: bool) {
         for k in 0..self.nfs.len() {
-            if self.nfs[k].held() == 0 {
+            if self.nfs[k].held() == 0 && !self.nfs[k].wants_release() {
                 continue;
             }
             self.nfs[k].release(out, ctx, flush);
@@ -623,6 +637,58 @@ mod tests {
         assert_eq!(gone.verdict(0), Verdict::drop(DropReason::POLICY));
         drop((b, b2, out, gone, chain));
         assert_eq!(f.in_use(), 0, "no packet lost");
+    }
+
+    /// Has work pending until its release is called at `now_ns >= 10` (a log waiting to be sent).
+    struct Pending(bool);
+
+    impl NetworkFunction for Pending {
+        fn name(&self) -> &str {
+            "pending"
+        }
+        fn process(&mut self, _: &mut Burst, _: &NfContext) {
+            self.0 = true;
+        }
+        fn wants_release(&self) -> bool {
+            self.0
+        }
+        fn release(&mut self, _out: &mut Burst, ctx: &NfContext, flush: bool) {
+            if flush || ctx.now_ns >= 10 {
+                self.0 = false;
+            }
+        }
+        fn reset(&mut self) -> bool {
+            true
+        }
+    }
+
+    #[test]
+    fn a_function_with_pending_work_is_released_without_traffic_and_still_resets() {
+        let mut chain = NfChain::new();
+        chain.push(Box::new(Count(0)));
+        chain.push(Box::new(Pending(false)));
+        assert_eq!(chain.held(), 0);
+        let ctx = |now_ns| NfContext {
+            now_ns,
+            ..NfContext::default()
+        };
+        let mut b = Burst::with_capacity(4);
+        chain.process(&mut b, &ctx(0));
+        assert_eq!(chain.held(), 1, "the run loop keeps calling release");
+        let mut out = Burst::with_capacity(4);
+        chain.release(&mut out, &ctx(5), false);
+        assert!(out.is_empty());
+        assert_eq!(chain.held(), 1);
+        chain.release(&mut out, &ctx(10), false);
+        assert_eq!(chain.held(), 0);
+        let mut alone = NfChain::new();
+        alone.push(Box::new(Pending(false)));
+        alone.process(&mut b, &ctx(20));
+        assert_eq!(alone.held(), 1);
+        assert!(
+            alone.reset(),
+            "pending work holds no packet: the chain still resets"
+        );
     }
 
     /// Counts its resets; resets itself only when told it can.

@@ -161,6 +161,15 @@ fn arp_resolution_ttl_and_owned_addresses_on_the_slow_path() {
             arp_of(f).is_some_and(|a| a.target_ipv4 == ip("10.0.1.100"))
         });
         assert_eq!(&garp[0..6], &[0xff; 6]);
+        // An address put into service while it runs (a NAT's `pool add`) is announced too.
+        assert!(net.own("10.0.1.101".parse().unwrap(), None));
+        wait_for(&out0, |f| {
+            arp_of(f).is_some_and(|a| {
+                a.operation == ArpOperation::REQUEST
+                    && a.sender_ipv4 == ip("10.0.1.101")
+                    && a.target_ipv4 == ip("10.0.1.101")
+            })
+        });
         // ARP for the port's address and for the VIP an NF owns: answered from port 0's MAC.
         for (target, tag) in [("10.0.1.1", 1u8), ("10.0.1.100", 2)] {
             let mut me = HOST;
@@ -243,7 +252,10 @@ fn arp_resolution_ttl_and_owned_addresses_on_the_slow_path() {
     assert_eq!(s.arp_resolved, 1);
     assert_eq!(s.icmp_time_exceeded_sent, 1);
     assert!(s.arp_requests_sent >= 3, "{s:?}");
-    assert_eq!(s.arp_gratuitous_sent, 3, "10.0.1.1, 10.0.2.1 and the VIP");
+    assert_eq!(
+        s.arp_gratuitous_sent, 4,
+        "10.0.1.1, 10.0.2.1, the VIP and the address put in service at run time"
+    );
     assert_eq!(report.drops.get(DropReason::TTL_EXPIRED), 1);
     assert_eq!(
         report

@@ -2,7 +2,8 @@
 //!
 //! `dataplane run <config.toml>` builds the virtual NIC, pools, datapath mode and NF chain from the
 //! file and runs it (SIGINT/SIGTERM stop it cleanly, with the summary); `dataplane ctl` talks to
-//! a running one through its telemetry socket; `dataplane model` prints the analytical
+//! a running one through its telemetry socket; `dataplane nat-lookup` maps a deterministic NAT's
+//! outside endpoint back to its subscriber from the config; `dataplane model` prints the analytical
 //! per-packet PCIe breakdown of a hardware profile; `dataplane nfs` prints the reference of
 //! every network function; `dataplane calibrate <config.toml>` measures the config's NFs on this
 //! machine and prints their cost in the profile's terms; see `--help` for the flags.
@@ -112,6 +113,22 @@ enum Cmd {
         #[arg(long)]
         json: bool,
     },
+    /// Who held a deterministic NAT's outside address and port (`<outside ip> <port>`), or
+    /// where a subscriber's sessions leave (`<inside ip>`), computed from the config alone
+    /// (RFC 7422): no running instance or log needed.
+    NatLookup {
+        /// The run config whose pipeline has the deterministic `nat`.
+        config: PathBuf,
+        /// Override any config key, as for `run` (e.g. --set run.workers=4) (repeatable).
+        #[arg(long = "set", value_name = "KEY=VALUE")]
+        sets: Vec<String>,
+        /// Print the answer as JSON.
+        #[arg(long)]
+        json: bool,
+        /// `<outside ip> <port>` or `<inside ip>`.
+        #[arg(required = true, num_args = 1..=2)]
+        query: Vec<String>,
+    },
     /// Print the reference of every registered network function (Markdown): its names, what
     /// it does, its parameters with defaults, its drop reasons and its CPU-cost profile key.
     Nfs,
@@ -199,6 +216,21 @@ fn main() -> ExitCode {
                 print!("{}", e.output);
                 eprintln!("error: {}", e.msg);
                 ExitCode::from(e.code)
+            }
+        },
+        Cmd::NatLookup {
+            config,
+            sets,
+            json,
+            query,
+        } => match nmdp::ops::nat_lookup::run(&config, &sets, &query, json) {
+            Ok(out) => {
+                print!("{out}");
+                ExitCode::SUCCESS
+            }
+            Err(e) => {
+                eprintln!("error: {e}");
+                ExitCode::from(1)
             }
         },
         Cmd::Nfs => {

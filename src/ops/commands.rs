@@ -8,10 +8,12 @@
 //! worker), `/nmdp/pipeline`, `/nmdp/nf,<name|index>[,<worker>]` (a function's counters,
 //! merged over the workers or of one worker, groups flattened as `group/name`, tables as one
 //! array per column), `/nmdp/lb/backends`, `/nmdp/nat/sessions[,<max>]` (what the NAT's
-//! `sessions` command answers), `/nmdp/health` (healthy, draining, unhealthy or stopping, and
+//! `sessions` command answers), `/nmdp/nat/pool` and `/nmdp/nat/lookup,<ip>,<port>` (who holds
+//! an outside endpoint), `/nmdp/health` (healthy, draining, unhealthy or stopping, and
 //! why: [`super::health`]), and the commands that change the run: `/nmdp/drain[,<seconds>]`
 //! (instance drain), `/nmdp/lb/<verb>,...`
-//! (`add`, `remove`, `drain`, `enable`, `disable`, `weight`) and the generic
+//! (`add`, `remove`, `drain`, `enable`, `disable`, `weight`), `/nmdp/nat/pool/<verb>,<ip>`
+//! (`add`, `drain`, `remove`: NAT outside addresses in and out of service) and the generic
 //! `/nmdp/nf/command,<name|index>,<verb>[,<arg>...]`, through which any function's run-time
 //! commands are reached.
 //!
@@ -50,6 +52,22 @@ const LB_CHANGES: [(&str, &str); 6] = [
     (
         "weight",
         "Sets a backend's weight. Parameters: address,weight",
+    ),
+];
+
+/// The NAT commands that change its outside pool, with their help.
+const NAT_POOL_CHANGES: [(&str, &str); 3] = [
+    (
+        "add",
+        "Puts a spare NAT address in service. Parameters: address",
+    ),
+    (
+        "drain",
+        "No new subscribers on a NAT address. Parameters: address",
+    ),
+    (
+        "remove",
+        "Takes a NAT address out; its sessions end. Parameters: address",
     ),
 ];
 
@@ -107,7 +125,66 @@ pub fn nmdp_commands() -> Vec<Command> {
     for (verb, help) in LB_CHANGES {
         c.push(Command::change(&format!("/nmdp/lb/{verb}"), help));
     }
+    c.extend(nat_commands());
     c
+}
+
+/// The NAT's pool and lookup commands.
+fn nat_commands() -> Vec<Command> {
+    let mut c = vec![
+        Command::query(
+            "/nmdp/nat/pool",
+            "NAT outside addresses and their state. Takes no parameters",
+        ),
+        Command::query(
+            "/nmdp/nat/lookup",
+            "Who holds a NAT outside endpoint. Parameters: address,port",
+        ),
+    ];
+    for (verb, help) in NAT_POOL_CHANGES {
+        c.push(Command::change(&format!("/nmdp/nat/pool/{verb}"), help));
+    }
+    c
+}
+
+/// The reply to a NAT pool or lookup command, `None` for other commands.
+fn nat_answer(view: &RunView, cmd: &str, params: Option<&str>) -> Option<Result<TelData, String>> {
+    let args: Vec<&str> = params.map(|p| p.split(',').collect()).unwrap_or_default();
+    Some(match cmd {
+        "/nmdp/nat/pool" => nf_rows(
+            view,
+            cmd,
+            "nat",
+            &NfCommand::new("pool", &[]),
+            "address",
+            usize::MAX,
+        ),
+        "/nmdp/nat/lookup" => match args.as_slice() {
+            [ip, port] => nf_rows(
+                view,
+                cmd,
+                "nat",
+                &NfCommand::new("lookup", &[ip, port]),
+                "holder",
+                usize::MAX,
+            ),
+            _ => Err(
+                "give the outside address and port, e.g. /nmdp/nat/lookup,192.0.2.1,40000".into(),
+            ),
+        },
+        _ => {
+            let verb = cmd.strip_prefix("/nmdp/nat/pool/")?;
+            if !NAT_POOL_CHANGES.iter().any(|(v, _)| *v == verb) {
+                return None;
+            }
+            let mut a = vec![verb];
+            a.extend(args);
+            view.nf_index("nat").and_then(|i| {
+                let c = view.nf_command(i, &NfCommand::new("pool", &a))?;
+                Ok(TelData::Dict(flatten(&c)))
+            })
+        }
+    })
 }
 
 /// The handler answering [`commands`] from `view`.
@@ -161,6 +238,10 @@ pub fn answer(view: &RunView, cmd: &str, params: Option<&str>) -> TelData {
         "/nmdp/nf/command" => nf_command(view, params),
         "/nmdp/health" => Ok(health(view)),
         "/nmdp/drain" => drain(view, params),
+        _ if cmd.starts_with("/nmdp/nat/") => match nat_answer(view, cmd, params) {
+            Some(r) => r,
+            None => return TelData::Null,
+        },
         _ => match cmd.strip_prefix("/nmdp/lb/") {
             Some(verb) if LB_CHANGES.iter().any(|(v, _)| *v == verb) => {
                 let args: Vec<&str> = params.map(|p| p.split(',').collect()).unwrap_or_default();

@@ -13,6 +13,7 @@ pub mod commands;
 pub mod ctl;
 pub mod health;
 pub mod metrics;
+pub mod nat_lookup;
 
 use std::sync::{Arc, Mutex, OnceLock};
 use std::time::{Duration, Instant};

@@ -3,7 +3,7 @@
 //! starts and shared by every worker's route stage and slow path (see the [module docs](super)).
 
 use std::net::Ipv4Addr;
-use std::sync::OnceLock;
+use std::sync::RwLock;
 use std::sync::atomic::{AtomicU64, Ordering};
 use std::time::Instant;
 
@@ -146,9 +146,16 @@ pub struct Network {
     fib: Fib,
     neighbors: Neighbors,
     arp: ArpConfig,
-    /// `(port, address)` the ports answer ARP for: their own addresses and the NFs' (set once,
-    /// after the NF chains are built).
-    owned: OnceLock<Vec<(u16, u32)>>,
+    /// `(port, address)` the ports answer ARP for: their own addresses and the NFs' (set after
+    /// the NF chains are built; an NF's address put into or taken out of service at run time
+    /// changes it). Read by the slow path per ARP packet, never per forwarded packet.
+    owned: RwLock<Vec<(u16, u32)>>,
+    /// `(port, address)` put into service at run time and not announced yet (gratuitous ARP by
+    /// worker 0's slow path), and how many times addresses were put into service: the slow
+    /// path looks at the count (one atomic load per loop iteration) and takes the list only
+    /// when it changed.
+    to_announce: RwLock<Vec<(u16, u32)>>,
+    owned_generation: AtomicU64,
     counters: NetCounters,
     epoch: Instant,
 }
@@ -190,13 +197,15 @@ impl Network {
             fib,
             neighbors: table,
             arp,
-            owned: OnceLock::new(),
+            owned: RwLock::new(Vec::new()),
+            to_announce: RwLock::new(Vec::new()),
+            owned_generation: AtomicU64::new(0),
             counters: NetCounters::default(),
             epoch: Instant::now(),
         })
     }
 
-    /// Sets the addresses the NFs own (once, before traffic starts): each on the port given, or
+    /// Sets the addresses the NFs own (before traffic starts): each on the port given, or
     /// (`None`) on every port whose subnet holds it. The ports' own addresses are always owned.
     /// Returns the addresses no port answers ARP for (owned on no subnet: hosts must route to
     /// them through one of the ports' addresses).
@@ -228,19 +237,80 @@ impl Network {
         }
         owned.sort_unstable();
         owned.dedup();
-        // Set once; a second call keeps the first list (the run sets it before it starts).
-        let _ = self.owned.set(owned);
+        *self.owned.write().unwrap_or_else(|e| e.into_inner()) = owned;
         unanswered
+    }
+
+    /// An NF's address put into service at run time (a NAT outside address added): answered on
+    /// `port`, or (`None`) on every port whose subnet holds it. False when no port answers it.
+    pub fn own(&self, ip: Ipv4Addr, port: Option<u16>) -> bool {
+        let a = u32::from(ip);
+        let ports: Vec<u16> = match port {
+            Some(p) if usize::from(p) < self.ports.len() => vec![p],
+            Some(_) => vec![],
+            None => (0..self.ports.len())
+                .filter(|&i| self.ports[i].ip.is_some_and(|pi| pi.contains(a)))
+                .map(|i| i as u16)
+                .collect(),
+        };
+        let mut owned = self.owned.write().unwrap_or_else(|e| e.into_inner());
+        let mut fresh = Vec::new();
+        for &p in &ports {
+            if !owned.contains(&(p, a)) {
+                owned.push((p, a));
+                fresh.push((p, a));
+            }
+        }
+        owned.sort_unstable();
+        drop(owned);
+        if !fresh.is_empty() {
+            self.to_announce
+                .write()
+                .unwrap_or_else(|e| e.into_inner())
+                .extend(fresh);
+            self.owned_generation.fetch_add(1, Ordering::Release);
+        }
+        !ports.is_empty()
+    }
+
+    /// How many times addresses were put into service at run time ([`Network::own`]).
+    #[inline]
+    pub fn owned_generation(&self) -> u64 {
+        self.owned_generation.load(Ordering::Acquire)
+    }
+
+    /// The addresses put into service since the last call, to announce (worker 0's slow path).
+    pub fn take_announcements(&self) -> Vec<(u16, u32)> {
+        std::mem::take(&mut *self.to_announce.write().unwrap_or_else(|e| e.into_inner()))
+    }
+
+    /// An NF's address taken out of service at run time: no port answers ARP for it any more
+    /// (a port's own address stays).
+    pub fn disown(&self, ip: Ipv4Addr) {
+        let a = u32::from(ip);
+        let own: Vec<(u16, u32)> = self
+            .ports
+            .iter()
+            .enumerate()
+            .filter_map(|(i, p)| Some((i as u16, p.ip?.addr)))
+            .collect();
+        self.owned
+            .write()
+            .unwrap_or_else(|e| e.into_inner())
+            .retain(|e| e.1 != a || own.contains(e));
     }
 
     /// True when `port` answers ARP for `ip`.
     pub fn owns(&self, port: u16, ip: u32) -> bool {
-        self.owned().contains(&(port, ip))
+        self.owned
+            .read()
+            .unwrap_or_else(|e| e.into_inner())
+            .contains(&(port, ip))
     }
 
-    /// Every `(port, address)` the ports answer ARP for.
-    pub fn owned(&self) -> &[(u16, u32)] {
-        self.owned.get().map_or(&[], Vec::as_slice)
+    /// Every `(port, address)` the ports answer ARP for, now.
+    pub fn owned(&self) -> Vec<(u16, u32)> {
+        self.owned.read().unwrap_or_else(|e| e.into_inner()).clone()
     }
 
     /// The ports' addresses, by run port index.
@@ -272,5 +342,51 @@ impl Network {
     /// every worker).
     pub fn now_ms(&self) -> u64 {
         self.epoch.elapsed().as_millis() as u64
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::*;
+
+    #[test]
+    fn addresses_put_in_and_out_of_service_at_run_time() {
+        let ports = vec![
+            PortAddr {
+                name: "in".into(),
+                mac: MacAddr::local_for_port(0),
+                ip: Some("10.0.1.1/24".parse().unwrap()),
+            },
+            PortAddr {
+                name: "out".into(),
+                mac: MacAddr::local_for_port(1),
+                ip: Some("198.51.100.254/24".parse().unwrap()),
+            },
+        ];
+        let net = Network::new(ports, &[], &[], ArpConfig::default()).unwrap();
+        net.set_owned(&[("198.51.100.1".parse().unwrap(), None)]);
+        let a = u32::from(Ipv4Addr::new(198, 51, 100, 9));
+        assert!(!net.owns(1, a));
+        let g = net.owned_generation();
+        assert!(
+            net.own(Ipv4Addr::from(a), None),
+            "on the outside port's subnet"
+        );
+        assert!(net.owns(1, a) && !net.owns(0, a));
+        assert_eq!(net.owned_generation(), g + 1);
+        assert_eq!(net.take_announcements(), vec![(1, a)]);
+        assert!(net.take_announcements().is_empty(), "announced once");
+        assert!(net.own(Ipv4Addr::from(a), None));
+        assert_eq!(net.owned_generation(), g + 1, "already owned: nothing new");
+        assert!(
+            !net.own("192.0.2.1".parse().unwrap(), None),
+            "on no port's subnet"
+        );
+        net.disown(Ipv4Addr::from(a));
+        assert!(!net.owns(1, a));
+        // A port's own address stays whatever an NF says.
+        net.disown("198.51.100.254".parse().unwrap());
+        assert!(net.owns(1, u32::from(Ipv4Addr::new(198, 51, 100, 254))));
+        assert!(net.owns(1, u32::from(Ipv4Addr::new(198, 51, 100, 1))));
     }
 }

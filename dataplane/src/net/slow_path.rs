@@ -103,6 +103,8 @@ pub struct SlowPath {
     trash: Burst,
     /// The neighbour table generation `pending` was last checked against.
     seen: u64,
+    /// The network's owned-address generation last announced (worker 0).
+    announced: u64,
     /// ICMP error tokens (thousandths) and when they were last refilled.
     tokens: u64,
     refilled_ms: u64,
@@ -144,6 +146,7 @@ impl SlowPath {
             keep_hops: Vec::with_capacity(MAX_BURST),
             trash: burst(),
             seen: net.neighbors().generation(),
+            announced: net.owned_generation(),
             tokens: burst_tokens,
             refilled_ms: 0,
             started: false,
@@ -170,10 +173,14 @@ impl SlowPath {
     }
 
     /// True when [`SlowPath::poll`] may have something to do: packets are parked, a request is
-    /// out, or the start announcements are not sent yet. Reads two atomics, no clock.
+    /// out, the start announcements are not sent yet, or (worker 0) an address was put into
+    /// service at run time. Reads up to three atomics, no clock.
     #[inline]
     pub fn wants_poll(&self) -> bool {
-        !self.started || !self.pending.is_empty() || self.net.neighbors().pending_timers()
+        !self.started
+            || !self.pending.is_empty()
+            || self.net.neighbors().pending_timers()
+            || (self.worker == 0 && self.net.owned_generation() != self.announced)
     }
 
     /// Runs the timers and sends what they call for: gratuitous ARP at the first call (worker 0),
@@ -183,6 +190,11 @@ impl SlowPath {
         if !self.started {
             self.started = true;
             self.announce(io);
+        }
+        if self.worker == 0 && self.net.owned_generation() != self.announced {
+            self.announced = self.net.owned_generation();
+            let fresh = self.net.take_announcements();
+            self.announce_list(io, &fresh);
         }
         let now = self.net.now_ms();
         let nb = self.net.neighbors();
@@ -269,11 +281,23 @@ impl SlowPath {
 
     /// Gratuitous ARP for every owned address (worker 0 only: one announcement per address).
     fn announce(&mut self, io: &mut PortIo<'_>) {
-        if self.worker != 0 || !self.net.arp().gratuitous {
+        if self.worker != 0 {
+            return;
+        }
+        // Whatever was put into service before the start is in the owned list already.
+        let _ = self.net.take_announcements();
+        self.announced = self.net.owned_generation();
+        let all = self.net.owned();
+        self.announce_list(io, &all);
+    }
+
+    /// Gratuitous ARP for `list`, when the run sends them.
+    fn announce_list(&mut self, io: &mut PortIo<'_>, list: &[(u16, u32)]) {
+        if !self.net.arp().gratuitous {
             return;
         }
         let net = self.net.clone();
-        for &(port, ip) in net.owned() {
+        for &(port, ip) in list {
             let mac = net.ports()[usize::from(port)].mac;
             frames::arp(
                 &mut self.frame,

@@ -32,6 +32,39 @@ use wire::ipv4::{PROTO_TCP, PROTO_UDP};
 
 use crate::work_package::XorShift64;
 
+/// Worker `worker`'s slice of `port_min..=port_max` (of `workers`), inclusive: the range split
+/// evenly, the last worker also taking the remainder. Errors name the key.
+pub(super) fn worker_slice(
+    port_min: u16,
+    port_max: u16,
+    worker: u16,
+    workers: u16,
+) -> Result<(u16, u16), String> {
+    if port_min == 0 || port_min > port_max {
+        return Err(crate::params::bad_param(
+            super::NAME,
+            "port_min",
+            format!("need 1 <= port_min <= port_max (got {port_min}..{port_max})"),
+        ));
+    }
+    let total = u32::from(port_max) - u32::from(port_min) + 1;
+    let per = total / u32::from(workers.max(1));
+    if per == 0 {
+        return Err(crate::params::bad_param(
+            super::NAME,
+            "port_max",
+            format!("{total} ports cannot be split over {workers} workers"),
+        ));
+    }
+    let lo = u32::from(port_min) + per * u32::from(worker);
+    let hi = if worker + 1 >= workers {
+        u32::from(port_max)
+    } else {
+        lo + per - 1
+    };
+    Ok((lo as u16, hi as u16))
+}
+
 /// Protocol slots of the per-address counters: TCP, UDP, ICMP.
 pub(super) const PROTO_SLOTS: usize = 3;
 
@@ -173,6 +206,11 @@ impl PortAllocator {
             next: start,
             left: self.attempts.min(count),
         }
+    }
+
+    /// A random number below `n` (at least 1), from the allocator's random state.
+    pub fn random_below(&mut self, n: u32) -> u32 {
+        (((self.rng.next_u64() >> 32) * u64::from(n)) >> 32) as u32
     }
 
     /// True when every port of the slice is in use or held for outside address `addr` and

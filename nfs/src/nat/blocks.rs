@@ -137,6 +137,11 @@ impl PortBlocks {
         self.used[b as usize] >= self.size
     }
 
+    /// Blocks one subscriber may hold.
+    pub fn limit(&self) -> u32 {
+        self.limit
+    }
+
     /// Ports of a block.
     pub fn size(&self) -> u16 {
         self.size

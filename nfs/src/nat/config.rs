@@ -187,6 +187,19 @@ pub struct NatConfig {
     /// Blocks one inside address may hold (per worker); more mappings are refused as
     /// `subscriber_limit`.
     pub port_block_limit: u32,
+    /// Outside addresses an operator may add at run time (`dataplane ctl nat pool add`): known
+    /// from the start (indexed, steered, given port tables) but out of service until added.
+    pub spare_ips: Option<AddressList>,
+    /// Deterministic NAT (RFC 7422): each address of `subscriber_prefixes` gets a computed
+    /// outside address and port range; no per-session logging is needed.
+    pub deterministic: bool,
+    /// The inside prefixes deterministic NAT maps, in order (subscriber index order).
+    pub subscriber_prefixes: Vec<String>,
+    /// This instance's index among `instances` NAT instances sharing the pool (ECMP).
+    pub instance: u32,
+    /// NAT instances sharing `nat_ips`: each takes its own contiguous share of the addresses
+    /// (and of `spare_ips`), so no two ever hand out the same outside address and port.
+    pub instances: u32,
 }
 
 /// Every key of [`NatConfig`] with what it sets, for the NAT's registration (`dataplane nfs`
@@ -376,6 +389,34 @@ pub(super) const PARAMS: &[Param] = &[
         doc: "blocks one inside address may hold on a worker (`port_block`), at least 1; \
               more mappings drop as `subscriber_limit`",
     },
+    Param {
+        name: "spare_ips",
+        doc: "outside addresses or prefixes that are out of service at start and may be added \
+              at run time (`dataplane ctl nat pool add <ip>`); steered and sized from the \
+              start; disjoint from `nat_ips`",
+    },
+    Param {
+        name: "deterministic",
+        doc: "deterministic NAT (RFC 7422): every address of `subscriber_prefixes` gets a \
+              computed outside address and port range per worker, so nothing per session is \
+              logged; `dataplane nat-lookup` maps back offline; needs endpoint-independent \
+              mapping, no `port_block`, no `spare_ips`",
+    },
+    Param {
+        name: "subscriber_prefixes",
+        doc: "with `deterministic`: the inside prefixes mapped, in order (subscriber `i` of \
+              them shares outside address `i / ratio` with `ratio - 1` others)",
+    },
+    Param {
+        name: "instance",
+        doc: "this instance's index, 0..`instances`",
+    },
+    Param {
+        name: "instances",
+        doc: "NAT instances sharing the pool (behind ECMP), at least 1: instance `k` takes the \
+              `k`-th of `instances` contiguous shares of `nat_ips` (and of `spare_ips`), so \
+              their outside addresses and ports never meet",
+    },
 ];
 
 /// The default TCP transitory timeout (RFC 5382 REQ-5's minimum, VPP's default), seconds.
@@ -428,6 +469,11 @@ impl Default for NatConfig {
             log_exhaustion_per_s: 10,
             port_block: 0,
             port_block_limit: 8,
+            spare_ips: None,
+            deterministic: false,
+            subscriber_prefixes: vec![],
+            instance: 0,
+            instances: 1,
         }
     }
 }
@@ -468,8 +514,12 @@ pub fn parse_prefix(key: &str, s: &str) -> Result<Prefix, String> {
 /// The checked, converted parameters the NAT runs with.
 #[derive(Clone, Debug)]
 pub(super) struct Settings {
-    /// The outside pool as prefixes, in config order, no overlaps.
+    /// This instance's share of the outside pool as prefixes, in config order, no overlaps.
     pub pool: Vec<Prefix>,
+    /// This instance's share of the spare addresses (out of service at start).
+    pub spare: Vec<Prefix>,
+    /// With `deterministic`: the subscriber prefixes, in order.
+    pub deterministic: Option<Vec<Prefix>>,
     pub inside_prefixes: Vec<Prefix>,
     pub filtering: Filtering,
     pub timeouts: Timeouts,
@@ -513,35 +563,107 @@ impl NatConfig {
         if pool_entries.is_empty() {
             return Err(bad_param(NAME, "nat_ips", "needs at least one address"));
         }
-        let mut pool = Vec::new();
+        let spare_entries: Vec<(&str, &str)> = self
+            .spare_ips
+            .as_ref()
+            .map(|l| l.entries().into_iter().map(|e| ("spare_ips", e)).collect())
+            .unwrap_or_default();
+        let mut all = Vec::new();
         let mut total = 0u64;
-        for (key, e) in pool_entries {
-            let p = if key == "nat_ip" {
+        for (key, e) in pool_entries.iter().chain(&spare_entries) {
+            let p = if *key == "nat_ip" {
                 (parse_ipv4(NAME, key, e)?, u32::MAX)
             } else {
                 parse_prefix(key, e)?
             };
-            if let Some(q) = pool.iter().find(|q: &&Prefix| overlap(**q, p)) {
+            if let Some(q) = all.iter().find(|q: &&Prefix| overlap(**q, p)) {
                 return Err(bad_param(
                     NAME,
                     key,
                     format!(
-                        "`{e}` overlaps {}/{} (every outside address once)",
+                        "`{e}` overlaps {}/{} (every outside address once, in `nat_ips` or \
+                         `spare_ips`)",
                         std::net::Ipv4Addr::from(q.0),
                         q.1.count_ones()
                     ),
                 ));
             }
             total += u64::from(!p.1) + 1;
-            pool.push(p);
+            all.push(p);
         }
         if total > MAX_POOL {
             return Err(bad_param(
                 NAME,
-                "nat_ips",
-                format!("{total} addresses; at most {MAX_POOL} (a /16)"),
+                if spare_entries.is_empty() {
+                    "nat_ips"
+                } else {
+                    "spare_ips"
+                },
+                format!("{total} addresses with the spares; at most {MAX_POOL} (a /16)"),
             ));
         }
+        let spare_all = all.split_off(pool_entries.len());
+        if self.instances == 0 {
+            return Err(bad_param(NAME, "instances", "must be at least 1"));
+        }
+        if self.instance >= self.instances {
+            return Err(bad_param(
+                NAME,
+                "instance",
+                format!(
+                    "{} is out of range; allowed 0..{} (`instances`)",
+                    self.instance, self.instances
+                ),
+            ));
+        }
+        let pool = share(&all, self.instance, self.instances);
+        if pool.is_empty() {
+            return Err(bad_param(
+                NAME,
+                "instances",
+                format!(
+                    "{} instances need at least one outside address each; `nat_ips` has {}: \
+                     return traffic is routed by address, so instances cannot share one",
+                    self.instances,
+                    prefix_addresses(&all)
+                ),
+            ));
+        }
+        let spare = share(&spare_all, self.instance, self.instances);
+        let deterministic = if self.deterministic {
+            let why = if self.mapping != Mapping::EndpointIndependent {
+                Some("needs `mapping = \"endpoint-independent\"`")
+            } else if self.port_block > 0 {
+                Some("and `port_block` exclude each other (both decide a subscriber's ports)")
+            } else if self.spare_ips.is_some() {
+                Some(
+                    "cannot have `spare_ips`: a pool change would re-map every subscriber and \
+                     make past mappings unanswerable",
+                )
+            } else if self.subscriber_prefixes.is_empty() {
+                Some("needs `subscriber_prefixes` (the inside prefixes it maps)")
+            } else {
+                None
+            };
+            if let Some(why) = why {
+                return Err(bad_param(NAME, "deterministic", why));
+            }
+            let mut subs: Vec<Prefix> = Vec::new();
+            for e in &self.subscriber_prefixes {
+                let p = parse_prefix("subscriber_prefixes", e)?;
+                if subs.iter().any(|q| overlap(*q, p)) {
+                    return Err(bad_param(
+                        NAME,
+                        "subscriber_prefixes",
+                        format!("`{e}` overlaps an earlier prefix (every subscriber once)"),
+                    ));
+                }
+                subs.push(p);
+            }
+            Some(subs)
+        } else {
+            None
+        };
         let inside_prefixes = self
             .inside_prefixes
             .iter()
@@ -638,6 +760,8 @@ impl NatConfig {
         };
         Ok(Settings {
             pool,
+            spare,
+            deterministic,
             inside_prefixes,
             filtering,
             timeouts,
@@ -646,6 +770,56 @@ impl NatConfig {
             log_ipfix,
         })
     }
+}
+
+/// Addresses in `prefixes`.
+pub(super) fn prefix_addresses(prefixes: &[Prefix]) -> u64 {
+    prefixes.iter().map(|p| u64::from(!p.1) + 1).sum()
+}
+
+/// Instance `k`'s share of `prefixes` (of `n` instances): the `k`-th of `n` contiguous runs of
+/// their addresses in order (`A * k / n .. A * (k + 1) / n`), as prefixes again.
+pub(super) fn share(prefixes: &[Prefix], k: u32, n: u32) -> Vec<Prefix> {
+    if n <= 1 {
+        return prefixes.to_vec();
+    }
+    let total = prefix_addresses(prefixes);
+    let (from, to) = (
+        total * u64::from(k) / u64::from(n),
+        total * u64::from(k + 1) / u64::from(n),
+    );
+    let mut out = Vec::new();
+    let mut at = 0u64;
+    for &(base, mask) in prefixes {
+        let size = u64::from(!mask) + 1;
+        let (lo, hi) = (from.max(at), to.min(at + size));
+        if lo < hi {
+            let first = u64::from(base) + (lo - at);
+            out.extend(range_prefixes(first, first + (hi - lo)));
+        }
+        at += size;
+    }
+    out
+}
+
+/// The aligned prefixes covering addresses `lo..hi` exactly.
+fn range_prefixes(mut lo: u64, hi: u64) -> Vec<Prefix> {
+    let mut out = Vec::new();
+    while lo < hi {
+        let mut size = if lo == 0 {
+            1u64 << 32
+        } else {
+            1u64 << lo.trailing_zeros()
+        };
+        while lo + size > hi {
+            size >>= 1;
+        }
+        let bits = size.trailing_zeros();
+        let mask = if bits >= 32 { 0 } else { u32::MAX << bits };
+        out.push((lo as u32, mask));
+        lo += size;
+    }
+    out
 }
 
 /// True when two prefixes share an address.

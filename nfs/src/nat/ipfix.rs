@@ -9,15 +9,19 @@
 //!   no allocation, no syscall, no lock. Whole messages leave through the worker's own UDP
 //!   socket between bursts ([`NatLog::flush`], after each burst): the complete ones at once, the
 //!   one being filled once its oldest record is `log_flush_ms` old, and everything at the end of
-//!   the run. A worker that receives nothing sends nothing until its next burst.
+//!   the run. A worker that receives nothing still sends within `log_flush_ms`: while records
+//!   wait, the NAT asks the run loop to call it on idle iterations too
+//!   ([`dataplane::NetworkFunction::wants_release`]), one check per loop iteration, nothing per
+//!   packet.
 //! - **Losses are counted, never hidden.** With every message slot full (the collector cannot
 //!   keep up, or a burst created more events than the buffer holds) an event is dropped and
 //!   counted as `lost`; a message the socket cannot send is counted as `send_failed`, and an
 //!   ICMP port unreachable from the collector's host (nothing listens) as `refused`.
-//! - **Exhaustion is rate limited.** A full outside address refuses every new flow of its
+//! - **Refusals are rate limited.** A full outside address refuses every new flow of its
 //!   subscribers; one record per refused packet would flood the collector exactly when the NAT
-//!   is busiest. At most `log_exhaustion_per_s` exhaustion records per second per worker leave;
-//!   the rest are counted as `exhaustion_suppressed`.
+//!   is busiest. At most `log_exhaustion_per_s` refusal records (ports or addresses exhausted,
+//!   quota exceeded) per second per worker leave; the rest are counted as
+//!   `exhaustion_suppressed`.
 //! - **Templates at start and every [`TEMPLATE_REFRESH_MS`]** (RFC 7011 section 8.4: over UDP a
 //!   collector that starts late or restarts learns the templates again).
 //!
@@ -32,6 +36,9 @@
 //! | 4 NAT44 session create, 5 NAT44 session delete | 256 | time, event, inside address and port, outside address and port, remote address and port, protocol |
 //! | 12 NAT ports exhausted | 257 | time, event, outside address, protocol |
 //! | 16 port block allocation, 17 port block de-allocation | 258 | time, event, inside address, outside address, first and last port of the block, step, ports |
+//! | 3 NAT addresses exhausted | 259 | time, event, natPoolId (the NAT's `instance`) |
+//! | 13 quota exceeded, natQuotaExceededEvent 3 (maximum entries per user) | 260 | time, event, quota event, maxEntriesPerUser, inside address |
+//! | 13 quota exceeded, natQuotaExceededEvent 1 (maximum session entries) | 261 | time, event, quota event, maxSessionEntries |
 
 use std::net::{SocketAddr, UdpSocket};
 use std::time::{SystemTime, UNIX_EPOCH};
@@ -50,6 +57,14 @@ pub const EV_PORTS_EXHAUSTED: u8 = 12;
 pub const EV_BLOCK_ALLOC: u8 = 16;
 /// natEvent: port block de-allocation.
 pub const EV_BLOCK_FREE: u8 = 17;
+/// natEvent: NAT addresses exhausted.
+pub const EV_ADDRESSES_EXHAUSTED: u8 = 3;
+/// natEvent: quota exceeded.
+pub const EV_QUOTA_EXCEEDED: u8 = 13;
+/// natQuotaExceededEvent: maximum session entries.
+pub const QUOTA_SESSIONS: u32 = 1;
+/// natQuotaExceededEvent: maximum entries per user.
+pub const QUOTA_PER_USER: u32 = 3;
 
 /// Template ID of session records.
 pub const TPL_SESSION: u16 = 256;
@@ -57,6 +72,12 @@ pub const TPL_SESSION: u16 = 256;
 pub const TPL_EXHAUSTED: u16 = 257;
 /// Template ID of port block records.
 pub const TPL_BLOCK: u16 = 258;
+/// Template ID of addresses-exhausted records.
+pub const TPL_ADDRESSES: u16 = 259;
+/// Template ID of per-user quota records.
+pub const TPL_QUOTA_USER: u16 = 260;
+/// Template ID of session-table quota records.
+pub const TPL_QUOTA_SESSIONS: u16 = 261;
 
 /// Information elements (IANA IPFIX registry numbers, RFC 7012 / RFC 8158).
 mod ie {
@@ -73,10 +94,14 @@ mod ie {
     pub const PORT_RANGE_END: u16 = 362;
     pub const PORT_RANGE_STEP_SIZE: u16 = 363;
     pub const PORT_RANGE_NUM_PORTS: u16 = 364;
+    pub const NAT_POOL_ID: u16 = 283;
+    pub const NAT_QUOTA_EXCEEDED_EVENT: u16 = 466;
+    pub const MAX_SESSION_ENTRIES: u16 = 471;
+    pub const MAX_ENTRIES_PER_USER: u16 = 473;
 }
 
 /// The fields of each template, in record order: (information element, length in bytes).
-pub const TEMPLATES: [(u16, &[(u16, u16)]); 3] = [
+pub const TEMPLATES: [(u16, &[(u16, u16)]); 6] = [
     (
         TPL_SESSION,
         &[
@@ -113,6 +138,33 @@ pub const TEMPLATES: [(u16, &[(u16, u16)]); 3] = [
             (ie::PORT_RANGE_NUM_PORTS, 2),
         ],
     ),
+    (
+        TPL_ADDRESSES,
+        &[
+            (ie::OBSERVATION_TIME_MILLISECONDS, 8),
+            (ie::NAT_EVENT, 1),
+            (ie::NAT_POOL_ID, 4),
+        ],
+    ),
+    (
+        TPL_QUOTA_USER,
+        &[
+            (ie::OBSERVATION_TIME_MILLISECONDS, 8),
+            (ie::NAT_EVENT, 1),
+            (ie::NAT_QUOTA_EXCEEDED_EVENT, 4),
+            (ie::MAX_ENTRIES_PER_USER, 4),
+            (ie::SOURCE_IPV4_ADDRESS, 4),
+        ],
+    ),
+    (
+        TPL_QUOTA_SESSIONS,
+        &[
+            (ie::OBSERVATION_TIME_MILLISECONDS, 8),
+            (ie::NAT_EVENT, 1),
+            (ie::NAT_QUOTA_EXCEEDED_EVENT, 4),
+            (ie::MAX_SESSION_ENTRIES, 4),
+        ],
+    ),
 ];
 
 /// How often the templates are sent again, ms.
@@ -140,7 +192,14 @@ const fn record_len(tpl: usize) -> usize {
 }
 
 /// Bytes of each template's records, in [`TEMPLATES`] order.
-const RECORD_LENS: [usize; 3] = [record_len(0), record_len(1), record_len(2)];
+const RECORD_LENS: [usize; 6] = [
+    record_len(0),
+    record_len(1),
+    record_len(2),
+    record_len(3),
+    record_len(4),
+    record_len(5),
+];
 
 /// Bytes of the template set announcing every template.
 const fn template_set_len() -> usize {
@@ -198,17 +257,21 @@ pub(super) struct NatLog {
     exhaustion_per_s: u32,
     exhaustion_window: u64,
     exhaustion_in_window: u32,
+    /// natPoolId of addresses-exhausted records (the NAT's `instance`).
+    pool_id: u32,
     c: LogCounters,
 }
 
 impl NatLog {
     /// An exporter for `worker` sending to `collector`; `flush_ms`: the most a record waits for
-    /// more between bursts; `exhaustion_per_s`: the exhaustion records allowed per second.
+    /// more between bursts; `exhaustion_per_s`: the refusal records allowed per second;
+    /// `pool_id`: the natPoolId of addresses-exhausted records.
     pub fn new(
         collector: SocketAddr,
         worker: u16,
         flush_ms: u32,
         exhaustion_per_s: u32,
+        pool_id: u32,
     ) -> Result<Self, String> {
         let local: SocketAddr = if collector.is_ipv4() {
             "0.0.0.0:0"
@@ -243,6 +306,7 @@ impl NatLog {
             exhaustion_per_s,
             exhaustion_window: 0,
             exhaustion_in_window: 0,
+            pool_id,
             c: LogCounters::default(),
         })
     }
@@ -289,8 +353,8 @@ impl NatLog {
         }
     }
 
-    /// No port left on outside address `nat_ip` for `proto` (rate limited).
-    pub fn exhausted(&mut self, nat_ip: u32, proto: u8) {
+    /// True when a refusal record may leave this second (else it is counted as suppressed).
+    fn refusal_allowed(&mut self) -> bool {
         let second = self.now_ms / 1000;
         if second != self.exhaustion_window {
             self.exhaustion_window = second;
@@ -298,9 +362,64 @@ impl NatLog {
         }
         if self.exhaustion_in_window >= self.exhaustion_per_s {
             self.c.exhaustion_suppressed += 1;
-            return;
+            return false;
         }
         self.exhaustion_in_window += 1;
+        true
+    }
+
+    /// No outside address can take a new subscriber (rate limited).
+    pub fn addresses_exhausted(&mut self) {
+        if !self.refusal_allowed() {
+            return;
+        }
+        let (t, id) = (self.now_ms, self.pool_id);
+        if let Some(r) = self.record(TPL_ADDRESSES, 3) {
+            r[0..8].copy_from_slice(&t.to_be_bytes());
+            r[8] = EV_ADDRESSES_EXHAUSTED;
+            r[9..13].copy_from_slice(&id.to_be_bytes());
+        }
+    }
+
+    /// Subscriber `inside` is at its quota of `limit` entries (rate limited).
+    pub fn quota_per_user(&mut self, inside: u32, limit: u32) {
+        if !self.refusal_allowed() {
+            return;
+        }
+        let t = self.now_ms;
+        if let Some(r) = self.record(TPL_QUOTA_USER, 4) {
+            r[0..8].copy_from_slice(&t.to_be_bytes());
+            r[8] = EV_QUOTA_EXCEEDED;
+            r[9..13].copy_from_slice(&QUOTA_PER_USER.to_be_bytes());
+            r[13..17].copy_from_slice(&limit.to_be_bytes());
+            r[17..21].copy_from_slice(&inside.to_be_bytes());
+        }
+    }
+
+    /// The worker's session table (`max` sessions) has no room (rate limited).
+    pub fn quota_sessions(&mut self, max: u32) {
+        if !self.refusal_allowed() {
+            return;
+        }
+        let t = self.now_ms;
+        if let Some(r) = self.record(TPL_QUOTA_SESSIONS, 5) {
+            r[0..8].copy_from_slice(&t.to_be_bytes());
+            r[8] = EV_QUOTA_EXCEEDED;
+            r[9..13].copy_from_slice(&QUOTA_SESSIONS.to_be_bytes());
+            r[13..17].copy_from_slice(&max.to_be_bytes());
+        }
+    }
+
+    /// True while records wait to be sent (a message being filled or complete ones).
+    pub fn pending(&self) -> bool {
+        self.open_msg || self.waiting > 0
+    }
+
+    /// No port left on outside address `nat_ip` for `proto` (rate limited).
+    pub fn exhausted(&mut self, nat_ip: u32, proto: u8) {
+        if !self.refusal_allowed() {
+            return;
+        }
         let t = self.now_ms;
         if let Some(r) = self.record(TPL_EXHAUSTED, 1) {
             r[0..8].copy_from_slice(&t.to_be_bytes());
@@ -423,6 +542,12 @@ impl NatLog {
         if self.open_msg && (all || due) {
             self.close();
         }
+        self.send_complete();
+    }
+
+    /// Sends every complete message (a command that ends many sessions at once calls it as it
+    /// goes, so the buffer never fills).
+    pub fn send_complete(&mut self) {
         while self.waiting > 0 {
             let base = self.first * MSG_BYTES;
             let len = self.lens[self.first];
@@ -504,7 +629,7 @@ mod tests {
     #[test]
     fn sessions_leave_as_one_message_with_templates_and_records() {
         let (rx, a) = collector();
-        let mut log = NatLog::new(a, 2, 100, 10).unwrap();
+        let mut log = NatLog::new(a, 2, 100, 10, 0).unwrap();
         log.sync(5_000_000_000);
         let k = FlowKey::new(0x1001_0101, 0x3001_0101, 1234, 53, 17);
         log.session(true, &k, 0x0a00_0001, 40000, 5000);
@@ -550,7 +675,7 @@ mod tests {
     #[test]
     fn a_full_buffer_counts_lost_events_and_full_messages_fit() {
         let (rx, a) = collector();
-        let mut log = NatLog::new(a, 0, 100, 10).unwrap();
+        let mut log = NatLog::new(a, 0, 100, 10, 0).unwrap();
         log.sync(0);
         let k = FlowKey::new(1, 2, 3, 4, 6);
         let per_msg = (MSG_BYTES - HDR - SET_HDR) / RECORD_LENS[0];
@@ -582,9 +707,52 @@ mod tests {
     }
 
     #[test]
+    fn addresses_and_quota_records_carry_their_fields_and_share_the_rate_limit() {
+        let (rx, a) = collector();
+        let mut log = NatLog::new(a, 0, 100, 3, 7).unwrap();
+        log.sync(1_000_000_000);
+        assert!(!log.pending());
+        log.addresses_exhausted();
+        log.quota_per_user(0x6440_0005, 64);
+        log.quota_sessions(1000);
+        assert!(log.pending());
+        log.exhausted(0x0a00_0001, 17);
+        assert_eq!(log.counters().count_at("exhaustion_suppressed"), Some(1));
+        log.flush(true);
+        assert!(!log.pending());
+        let mut b = [0u8; 2048];
+        let n = rx.recv(&mut b).unwrap();
+        let s = sets(&b[..n]);
+        let body = |id: u16| s.iter().find(|(i, _)| *i == id).unwrap().1.clone();
+        let r = body(TPL_ADDRESSES);
+        assert_eq!(
+            (r.len(), r[8], be32(&r, 9)),
+            (13, EV_ADDRESSES_EXHAUSTED, 7)
+        );
+        let r = body(TPL_QUOTA_USER);
+        assert_eq!(r[8], EV_QUOTA_EXCEEDED);
+        assert_eq!(
+            (be32(&r, 9), be32(&r, 13), be32(&r, 17)),
+            (QUOTA_PER_USER, 64, 0x6440_0005)
+        );
+        let r = body(TPL_QUOTA_SESSIONS);
+        assert_eq!(
+            (r[8], be32(&r, 9), be32(&r, 13)),
+            (EV_QUOTA_EXCEEDED, QUOTA_SESSIONS, 1000)
+        );
+        // Every template is announced with its field count.
+        let t = &s[0].1;
+        let mut o = 0;
+        for (id, fields) in TEMPLATES {
+            assert_eq!((be16(t, o), be16(t, o + 2) as usize), (id, fields.len()));
+            o += 4 + 4 * fields.len();
+        }
+    }
+
+    #[test]
     fn exhaustion_is_rate_limited_per_second() {
         let (_rx, a) = collector();
-        let mut log = NatLog::new(a, 0, 100, 3).unwrap();
+        let mut log = NatLog::new(a, 0, 100, 3, 0).unwrap();
         log.sync(1_000_000_000);
         for _ in 0..10 {
             log.exhausted(0x0a00_0001, 17);

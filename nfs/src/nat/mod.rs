@@ -6,8 +6,14 @@
 //!
 //! - **Outside addresses**: `nat_ip` (one, default 10.0.0.1, the paper's
 //!   `FlowIPNAT(SIP 10.0.0.1)`) or a pool `nat_ips` (addresses and prefixes). Each inside
-//!   address is paired with one outside address by a hash (`nfs/src/nat/pool.rs`), so all its
-//!   sessions share it (RFC 4787 REQ-2).
+//!   address is paired with one outside address by a consistent-hash ring of the addresses in
+//!   service (`nfs/src/nat/pool.rs`), so all its sessions share it (RFC 4787 REQ-2), and an
+//!   operator may put `spare_ips` into service, drain or remove addresses while it runs
+//!   (`pool add|drain|remove`, `nfs/src/nat/sessions.rs`) moving only the subscribers that must
+//!   move. With `instances = N` the instance uses only its `instance`-th share of the pool.
+//! - **Deterministic NAT** (`deterministic`, RFC 7422, `nfs/src/nat/deterministic.rs`): each
+//!   address of `subscriber_prefixes` has a computed outside address and port range per
+//!   worker; nothing is logged per session and [`DeterministicPlan`] maps back from the config.
 //! - **Ports**: each worker owns a slice of `port_min..=port_max` (1024-65535 split evenly; worker
 //!   `w` takes the `w`-th slice, the last one also the remainder) on every outside address, and
 //!   return traffic is steered to the owner by destination port ([`Nat::steering_rules`]).
@@ -72,16 +78,19 @@
 //!   mappings take ports from blocks of consecutive ports it owns (at most `port_block_limit`
 //!   per worker, beyond that `subscriber_limit`); a block returns when its last mapping ends.
 //! - **Logging** (`log_ipfix`, `nfs/src/nat/ipfix.rs`): session create and delete (or, with port
-//!   blocks, block allocation and release) and port exhaustion, as IPFIX records written into a
+//!   blocks, block allocation and release; nothing per session with deterministic NAT), ports
+//!   and addresses exhausted and quotas exceeded (rate limited), as IPFIX records written into a
 //!   preallocated per-worker buffer where sessions, mappings and blocks start and end, and sent
-//!   after the burst; `docs/operating-nat-logging.md`.
+//!   after the burst, or by an idle worker within `log_flush_ms`;
+//!   `docs/operating-nat-logging.md`.
 //! - **Timeouts** (VPP's defaults, RFC 4787/5382/5508): UDP 300 s, TCP established 7440 s, TCP
 //!   opening and closing 240 s, ICMP 60 s. Expiry is lazy (a lookup that finds an expired session
 //!   ends it) plus an incremental scan of `scan_per_burst` sessions per burst (and as many
 //!   mappings while some are on hold).
 //! - **Drop reasons** of its own, registered when a NAT is built: `no_mapping`,
 //!   `port_exhausted`, `subscriber_limit`, `filtered`, `tcp_not_syn`, `icmp_bad_checksum`,
-//!   `payload_unwritable`, `fragment_timeout`, `fragment_hold_full`, `fragment_first_dropped`.
+//!   `payload_unwritable`, `fragment_timeout`, `fragment_hold_full`, `fragment_first_dropped`,
+//!   `not_subscriber`.
 //!
 //! Memory: a session is 32 B and two session-table keys (34 B per slot, 1.11-2.22 slots per
 //! key); endpoint-independent mapping adds a 32 B mapping and two mapping-table keys per inside
@@ -109,6 +118,7 @@
 mod alloc;
 mod blocks;
 mod config;
+mod deterministic;
 mod frag;
 mod icmp;
 mod ipfix;
@@ -120,6 +130,7 @@ mod tcp;
 pub use config::{
     AddressList, DirectionPolicy, Filtering, Mapping, NatConfig, OptionsPolicy, TCP_TRANSITORY_S,
 };
+pub use deterministic::{DeterministicPlan, Holder, Placement};
 
 use dataplane::{
     Burst, Counters, DropCounts, DropReason, NetworkFunction, NfCommand, NfContext, PREFETCH_AHEAD,
@@ -138,9 +149,10 @@ use crate::registry::{
 };
 use crate::verify::ChecksumVerifier;
 
-use alloc::PortAllocator;
+use alloc::{PortAllocator, worker_slice};
 use blocks::{NoBlock, PortBlocks};
 use config::{Prefix, Timeouts};
+use deterministic::Deterministic;
 use frag::{Fragments, Outcome};
 use ipfix::NatLog;
 use pool::AddressPool;
@@ -175,10 +187,13 @@ pub fn memory_for(cfg: &NatConfig, workers: u16) -> u64 {
     if cfg.subscriber_port_limit > 0 || cfg.subscriber_session_limit > 0 {
         bytes = bytes.saturating_add(FlowTable::<u64>::memory_for(n));
     }
+    let addresses = cfg.check(cfg.nat_ips.is_none()).map_or(1, |st| {
+        config::prefix_addresses(&st.pool) + config::prefix_addresses(&st.spare)
+    });
+    if addresses > 1 {
+        bytes = bytes.saturating_add(pool::ring_bytes(addresses));
+    }
     if cfg.port_block > 0 {
-        let addresses = cfg.check(cfg.nat_ips.is_none()).map_or(1, |st| {
-            st.pool.iter().map(|p| u64::from(!p.1) + 1).sum::<u64>()
-        });
         let ports = (u64::from(cfg.port_max) + 1).saturating_sub(u64::from(cfg.port_min));
         let per_worker = ports / u64::from(workers.max(1)) / u64::from(cfg.port_block);
         bytes = bytes.saturating_add(PortBlocks::memory_for(addresses * per_worker));
@@ -222,6 +237,12 @@ const PAYLOAD_UNWRITABLE: Reason = (
     "a translation had to change bytes past the header segment and the payload could not be \
      written",
 );
+/// Drop reason: deterministic NAT and an inside address it does not map.
+const NOT_SUBSCRIBER: Reason = (
+    "not_subscriber",
+    "deterministic NAT: an outbound packet from an inside address in none of \
+     `subscriber_prefixes`",
+);
 /// Drop reason: a held fragment whose first fragment never came.
 const FRAGMENT_TIMEOUT: Reason = (
     "fragment_timeout",
@@ -260,6 +281,7 @@ pub const SPEC: NfSpec = NfSpec {
         FRAGMENT_TIMEOUT,
         FRAGMENT_HOLD_FULL,
         FRAGMENT_FIRST_DROPPED,
+        NOT_SUBSCRIBER,
     ],
     build: build_nf,
     memory,
@@ -274,6 +296,7 @@ fn build_nf(params: &toml::Table, ctx: &BuildContext) -> Result<Box<dyn NetworkF
                 .filter_map(|p| Some(p.ip?.addr))
                 .collect(),
         );
+        nat.net = Some(net.clone());
     }
     Ok(Box::new(nat))
 }
@@ -300,6 +323,7 @@ struct Reasons {
     fragment_timeout: DropReason,
     fragment_hold_full: DropReason,
     fragment_first_dropped: DropReason,
+    not_subscriber: DropReason,
 }
 
 impl Reasons {
@@ -316,10 +340,11 @@ impl Reasons {
             fragment_timeout: r(FRAGMENT_TIMEOUT)?,
             fragment_hold_full: r(FRAGMENT_HOLD_FULL)?,
             fragment_first_dropped: r(FRAGMENT_FIRST_DROPPED)?,
+            not_subscriber: r(NOT_SUBSCRIBER)?,
         })
     }
 
-    fn all(&self) -> [DropReason; 10] {
+    fn all(&self) -> [DropReason; 11] {
         [
             self.no_mapping,
             self.port_exhausted,
@@ -331,6 +356,7 @@ impl Reasons {
             self.fragment_timeout,
             self.fragment_hold_full,
             self.fragment_first_dropped,
+            self.not_subscriber,
         ]
     }
 }
@@ -380,6 +406,8 @@ struct NatCounters {
     header_segment_short: u64,
     hairpinned: u64,
     hairpin_via_outside: u64,
+    not_subscriber: u64,
+    no_active_address: u64,
     ttl_expired: u64,
     passed: u64,
     drops: DropCounts,
@@ -466,6 +494,13 @@ pub struct Nat {
     blocks: Option<Box<PortBlocks>>,
     /// Ports of a block tried per new mapping before another block is taken.
     block_tries: u32,
+    /// Deterministic NAT (`deterministic`): where each subscriber's ports are.
+    det: Option<Box<Deterministic>>,
+    /// Whether sessions are logged one by one (not with port blocks or deterministic NAT).
+    log_sessions: bool,
+    /// The run's network layer, when it has one: the ports stop or start answering ARP for an
+    /// outside address taken out of or put into service at run time.
+    net: Option<std::sync::Arc<dataplane::net::Network>>,
 }
 
 impl Nat {
@@ -493,30 +528,17 @@ impl Nat {
             ));
         }
         let st = cfg.check(explicit_nat_ip)?;
-        if cfg.port_min == 0 || cfg.port_min > cfg.port_max {
-            return Err(bad_param(
-                NAME,
-                "port_min",
-                format!(
-                    "need 1 <= port_min <= port_max (got {}..{})",
-                    cfg.port_min, cfg.port_max
-                ),
-            ));
-        }
-        let total = u32::from(cfg.port_max) - u32::from(cfg.port_min) + 1;
-        let per = total / u32::from(workers);
-        if per == 0 {
-            return Err(bad_param(
-                NAME,
-                "port_max",
-                format!("{total} ports cannot be split over {workers} workers"),
-            ));
-        }
-        let lo = u32::from(cfg.port_min) + per * u32::from(worker);
-        let hi = if worker + 1 == workers {
-            u32::from(cfg.port_max)
-        } else {
-            lo + per - 1
+        let (lo, hi) = worker_slice(cfg.port_min, cfg.port_max, worker, workers)?;
+        let det = match &st.deterministic {
+            Some(_) => {
+                // The plan checks every worker's slice and every instance's share.
+                DeterministicPlan::new(cfg, explicit_nat_ip, workers)?;
+                Some(Box::new(Deterministic::new(
+                    st.deterministic.as_deref().unwrap_or_default(),
+                    config::prefix_addresses(&st.pool) as u32,
+                )))
+            }
+            None => None,
         };
         if cfg.flows == 0 {
             return Err(bad_param(NAME, "flows", "must be at least 1"));
@@ -555,7 +577,7 @@ impl Nat {
                 "a port cannot be both inside and outside",
             ));
         }
-        let pool = AddressPool::new(&st.pool);
+        let pool = AddressPool::new(&st.pool, &st.spare);
         let eim = cfg.mapping == Mapping::EndpointIndependent;
         let share = |limit: u32| limit.div_ceil(u32::from(workers));
         // The session table and pool first: they are what every packet reads, so they get the
@@ -589,8 +611,8 @@ impl Nat {
             Some(Box::new(
                 PortBlocks::new(
                     pool.len(),
-                    lo as u16,
-                    hi as u16,
+                    lo,
+                    hi,
                     cfg.port_block as u16,
                     cfg.port_block_limit,
                     mix_seed(cfg.seed, worker, 7),
@@ -602,16 +624,22 @@ impl Nat {
         };
         let log = match st.log_ipfix {
             Some(a) => Some(Box::new(
-                NatLog::new(a, worker, cfg.log_flush_ms, cfg.log_exhaustion_per_s)
-                    .map_err(|e| bad_param(NAME, "log_ipfix", e))?,
+                NatLog::new(
+                    a,
+                    worker,
+                    cfg.log_flush_ms,
+                    cfg.log_exhaustion_per_s,
+                    cfg.instance,
+                )
+                .map_err(|e| bad_param(NAME, "log_ipfix", e))?,
             )),
             None => None,
         };
         Ok(Self {
             name: NAME.to_string(),
             alloc: PortAllocator::new(
-                lo as u16,
-                hi as u16,
+                lo,
+                hi,
                 pool.len(),
                 cfg.port_preservation,
                 cfg.port_parity,
@@ -661,9 +689,12 @@ impl Nat {
             hashes: vec![0; BULK],
             slots: vec![0; BULK],
             to_hold: Vec::with_capacity(dataplane::MAX_BURST),
+            log_sessions: log.is_some() && blocks.is_none() && det.is_none(),
             log,
             blocks,
             block_tries: cfg.port_attempts,
+            det,
+            net: None,
         })
     }
 
@@ -699,9 +730,24 @@ impl Nat {
         (v & 1 == 0 && s.state != ST_HOLD).then_some((s.nat_ip, s.nat_port))
     }
 
-    /// The outside address paired with inside address `inside` (RFC 4787 REQ-2).
+    /// The outside address paired with inside address `inside` (RFC 4787 REQ-2), or with
+    /// deterministic NAT its computed one; 0 when there is none (no address active, or not a
+    /// subscriber).
     pub fn paired_address(&self, inside: u32) -> u32 {
-        self.pool.paired(inside).0
+        self.outside_address(inside).map_or(0, |(a, _)| a)
+    }
+
+    /// The outside address (and its index) of inside address `inside`: computed with
+    /// deterministic NAT, paired otherwise.
+    #[inline]
+    fn outside_address(&self, inside: u32) -> Option<(u32, u32)> {
+        match &self.det {
+            Some(d) => {
+                let (a, _) = d.place(inside)?;
+                Some((self.pool.address(a), a))
+            }
+            None => self.pool.paired(inside),
+        }
     }
 
     /// Packets held back (fragments waiting for their first fragment).
@@ -774,8 +820,12 @@ impl Nat {
         let over_ports = port && self.sub_port_limit > 0 && ports >= self.sub_port_limit;
         let over_sessions = self.sub_session_limit > 0 && sessions >= self.sub_session_limit;
         if over_ports || over_sessions {
-            self.c.subscriber_limit += 1;
-            return Err(self.reasons.subscriber_limit);
+            let limit = if over_ports {
+                self.sub_port_limit
+            } else {
+                self.sub_session_limit
+            };
+            return Err(self.quota_exceeded(sub, limit));
         }
         Ok(())
     }
@@ -818,8 +868,8 @@ impl Nat {
         }
         self.table.remove(&s.out_key);
         self.active -= 1;
-        if let Some(l) = self.log.as_deref_mut()
-            && self.blocks.is_none()
+        if self.log_sessions
+            && let Some(l) = self.log.as_deref_mut()
         {
             l.session(false, &s.out_key, s.nat_ip, s.nat_port, ended);
         }
@@ -1062,6 +1112,9 @@ impl Nat {
 
     fn table_full(&mut self) -> DropReason {
         self.c.table_full += 1;
+        if let Some(l) = self.log.as_deref_mut() {
+            l.quota_sessions(self.sessions.capacity() as u32);
+        }
         DropReason::FLOW_TABLE_FULL
     }
 
@@ -1109,8 +1162,8 @@ impl Nat {
         self.sessions.set(idx, &s);
         self.active += 1;
         self.c.new_mappings += 1;
-        if let Some(l) = self.log.as_deref_mut()
-            && self.blocks.is_none()
+        if self.log_sessions
+            && let Some(l) = self.log.as_deref_mut()
         {
             l.session(true, &out, nat_ip, nat_port, now);
         }
@@ -1180,7 +1233,9 @@ impl Nat {
             }
         } else {
             self.sub_admit(sub, true)?;
-            let (nat_ip, _) = self.pool.paired(sub);
+            let Some((nat_ip, _)) = self.pool.paired(sub) else {
+                return Err(self.addresses_exhausted());
+            };
             let port = self.edm_port(k, nat_ip, now)?;
             let idx = self.create_session(k, nat_ip, port, bits, now)?;
             self.sub_add(sub, 1, 1);
@@ -1204,11 +1259,21 @@ impl Nat {
         proto: u8,
         now: u32,
     ) -> Result<u32, DropReason> {
-        let (nat_ip, aidx) = self.pool.paired(inside);
-        if self.alloc.full(aidx, proto) {
+        let Some((nat_ip, aidx)) = self.outside_address(inside) else {
+            return Err(if self.det.is_some() {
+                self.c.not_subscriber += 1;
+                self.reasons.not_subscriber
+            } else {
+                self.addresses_exhausted()
+            });
+        };
+        // A deterministic subscriber's limit is its own range (checked there), not the address.
+        if self.det.is_none() && self.alloc.full(aidx, proto) {
             return Err(self.port_exhausted(nat_ip, proto));
         }
-        let out_port = if self.blocks.is_some() {
+        let out_port = if self.det.is_some() {
+            self.det_port(inside, port, nat_ip, proto, now)?
+        } else if self.blocks.is_some() {
             self.block_port(inside, nat_ip, aidx, proto, now)?
         } else {
             let cands = self.alloc.candidates(port);
@@ -1257,6 +1322,43 @@ impl Nat {
         self.sub_add(inside, 1, 0);
         self.c.new_eim_mappings += 1;
         Ok(m)
+    }
+
+    /// A port for a new mapping of `inside:port` in its deterministic range on this worker: the
+    /// inside port when it is in the range and free, else up to `port_attempts` ports from a
+    /// random start in the range. A full range is the subscriber's quota reached.
+    fn det_port(
+        &mut self,
+        inside: u32,
+        port: u16,
+        nat_ip: u32,
+        proto: u8,
+        now: u32,
+    ) -> Result<u16, DropReason> {
+        let Some((first, last)) = self.det.as_ref().and_then(|d| {
+            let (_, slot) = d.place(inside)?;
+            let (lo, hi) = self.alloc.range();
+            Some(d.range(slot, lo, hi))
+        }) else {
+            self.c.not_subscriber += 1;
+            return Err(self.reasons.not_subscriber);
+        };
+        let n = u32::from(last) - u32::from(first) + 1;
+        if (first..=last).contains(&port) {
+            self.c.port_probes += 1;
+            if self.eim_port_free(nat_ip, port, proto, inside, now) {
+                return Ok(port);
+            }
+        }
+        let start = self.alloc.random_below(n);
+        for t in 0..self.block_tries.min(n) {
+            let p = first + ((start + t) % n) as u16;
+            self.c.port_probes += 1;
+            if self.eim_port_free(nat_ip, p, proto, inside, now) {
+                return Ok(p);
+            }
+        }
+        Err(self.quota_exceeded(inside, n))
     }
 
     /// A port for a new mapping of `inside` from its blocks on `nat_ip` (address index `aidx`),
@@ -1313,10 +1415,19 @@ impl Nat {
                 Ok(p)
             }
             Err(NoBlock::Limit) => {
-                self.c.subscriber_limit += 1;
-                Err(self.reasons.subscriber_limit)
+                let limit = self.blocks.as_ref().map_or(0, |b| b.limit());
+                let size = u32::from(self.blocks.as_ref().map_or(0, |b| b.size()));
+                Err(self.quota_exceeded(inside, limit * size))
             }
-            Err(NoBlock::Exhausted) => Err(self.port_exhausted(nat_ip, proto)),
+            Err(NoBlock::Exhausted) => {
+                // No block left on the address: no new subscriber can be given a port on it.
+                self.c.port_exhausted += 1;
+                if let Some(l) = self.log.as_deref_mut() {
+                    l.exhausted(nat_ip, proto);
+                    l.addresses_exhausted();
+                }
+                Err(self.reasons.port_exhausted)
+            }
         }
     }
 
@@ -1422,6 +1533,28 @@ impl Nat {
             }
         }
         Err(self.port_exhausted(nat_ip, k.proto()))
+    }
+
+    /// No active outside address to pair a subscriber with (every one draining): counted as
+    /// `port_exhausted` and logged as addresses exhausted (natEvent 3, rate limited).
+    fn addresses_exhausted(&mut self) -> DropReason {
+        self.c.port_exhausted += 1;
+        self.c.no_active_address += 1;
+        if let Some(l) = self.log.as_deref_mut() {
+            l.addresses_exhausted();
+        }
+        self.reasons.port_exhausted
+    }
+
+    /// Subscriber `inside` is at its quota of `limit` (ports or sessions): counted as
+    /// `subscriber_limit` and logged as quota exceeded (natEvent 13, maximum entries per user,
+    /// rate limited).
+    fn quota_exceeded(&mut self, inside: u32, limit: u32) -> DropReason {
+        self.c.subscriber_limit += 1;
+        if let Some(l) = self.log.as_deref_mut() {
+            l.quota_per_user(inside, limit);
+        }
+        self.reasons.subscriber_limit
     }
 
     /// No port left for a new mapping on `nat_ip`: counted and logged (rate limited).
@@ -1826,7 +1959,10 @@ impl Nat {
             }
             Outcome::Unknown if !guess && !self.pool.contains(p.dst) => {
                 // Outbound: its new source is the paired address, whatever its ports.
-                let (nat_ip, _) = self.pool.paired(p.src);
+                let Some((nat_ip, _)) = self.outside_address(p.src) else {
+                    self.to_hold.push(i);
+                    return Ok(());
+                };
                 frag::rewrite(burst.header_mut(i), p.l3, nat_ip, 0);
                 self.frags.c.translated_early += 1;
                 self.c.outbound_translated += 1;
@@ -2053,11 +2189,21 @@ impl NetworkFunction for Nat {
         self.frags.held()
     }
 
+    /// While logged events wait to be sent: an idle worker still sends them within
+    /// `log_flush_ms` ([`Nat::release`] flushes the log).
+    fn wants_release(&self) -> bool {
+        self.log.as_ref().is_some_and(|l| l.pending())
+    }
+
     fn control(&mut self, cmd: &NfCommand, ctx: &NfContext) -> Result<Counters, String> {
         self.command(cmd, ctx)
     }
 
     fn release(&mut self, out: &mut Burst, ctx: &NfContext, flush: bool) {
+        if let Some(l) = self.log.as_deref_mut() {
+            l.sync(ctx.now_ns);
+            l.flush(flush);
+        }
         let now = ms_ticks(ctx.now_ns);
         let r = self.reasons;
         let from = out.len();
@@ -2116,7 +2262,8 @@ impl NetworkFunction for Nat {
             } else {
                 vec![None]
             };
-        (0..self.pool.len())
+        self.pool
+            .in_service()
             .flat_map(|i| {
                 let ip = std::net::Ipv4Addr::from(self.pool.address(i));
                 ports.iter().map(move |&p| (ip, p))
@@ -2162,6 +2309,8 @@ impl NetworkFunction for Nat {
             .count("header_segment_short", c.header_segment_short)
             .count("hairpinned", c.hairpinned)
             .count("hairpin_via_outside", c.hairpin_via_outside)
+            .count("not_subscriber", c.not_subscriber)
+            .count("no_active_address", c.no_active_address)
             .count("ttl_expired", c.ttl_expired)
             .count("passed", c.passed)
             .count(

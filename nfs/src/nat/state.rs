@@ -206,6 +206,11 @@ impl<R: nicmem::Zeroable> Pool<R> {
         self.free.push(idx);
     }
 
+    /// Records in all (in use or not).
+    pub fn capacity(&self) -> usize {
+        self.slots.len()
+    }
+
     /// Indices handed out so far: every record in use is below it.
     pub fn high_water(&self) -> usize {
         self.high_water as usize
