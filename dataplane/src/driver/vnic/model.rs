@@ -62,7 +62,10 @@
 //! timeline and reads the latency off the profile's published loaded-latency curve
 //! (`MemoryContention` below, [`crate::pcie_model::dram`]). So host and split modes, whose payloads
 //! leak to DRAM, slow their cores down twice: by the misses and by the latency every other DRAM
-//! access then pays.
+//! access then pays. The packet data DDIO keeps in the LLC also crowds out the cores' own
+//! LLC-resident state (the buffers' metadata, `host.cycles.meta_lines` per ring entry): with DDIO
+//! allowed every way, host-mode rings fill the LLC and those lines cost DRAM accesses too
+//! ([`DdioModel::core_hit`]).
 //!
 //! Multi-queue ports: each queue gets a static share (1/queues) of the wire, the PCIe link, the
 //! outstanding reads, the DMA engine, nicmem and DRAM bandwidth, and of the offered load. With
@@ -603,15 +606,18 @@ const CACHE_LINE: u64 = 64;
 /// `host.dram_loaded_latency`), and what a packet pays for it.
 ///
 /// In virtual time each packet costs, beyond its fixed cycles, its NFs' DRAM reads at the loaded
-/// latency, plus for each header line DDIO lost a DRAM access instead of the LLC hit the fixed
-/// cycles assume: `nf_reads × L + header_lines × (1 − p_hit) × (L − llc_access)` cycles. A Tx DMA
-/// read that misses pays the idle DMA-read adder plus the rise of the loaded latency over idle.
+/// latency, plus for each header line DDIO lost and each line of per-packet state the packet data
+/// in the LLC evicted ([`DdioModel::core_hit`]) a DRAM access instead of the LLC hit the fixed
+/// cycles assume: `nf_reads × L + (header_lines × (1 − p_hit) + meta_lines × (1 − core_hit)) ×
+/// (L − llc_access)` cycles. A Tx DMA read that misses pays the idle DMA-read adder plus the rise
+/// of the loaded latency over idle.
 struct MemoryContention {
     curve: LoadedLatency,
     /// Core clock, cycles per ns.
     ghz: f64,
     llc_cycles: f64,
     header_lines: f64,
+    meta_lines: f64,
     nf_reads: f64,
     /// DRAM bytes the NFs read per packet.
     nf_dram_bytes: u64,
@@ -642,6 +648,7 @@ impl MemoryContention {
             ghz: h.cpu_ghz,
             llc_cycles: f64::from(h.cycles.llc_access),
             header_lines: f64::from(h.cycles.header_lines),
+            meta_lines: f64::from(h.cycles.meta_lines),
             nf_reads: f64::from(nf_dram_reads),
             nf_dram_bytes: u64::from(nf_dram_reads) * CACHE_LINE,
             idle_adder_ns: h.dram_latency_adder_ns as f64,
@@ -652,13 +659,14 @@ impl MemoryContention {
             milli_acc: 0,
             miss_adder_ps: 0,
         };
-        m.price(0);
+        m.price(0, 0);
         Ok(m)
     }
 
-    /// At `now`, with `busy` ps booked on the DRAM timeline so far and a DDIO miss fraction of
-    /// `miss_ppm` per million: closes the utilisation window if it is over, then prices a packet.
-    fn update(&mut self, now: Ps, busy: f64, miss_ppm: u64) {
+    /// At `now`, with `busy` ps booked on the DRAM timeline so far, a DDIO miss fraction of
+    /// `miss_ppm` per million and `meta_miss_ppm` per million of the cores' LLC-resident state
+    /// evicted: closes the utilisation window if it is over, then prices a packet.
+    fn update(&mut self, now: Ps, busy: f64, miss_ppm: u64, meta_miss_ppm: u64) {
         let span = now.saturating_sub(self.win_start);
         if span >= DRAM_WINDOW_PS {
             let u = (busy - self.win_busy).max(0.0) / span as f64;
@@ -668,13 +676,14 @@ impl MemoryContention {
             self.win_start = now;
             self.win_busy = busy;
         }
-        self.price(miss_ppm);
+        self.price(miss_ppm, meta_miss_ppm);
     }
 
-    fn price(&mut self, miss_ppm: u64) {
+    fn price(&mut self, miss_ppm: u64, meta_miss_ppm: u64) {
         let l = self.latency_ns * self.ghz;
-        let miss = miss_ppm as f64 / 1e6;
-        let var = self.nf_reads * l + self.header_lines * miss * (l - self.llc_cycles).max(0.0);
+        let lines = self.header_lines * miss_ppm as f64 / 1e6
+            + self.meta_lines * meta_miss_ppm as f64 / 1e6;
+        let var = self.nf_reads * l + lines * (l - self.llc_cycles).max(0.0);
         self.var_milli = (var * 1000.0).round() as u64;
         let adder_ns = self.idle_adder_ns + (self.latency_ns - self.curve.idle_ns()).max(0.0);
         self.miss_adder_ps = (adder_ns * PS_PER_NS as f64).round() as Ps;
@@ -735,7 +744,12 @@ pub(crate) struct Timing {
     /// The port's queues sharing the LLC: how many run this queue's mode, how many the other
     /// (with `vnic.nicmem_queues` a nicmem port's last queues run `split`), and the other mode.
     ddio_peers: DdioPeers,
+    /// The port's cores' LLC-resident state: `host.cycles.meta_lines` per Rx and Tx ring entry
+    /// of every queue, bytes ([`DdioModel::core_hit`]).
+    core_bytes: u64,
     miss_ppm: u64,
+    /// Per million of the cores' LLC-resident lines the packet data in the LLC evicted.
+    meta_miss_ppm: u64,
     dram_acc: u64,
     /// Per Rx CQ slot: when the CQE is visible to the CPU, and when its frame arrived.
     cq_ready: Box<[Ps]>,
@@ -959,8 +973,10 @@ impl Timing {
         let w = entries * self.ddio_peers.port_bytes(host_bytes, len);
         let p = self.ddio.p_hit(w);
         self.miss_ppm = ((1.0 - p) * 1e6).round() as u64;
+        self.meta_miss_ppm = ((1.0 - self.ddio.core_hit(w, self.core_bytes)) * 1e6).round() as u64;
         let busy = self.tl.get(ResourceKind::Hostmem).busy_ps();
-        self.mem.update(self.now, busy, self.miss_ppm);
+        self.mem
+            .update(self.now, busy, self.miss_ppm, self.meta_miss_ppm);
     }
 
     /// The DMA-read latency adder of a Tx data read at the current DDIO miss fraction and DRAM
@@ -1242,7 +1258,12 @@ impl NicModel {
                     lat_exact: LatencyExact::default(),
                     ddio: DdioModel::from_profile(&prof.host),
                     ddio_peers: ddio_peers(p, q, k),
+                    core_bytes: (p.rx_ring + p.tx_ring) as u64
+                        * u64::from(q)
+                        * u64::from(cyc.meta_lines)
+                        * CACHE_LINE,
                     miss_ppm: 0,
+                    meta_miss_ppm: 0,
                     dram_acc: 0,
                     cq_ready: vec![0; cq].into_boxed_slice(),
                     cq_arrival: vec![0; cq].into_boxed_slice(),
@@ -1745,9 +1766,9 @@ mod memory_tests {
     fn ddio_misses_cost_the_core_a_dram_access_per_header_line() {
         let p = HardwareProfile::default();
         let mut m = contention(0);
-        m.price(0);
+        m.price(0, 0);
         assert_eq!(m.var_milli, 0, "all hits: no cycles beyond the fixed ones");
-        m.price(1_000_000);
+        m.price(1_000_000, 0);
         let dram = m.curve.idle_ns() * p.host.cpu_ghz;
         let want =
             f64::from(p.host.cycles.header_lines) * (dram - f64::from(p.host.cycles.llc_access));
@@ -1757,26 +1778,31 @@ mod memory_tests {
             m.var_milli
         );
         // Half the headers missed: half the stall.
-        m.price(500_000);
+        m.price(500_000, 0);
         assert!((m.var_milli as f64 / 1000.0 - want / 2.0).abs() < 0.01);
+        // Evicted metadata lines cost the same per line: all of them, `meta_lines` more.
+        m.price(1_000_000, 1_000_000);
+        let per_line = dram - f64::from(p.host.cycles.llc_access);
+        let lines = f64::from(p.host.cycles.header_lines + p.host.cycles.meta_lines);
+        assert!((m.var_milli as f64 / 1000.0 - lines * per_line).abs() < 0.01);
     }
 
     #[test]
     fn a_busy_memory_system_makes_every_dram_access_dearer() {
         let p = HardwareProfile::default();
         let mut m = contention(2);
-        m.update(0, 0.0, 0);
+        m.update(0, 0.0, 0, 0);
         let idle = m.var_milli;
         let idle_adder = m.miss_adder_ps;
         assert_eq!(idle_adder, p.host.dram_latency_adder_ns * PS_PER_NS);
         // DRAM busy 60 % of a window: the latency climbs the loaded-latency curve.
-        m.update(DRAM_WINDOW_PS, 0.6 * DRAM_WINDOW_PS as f64, 0);
+        m.update(DRAM_WINDOW_PS, 0.6 * DRAM_WINDOW_PS as f64, 0, 0);
         assert!(m.latency_ns > m.curve.idle_ns() + 5.0, "{}", m.latency_ns);
         assert!(m.var_milli > idle, "{} <= {idle}", m.var_milli);
         assert!(m.miss_adder_ps > idle_adder);
         // An idle window brings it back down (smoothed over windows).
         let loaded = m.latency_ns;
-        m.update(2 * DRAM_WINDOW_PS, 0.6 * DRAM_WINDOW_PS as f64, 0);
+        m.update(2 * DRAM_WINDOW_PS, 0.6 * DRAM_WINDOW_PS as f64, 0, 0);
         assert!(m.latency_ns < loaded);
     }
 }
