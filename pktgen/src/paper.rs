@@ -94,8 +94,10 @@ pub fn select(names: &[String]) -> Result<Vec<&'static Figure>, String> {
     }
     let mut out: Vec<&'static Figure> = Vec::new();
     for n in names {
-        let hits: Vec<&'static Figure> =
-            FIGURES.iter().filter(|f| f.name.starts_with(n.as_str())).collect();
+        let hits: Vec<&'static Figure> = FIGURES
+            .iter()
+            .filter(|f| f.name.starts_with(n.as_str()))
+            .collect();
         if hits.is_empty() {
             return Err(format!(
                 "no figure `{n}`; allowed: all, {} (or a prefix, e.g. fig8)",
@@ -305,12 +307,11 @@ fn fig9(rs: &Rows) -> Result<Vec<Claim>, String> {
 }
 
 fn fig10(rs: &Rows) -> Result<Vec<Claim>, String> {
-    let s64: Vec<f64> = rs
-        .0
-        .iter()
-        .filter(|r| r.get("frame_size") == Some("64"))
-        .map(|r| r.gbps)
-        .collect();
+    let s64: Vec<f64> =
+        rs.0.iter()
+            .filter(|r| r.get("frame_size") == Some("64"))
+            .map(|r| r.gbps)
+            .collect();
     let (lo, hi) = s64
         .iter()
         .fold((f64::INFINITY, 0.0f64), |a, &g| (a.0.min(g), a.1.max(g)));
@@ -359,12 +360,11 @@ fn fig11(rs: &Rows) -> Result<Vec<Claim>, String> {
     let ways = "host.ddio_ways";
     let n0 = rs.pick(&[(ways, "0"), ("mode", "nic-inline")])?;
     let h11 = rs.pick(&[(ways, "11"), ("mode", "host")])?;
-    let mut host: Vec<(u32, f64)> = rs
-        .0
-        .iter()
-        .filter(|r| r.get("mode") == Some("host"))
-        .filter_map(|r| Some((r.get(ways)?.parse().ok()?, r.line_pct)))
-        .collect();
+    let mut host: Vec<(u32, f64)> =
+        rs.0.iter()
+            .filter(|r| r.get("mode") == Some("host"))
+            .filter_map(|r| Some((r.get(ways)?.parse().ok()?, r.line_pct)))
+            .collect();
     host.sort_by_key(|h| h.0);
     let first = host.iter().find(|h| h.1 >= 99.5).map(|h| h.0);
     Ok(vec![
@@ -427,7 +427,10 @@ impl Figure {
             .find(|(what, _)| what == "throughput")?
             .1;
         let x_of = |x: f64| match &plot.x_scale {
-            XScale::Categories(c) => c.iter().position(|v| v == &value_text_f64(x)).map(|i| i as f64),
+            XScale::Categories(c) => c
+                .iter()
+                .position(|v| v == &value_text_f64(x))
+                .map(|i| i as f64),
             _ => Some(x),
         };
         let mut extra = Vec::new();

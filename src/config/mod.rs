@@ -1479,7 +1479,13 @@ mod tests {
             v.timing.map(|t| (t.nf_cycles, t.nf_dram_reads))
         };
         let prof = HardwareProfile::default();
-        let want = prof.host.cycles.nf_dram_reads.get("nat").copied().unwrap_or(0);
+        let want = prof
+            .host
+            .cycles
+            .nf_dram_reads
+            .get("nat")
+            .copied()
+            .unwrap_or(0);
         assert!(want > 0);
         assert_eq!(
             reads(&["run.clock=virtual"]),

@@ -181,14 +181,20 @@ mod tests {
         // 2 ways: 4 MiB of data beside 18 MiB for the cores: everything fits.
         assert_eq!(paper().core_hit(host, core), 1.0);
         // 9 ways: 18 MiB of data, 4 MiB left: still fits.
-        assert_eq!(DdioModel::new(22 * MIB, 11, 9, 40).core_hit(host, core), 1.0);
+        assert_eq!(
+            DdioModel::new(22 * MIB, 11, 9, 40).core_hit(host, core),
+            1.0
+        );
         // 11 ways: the 21.5 MB of data leave 1.6 MB: 43 % of the cores' lines stay.
         let all = DdioModel::new(22 * MIB, 11, 11, 40);
         assert_eq!(format!("{:.2}", all.core_hit(host, core)), "0.43");
         // nmNFV keeps only 64 B headers in host memory: 0.9 MB, no eviction even at 11 ways.
         assert_eq!(all.core_hit(inflight_bytes(1024 * 14, 64), core), 1.0);
         // DDIO off keeps no data in the LLC; no state of the cores: nothing to evict.
-        assert_eq!(DdioModel::new(22 * MIB, 11, 0, 40).core_hit(host, core), 1.0);
+        assert_eq!(
+            DdioModel::new(22 * MIB, 11, 0, 40).core_hit(host, core),
+            1.0
+        );
         assert_eq!(all.core_hit(host, 0), 1.0);
     }
 
