@@ -73,8 +73,10 @@
 //! core (no locks) and a virtual run deterministic. When only the first `vnic.nicmem_queues`
 //! queues run the nicmem mode and the rest `split`, the byte rates (the PCIe link and DRAM) are
 //! shared in proportion to each queue's PCIe bytes per packet instead (at the traffic's frame
-//! size), which is what a shared link gives queues that receive packets at the same rate; the
-//! per-packet resources (wire, receive buffer, read tags, DMA operation rates) stay `1/queues`.
+//! size), which is what a shared link gives queues that receive packets at the same rate, but
+//! never less than `1/queues` (the NIC serves its queues round robin, so a queue with work gets at
+//! least its turn); the per-packet resources (wire, receive buffer, read tags, DMA operation
+//! rates) stay `1/queues`.
 
 use std::sync::atomic::{AtomicU64, Ordering};
 use std::sync::{Arc, Mutex};
@@ -1046,8 +1048,12 @@ fn share(
 /// This queue's fraction of the shared rates of a port of `q` queues of which the first
 /// `nic_queues` run `port_mode` and the rest `split` (`vnic.nicmem_queues`): `1/q` when all run
 /// one mode; otherwise in proportion to each mode's PCIe bytes per packet at `frame` bytes, so a
-/// queue that moves ten times the bytes gets ten times the share. With RSS spreading packets
-/// evenly this books each queue's transfers at the rate a shared link would give them.
+/// queue that moves ten times the bytes gets ten times the share, but never less than `1/q`: the
+/// NIC serves its queues round robin, so a queue with work gets at least its turn of the link
+/// however little it moves on average. With RSS spreading packets evenly this books each queue's
+/// transfers at the rate a shared link would give them; a proportional share alone left a nicmem
+/// queue among split ones ~2 % of the link, on which a burst of WQE fetches took ~20 us and its
+/// Tx ring filled (the paper's Fig. 13 setup).
 fn queue_fraction(p: &ModelParams<'_>, frame: u32) -> f64 {
     let q = u32::from(p.queues.max(1));
     let k = u32::from(p.nicmem_queues).min(q);
@@ -1065,7 +1071,7 @@ fn queue_fraction(p: &ModelParams<'_>, frame: u32) -> f64 {
     };
     let (nic, split) = (bytes(p.port_mode), bytes(DatapathMode::Split));
     let total = f64::from(k) * nic + f64::from(q - k) * split;
-    bytes(p.mode) / total
+    (bytes(p.mode) / total).max(1.0 / f64::from(q))
 }
 
 /// The LLC's view of the port from queue `p` (see [`DdioPeers`]): of `q` queues the first `k`
@@ -1785,6 +1791,37 @@ mod memory_tests {
         let per_line = dram - f64::from(p.host.cycles.llc_access);
         let lines = f64::from(p.host.cycles.header_lines + p.host.cycles.meta_lines);
         assert!((m.var_milli as f64 / 1000.0 - lines * per_line).abs() < 0.01);
+    }
+
+    #[test]
+    fn a_queue_of_a_mixed_port_gets_at_least_its_round_robin_turn() {
+        let prof = HardwareProfile::default();
+        let frac = |mode: DatapathMode, k: u16| {
+            queue_fraction(
+                &ModelParams {
+                    profile: &prof,
+                    mode,
+                    port_mode: DatapathMode::NicInline,
+                    queues: 7,
+                    nicmem_queues: k,
+                    split_offset: 64,
+                    tx_inline: 64,
+                    max_frame: 1514,
+                    rx_ring: 1024,
+                    tx_ring: 1024,
+                    timing: None,
+                },
+                1518,
+            )
+        };
+        // One nicmem queue of seven: its bytes alone would give it ~2 % of the link; round
+        // robin gives it its turn, 1/7. The split queues keep their proportional share.
+        assert_eq!(frac(DatapathMode::NicInline, 1), 1.0 / 7.0);
+        let split = frac(DatapathMode::Split, 1);
+        assert!(split > 1.0 / 7.0 && split < 1.0 / 6.0, "{split}");
+        // Seven split queues, or seven nicmem ones: 1/7 each.
+        assert!((frac(DatapathMode::Split, 0) - 1.0 / 7.0).abs() < 1e-12);
+        assert_eq!(frac(DatapathMode::NicInline, 7), 1.0 / 7.0);
     }
 
     #[test]
