@@ -50,6 +50,7 @@ pub mod dist;
 pub mod generator;
 pub mod latency;
 pub mod nat_traffic;
+pub mod paper;
 pub mod plot;
 pub mod profile;
 pub mod progress;

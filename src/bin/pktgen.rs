@@ -12,7 +12,7 @@
 //! * `pktgen dpdk-gen configs/dpdk-txgen.toml --duration 5`: transmit on DPDK ports (build with
 //!   `--features dpdk`), a Mpps line per second and a summary (`--json`).
 
-use std::path::PathBuf;
+use std::path::{Path, PathBuf};
 use std::process::ExitCode;
 use std::sync::Arc;
 use std::sync::atomic::{AtomicU64, Ordering};
@@ -69,6 +69,26 @@ enum Cmd {
         /// Trial clock on the virtual NIC: virtual (the default) or wall.
         #[arg(long)]
         clock: Option<String>,
+    },
+    /// Run the nicmem paper's figures (configs/paper/) in virtual time: per figure its table,
+    /// JSON, CSV and plots with the paper's points, then one verdict per claim of the paper.
+    Paper {
+        /// Figures: all (the default) or names/prefixes (fig3, fig8, fig8-nat, fig9, fig10,
+        /// fig11, fig13).
+        figures: Vec<String>,
+        /// Output directory; each figure writes into <out>/<figure>/.
+        #[arg(long, default_value = "target/paper")]
+        out: PathBuf,
+        /// Also write each figure's throughput plot as <dir>/<figure>.svg (docs/paper for the
+        /// committed plots).
+        #[arg(long)]
+        svg_dir: Option<PathBuf>,
+        /// The specs' directory.
+        #[arg(long, default_value = "configs/paper")]
+        specs: PathBuf,
+        /// No progress bar.
+        #[arg(long, short)]
+        quiet: bool,
     },
     /// Generate traffic into a pcap file (timestamps = intended departure times).
     Gen(GenArgs),
@@ -262,6 +282,13 @@ fn main() -> ExitCode {
             line_gbps,
             clock,
         } => sweep(spec, out, json, quiet, line_gbps, clock),
+        Cmd::Paper {
+            figures,
+            out,
+            svg_dir,
+            specs,
+            quiet,
+        } => paper(&figures, &out, svg_dir.as_deref(), &specs, quiet),
         Cmd::Gen(a) => gen_pcap(a),
         Cmd::DpdkGen(a) => dpdk_gen(a),
         Cmd::Calibrate {
@@ -813,6 +840,69 @@ fn sweep(
             serde_json::to_string_pretty(&r.to_json(true)).map_err(|e| e.to_string())?
         );
     }
+    Ok(())
+}
+
+/// `pktgen paper`: runs the selected figures' sweeps, writes their files, prints each figure's
+/// table and then the claims table (claim, paper, nmdp, whether it holds); also writes the
+/// claims as `<out>/claims.md`.
+fn paper(
+    names: &[String],
+    out: &Path,
+    svg_dir: Option<&Path>,
+    specs: &Path,
+    quiet: bool,
+) -> Result<(), String> {
+    let figures = pktgen::paper::select(names)?;
+    let started = std::time::Instant::now();
+    let mut claims = Vec::new();
+    for f in figures {
+        let path = specs.join(format!("{}.toml", f.name));
+        let spec = load_spec(&path)?;
+        let n = pktgen::sweep::points(&spec.axis).len();
+        let mut bar: Box<dyn Progress> = if quiet {
+            Box::new(NoProgress)
+        } else {
+            Box::new(Bar::new(n))
+        };
+        let t0 = std::time::Instant::now();
+        let mut factory = VnicFactory::new(DutOptions::default());
+        let r = run_sweep(&spec, &mut factory, bar.as_mut())
+            .map_err(|e| format!("sweep {}: {e}", path.display()))?;
+        let dir = out.join(f.name);
+        r.write(&dir, f.name)?;
+        if let Some(plot) = f.throughput_plot(&r) {
+            plot.save_svg(&dir.join(format!("{}-throughput.svg", f.name)))?;
+            plot.save_png(&dir.join(format!("{}-throughput.png", f.name)))?;
+            if let Some(d) = svg_dir {
+                std::fs::create_dir_all(d)
+                    .map_err(|e| format!("cannot create {}: {e}", d.display()))?;
+                plot.save_svg(&d.join(format!("{}.svg", f.name)))?;
+            }
+        }
+        println!();
+        for l in f.table(&r) {
+            println!("{l}");
+        }
+        println!(
+            "  {n} points in {:.0} s; files in {}",
+            t0.elapsed().as_secs_f64(),
+            dir.display()
+        );
+        claims.extend(f.claims(&r)?);
+    }
+    println!();
+    let md = pktgen::paper::claims_markdown(&claims);
+    print!("{md}");
+    let held = claims.iter().filter(|c| c.holds).count();
+    println!(
+        "{held} of {} claims hold ({:.0} s)",
+        claims.len(),
+        started.elapsed().as_secs_f64()
+    );
+    std::fs::create_dir_all(out).map_err(|e| format!("cannot create {}: {e}", out.display()))?;
+    let file = out.join("claims.md");
+    std::fs::write(&file, md).map_err(|e| format!("{}: {e}", file.display()))?;
     Ok(())
 }
 

@@ -971,10 +971,13 @@ impl RunConfig {
         let v = &self.vnic;
         let d = &self.datapath;
         // A measured NF cost already includes the memory accesses the NFs made on this machine,
-        // so only the profile's cost adds the NFs' DRAM reads at the loaded latency.
+        // so only the profile's cost adds the NFs' DRAM reads at the loaded latency (a run passes
+        // the profile's total as `measured` too; the source decides, not its presence).
         let (nf_cycles, nf_dram_reads) = match (self.run.clock, measured) {
-            (ClockMode::Virtual, Some(m)) => (m, 0),
-            (ClockMode::Virtual, None) => {
+            (ClockMode::Virtual, Some(m)) if self.run.nf_cycles == NfCyclesSource::Measured => {
+                (m, 0)
+            }
+            (ClockMode::Virtual, _) => {
                 (self.nf_cycles(path, profile)?, self.nf_dram_reads(profile))
             }
             (ClockMode::Wall, _) => (0, 0),
@@ -1503,6 +1506,38 @@ mod tests {
 
     /// The CPU model charges each registered function its own profile key, under its canonical
     /// name whatever spelling the pipeline used; a missing or unknown key is an error naming it.
+    #[test]
+    fn profile_costs_charge_the_nfs_dram_reads_whoever_passes_the_total() {
+        // A virtual run hands the profile's NF total to vnic_config as it would a measurement;
+        // only run.nf_cycles = "measured" drops the profile's DRAM reads (the measurement
+        // already made them on this machine).
+        let p = Path::new("t.toml");
+        let reads = |sets: &[&str]| {
+            let c = load_str("[[pipeline]]\nname = \"nat\"\n", sets).unwrap();
+            let prof = c.profile(p).unwrap();
+            let total = c.nf_cycles(p, &prof).unwrap();
+            let v = c.vnic_config(p, &prof, None, Some(total)).unwrap();
+            v.timing.map(|t| (t.nf_cycles, t.nf_dram_reads))
+        };
+        let prof = HardwareProfile::default();
+        let want = prof
+            .host
+            .cycles
+            .nf_dram_reads
+            .get("nat")
+            .copied()
+            .unwrap_or(0);
+        assert!(want > 0);
+        assert_eq!(
+            reads(&["run.clock=virtual"]),
+            Some((prof.host.cycles.nf["nat"], want))
+        );
+        assert_eq!(
+            reads(&["run.clock=virtual", "run.nf_cycles=measured"]).map(|t| t.1),
+            Some(0)
+        );
+    }
+
     #[test]
     fn nf_cycles_follow_the_registry() {
         let p = Path::new("t.toml");

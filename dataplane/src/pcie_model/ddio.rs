@@ -10,6 +10,13 @@
 //! `p_hit = min(1, C_ddio / W_inflight)`; each missed packet costs a write-back and a re-read
 //! in DRAM, and a Tx read that misses adds 40–54 ns. This is the simple model of the reference;
 //! Wang et al. (POMACS'22) refine it.
+//!
+//! The LLC is shared: the packet data DDIO keeps in its ways, `min(W_inflight, C_ddio)`, is
+//! capacity the cores' own LLC-resident state (the buffers' metadata, `host.cycles.meta_lines`
+//! per packet over every ring entry) cannot use. With few DDIO ways that state fits beside the
+//! data; with DDIO allowed every way (11 of 11) a host-mode ring set fills the LLC and evicts it,
+//! which is why the paper's host NAT is slower at 11 ways than at 9 [nicmem Fig. 11]. The core's
+//! hit fraction is `min(1, (LLC − min(W_inflight, C_ddio)) / W_core)` ([`DdioModel::core_hit`]).
 
 use crate::mode::DatapathMode;
 
@@ -69,6 +76,17 @@ impl DdioModel {
         } else {
             (self.capacity_bytes() as f64 / inflight_bytes as f64).min(1.0)
         }
+    }
+
+    /// The fraction of the cores' LLC-resident state of `core_bytes` that stays in the LLC beside
+    /// `inflight_bytes` of packet data: `min(1, (LLC − min(W_inflight, C_ddio)) / W_core)`
+    /// (see the module docs); 1 when the cores keep nothing there.
+    pub fn core_hit(&self, inflight_bytes: u64, core_bytes: u64) -> f64 {
+        if core_bytes == 0 {
+            return 1.0;
+        }
+        let io = inflight_bytes.min(self.capacity_bytes());
+        (self.llc_bytes.saturating_sub(io) as f64 / core_bytes as f64).min(1.0)
     }
 
     /// DRAM bytes per packet: `(1 − p_hit) × (write-back + re-read)` of the packet's host
@@ -153,6 +171,31 @@ mod tests {
             format!("{:.1}", m.expected_read_adder_ps(p) / 1000.0),
             "8.8"
         );
+    }
+
+    #[test]
+    fn ddio_data_in_every_way_evicts_the_cores_state() {
+        // 14 queues of 1024-entry rings: the mbufs' two lines per Rx and Tx entry, 3.67 MB.
+        let core = 2 * 1024 * 14 * 128;
+        let host = inflight_bytes(1024 * 14, 1500);
+        // 2 ways: 4 MiB of data beside 18 MiB for the cores: everything fits.
+        assert_eq!(paper().core_hit(host, core), 1.0);
+        // 9 ways: 18 MiB of data, 4 MiB left: still fits.
+        assert_eq!(
+            DdioModel::new(22 * MIB, 11, 9, 40).core_hit(host, core),
+            1.0
+        );
+        // 11 ways: the 21.5 MB of data leave 1.6 MB: 43 % of the cores' lines stay.
+        let all = DdioModel::new(22 * MIB, 11, 11, 40);
+        assert_eq!(format!("{:.2}", all.core_hit(host, core)), "0.43");
+        // nmNFV keeps only 64 B headers in host memory: 0.9 MB, no eviction even at 11 ways.
+        assert_eq!(all.core_hit(inflight_bytes(1024 * 14, 64), core), 1.0);
+        // DDIO off keeps no data in the LLC; no state of the cores: nothing to evict.
+        assert_eq!(
+            DdioModel::new(22 * MIB, 11, 0, 40).core_hit(host, core),
+            1.0
+        );
+        assert_eq!(all.core_hit(host, 0), 1.0);
     }
 
     #[test]

@@ -407,6 +407,12 @@ pub struct CycleModel {
     /// headers, 42–54 B, sit in the buffer's first 64 B line) \[derived\]. Each one that DDIO
     /// lost stalls the core for a DRAM access.
     pub header_lines: u32,
+    /// Cache lines of per-packet state a core keeps in the LLC and touches once per packet: the
+    /// buffer's `rte_mbuf` metadata, 128 B = two lines, written on Rx and read on the Tx free
+    /// \[derived; DPDK rte_mbuf\]. Over every Rx and Tx ring entry of the port it is the cores'
+    /// LLC working set; packet data DDIO keeps in the LLC leaves less room for it, and each line
+    /// evicted costs a DRAM access instead of an LLC hit (see [`super::ddio`]).
+    pub meta_lines: u32,
     /// `[host.cycles.nf]`: base cycles per packet of each NF, excluding its memory accesses.
     pub nf: NfCycles,
     /// `[host.cycles.nf_dram_reads]`: DRAM reads per packet of each NF's own state (flow-table
@@ -422,6 +428,7 @@ impl Default for CycleModel {
             doorbell: 150,
             llc_access: 50,
             header_lines: 1,
+            meta_lines: 2,
             nf: default_nf_cycles(),
             nf_dram_reads: default_nf_table("nf_dram_reads"),
         }

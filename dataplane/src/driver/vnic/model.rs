@@ -62,7 +62,10 @@
 //! timeline and reads the latency off the profile's published loaded-latency curve
 //! (`MemoryContention` below, [`crate::pcie_model::dram`]). So host and split modes, whose payloads
 //! leak to DRAM, slow their cores down twice: by the misses and by the latency every other DRAM
-//! access then pays.
+//! access then pays. The packet data DDIO keeps in the LLC also crowds out the cores' own
+//! LLC-resident state (the buffers' metadata, `host.cycles.meta_lines` per ring entry): with DDIO
+//! allowed every way, host-mode rings fill the LLC and those lines cost DRAM accesses too
+//! ([`DdioModel::core_hit`]).
 //!
 //! Multi-queue ports: each queue gets a static share (1/queues) of the wire, the PCIe link, the
 //! outstanding reads, the DMA engine, nicmem and DRAM bandwidth, and of the offered load. With
@@ -70,8 +73,10 @@
 //! core (no locks) and a virtual run deterministic. When only the first `vnic.nicmem_queues`
 //! queues run the nicmem mode and the rest `split`, the byte rates (the PCIe link and DRAM) are
 //! shared in proportion to each queue's PCIe bytes per packet instead (at the traffic's frame
-//! size), which is what a shared link gives queues that receive packets at the same rate; the
-//! per-packet resources (wire, receive buffer, read tags, DMA operation rates) stay `1/queues`.
+//! size), which is what a shared link gives queues that receive packets at the same rate, but
+//! never less than `1/queues` (the NIC serves its queues round robin, so a queue with work gets at
+//! least its turn); the per-packet resources (wire, receive buffer, read tags, DMA operation
+//! rates) stay `1/queues`.
 
 use std::sync::atomic::{AtomicU64, Ordering};
 use std::sync::{Arc, Mutex};
@@ -610,15 +615,18 @@ const CACHE_LINE: u64 = 64;
 /// `host.dram_loaded_latency`), and what a packet pays for it.
 ///
 /// In virtual time each packet costs, beyond its fixed cycles, its NFs' DRAM reads at the loaded
-/// latency, plus for each header line DDIO lost a DRAM access instead of the LLC hit the fixed
-/// cycles assume: `nf_reads × L + header_lines × (1 − p_hit) × (L − llc_access)` cycles. A Tx DMA
-/// read that misses pays the idle DMA-read adder plus the rise of the loaded latency over idle.
+/// latency, plus for each header line DDIO lost and each line of per-packet state the packet data
+/// in the LLC evicted ([`DdioModel::core_hit`]) a DRAM access instead of the LLC hit the fixed
+/// cycles assume: `nf_reads × L + (header_lines × (1 − p_hit) + meta_lines × (1 − core_hit)) ×
+/// (L − llc_access)` cycles. A Tx DMA read that misses pays the idle DMA-read adder plus the rise
+/// of the loaded latency over idle.
 struct MemoryContention {
     curve: LoadedLatency,
     /// Core clock, cycles per ns.
     ghz: f64,
     llc_cycles: f64,
     header_lines: f64,
+    meta_lines: f64,
     nf_reads: f64,
     /// DRAM bytes the NFs read per packet.
     nf_dram_bytes: u64,
@@ -649,6 +657,7 @@ impl MemoryContention {
             ghz: h.cpu_ghz,
             llc_cycles: f64::from(h.cycles.llc_access),
             header_lines: f64::from(h.cycles.header_lines),
+            meta_lines: f64::from(h.cycles.meta_lines),
             nf_reads: f64::from(nf_dram_reads),
             nf_dram_bytes: u64::from(nf_dram_reads) * CACHE_LINE,
             idle_adder_ns: h.dram_latency_adder_ns as f64,
@@ -659,13 +668,14 @@ impl MemoryContention {
             milli_acc: 0,
             miss_adder_ps: 0,
         };
-        m.price(0);
+        m.price(0, 0);
         Ok(m)
     }
 
-    /// At `now`, with `busy` ps booked on the DRAM timeline so far and a DDIO miss fraction of
-    /// `miss_ppm` per million: closes the utilisation window if it is over, then prices a packet.
-    fn update(&mut self, now: Ps, busy: f64, miss_ppm: u64) {
+    /// At `now`, with `busy` ps booked on the DRAM timeline so far, a DDIO miss fraction of
+    /// `miss_ppm` per million and `meta_miss_ppm` per million of the cores' LLC-resident state
+    /// evicted: closes the utilisation window if it is over, then prices a packet.
+    fn update(&mut self, now: Ps, busy: f64, miss_ppm: u64, meta_miss_ppm: u64) {
         let span = now.saturating_sub(self.win_start);
         if span >= DRAM_WINDOW_PS {
             let u = (busy - self.win_busy).max(0.0) / span as f64;
@@ -675,13 +685,14 @@ impl MemoryContention {
             self.win_start = now;
             self.win_busy = busy;
         }
-        self.price(miss_ppm);
+        self.price(miss_ppm, meta_miss_ppm);
     }
 
-    fn price(&mut self, miss_ppm: u64) {
+    fn price(&mut self, miss_ppm: u64, meta_miss_ppm: u64) {
         let l = self.latency_ns * self.ghz;
-        let miss = miss_ppm as f64 / 1e6;
-        let var = self.nf_reads * l + self.header_lines * miss * (l - self.llc_cycles).max(0.0);
+        let lines = self.header_lines * miss_ppm as f64 / 1e6
+            + self.meta_lines * meta_miss_ppm as f64 / 1e6;
+        let var = self.nf_reads * l + lines * (l - self.llc_cycles).max(0.0);
         self.var_milli = (var * 1000.0).round() as u64;
         let adder_ns = self.idle_adder_ns + (self.latency_ns - self.curve.idle_ns()).max(0.0);
         self.miss_adder_ps = (adder_ns * PS_PER_NS as f64).round() as Ps;
@@ -755,7 +766,12 @@ pub(crate) struct Timing {
     /// The port's queues sharing the LLC: how many run this queue's mode, how many the other
     /// (with `vnic.nicmem_queues` a nicmem port's last queues run `split`), and the other mode.
     ddio_peers: DdioPeers,
+    /// The port's cores' LLC-resident state: `host.cycles.meta_lines` per Rx and Tx ring entry
+    /// of every queue, bytes ([`DdioModel::core_hit`]).
+    core_bytes: u64,
     miss_ppm: u64,
+    /// Per million of the cores' LLC-resident lines the packet data in the LLC evicted.
+    meta_miss_ppm: u64,
     dram_acc: u64,
     /// Per Rx CQ slot: when the CQE is visible to the CPU, and when its frame arrived.
     cq_ready: Box<[Ps]>,
@@ -980,8 +996,10 @@ impl Timing {
         let w = entries * self.ddio_peers.port_bytes(host_bytes, len);
         let p = self.ddio.p_hit(w);
         self.miss_ppm = ((1.0 - p) * 1e6).round() as u64;
+        self.meta_miss_ppm = ((1.0 - self.ddio.core_hit(w, self.core_bytes)) * 1e6).round() as u64;
         let busy = self.tl.get(ResourceKind::Hostmem).busy_ps();
-        self.mem.update(self.now, busy, self.miss_ppm);
+        self.mem
+            .update(self.now, busy, self.miss_ppm, self.meta_miss_ppm);
     }
 
     /// The DMA-read latency adder of a Tx data read at the current DDIO miss fraction and DRAM
@@ -1088,8 +1106,12 @@ fn share(
 /// This queue's fraction of the shared rates of a port of `q` queues of which the first
 /// `nic_queues` run `port_mode` and the rest `split` (`vnic.nicmem_queues`): `1/q` when all run
 /// one mode; otherwise in proportion to each mode's PCIe bytes per packet at `frame` bytes, so a
-/// queue that moves ten times the bytes gets ten times the share. With RSS spreading packets
-/// evenly this books each queue's transfers at the rate a shared link would give them.
+/// queue that moves ten times the bytes gets ten times the share, but never less than `1/q`: the
+/// NIC serves its queues round robin, so a queue with work gets at least its turn of the link
+/// however little it moves on average. With RSS spreading packets evenly this books each queue's
+/// transfers at the rate a shared link would give them; a proportional share alone left a nicmem
+/// queue among split ones ~2 % of the link, on which a burst of WQE fetches took ~20 us and its
+/// Tx ring filled (the paper's Fig. 13 setup).
 fn queue_fraction(p: &ModelParams<'_>, frame: u32) -> f64 {
     let q = u32::from(p.queues.max(1));
     let k = u32::from(p.nicmem_queues).min(q);
@@ -1107,7 +1129,7 @@ fn queue_fraction(p: &ModelParams<'_>, frame: u32) -> f64 {
     };
     let (nic, split) = (bytes(p.port_mode), bytes(DatapathMode::Split));
     let total = f64::from(k) * nic + f64::from(q - k) * split;
-    bytes(p.mode) / total
+    (bytes(p.mode) / total).max(1.0 / f64::from(q))
 }
 
 /// The LLC's view of the port from queue `p` (see [`DdioPeers`]): of `q` queues the first `k`
@@ -1306,7 +1328,12 @@ impl NicModel {
                     cqe_mini: 0,
                     ddio: DdioModel::from_profile(&prof.host),
                     ddio_peers: ddio_peers(p, q, k),
+                    core_bytes: (p.rx_ring + p.tx_ring) as u64
+                        * u64::from(q)
+                        * u64::from(cyc.meta_lines)
+                        * CACHE_LINE,
                     miss_ppm: 0,
+                    meta_miss_ppm: 0,
                     dram_acc: 0,
                     cq_ready: vec![0; cq].into_boxed_slice(),
                     cq_arrival: vec![0; cq].into_boxed_slice(),
@@ -1826,9 +1853,9 @@ mod memory_tests {
     fn ddio_misses_cost_the_core_a_dram_access_per_header_line() {
         let p = HardwareProfile::default();
         let mut m = contention(0);
-        m.price(0);
+        m.price(0, 0);
         assert_eq!(m.var_milli, 0, "all hits: no cycles beyond the fixed ones");
-        m.price(1_000_000);
+        m.price(1_000_000, 0);
         let dram = m.curve.idle_ns() * p.host.cpu_ghz;
         let want =
             f64::from(p.host.cycles.header_lines) * (dram - f64::from(p.host.cycles.llc_access));
@@ -1838,26 +1865,62 @@ mod memory_tests {
             m.var_milli
         );
         // Half the headers missed: half the stall.
-        m.price(500_000);
+        m.price(500_000, 0);
         assert!((m.var_milli as f64 / 1000.0 - want / 2.0).abs() < 0.01);
+        // Evicted metadata lines cost the same per line: all of them, `meta_lines` more.
+        m.price(1_000_000, 1_000_000);
+        let per_line = dram - f64::from(p.host.cycles.llc_access);
+        let lines = f64::from(p.host.cycles.header_lines + p.host.cycles.meta_lines);
+        assert!((m.var_milli as f64 / 1000.0 - lines * per_line).abs() < 0.01);
+    }
+
+    #[test]
+    fn a_queue_of_a_mixed_port_gets_at_least_its_round_robin_turn() {
+        let prof = HardwareProfile::default();
+        let frac = |mode: DatapathMode, k: u16| {
+            queue_fraction(
+                &ModelParams {
+                    profile: &prof,
+                    mode,
+                    port_mode: DatapathMode::NicInline,
+                    queues: 7,
+                    nicmem_queues: k,
+                    split_offset: 64,
+                    tx_inline: 64,
+                    max_frame: 1514,
+                    rx_ring: 1024,
+                    tx_ring: 1024,
+                    timing: None,
+                },
+                1518,
+            )
+        };
+        // One nicmem queue of seven: its bytes alone would give it ~2 % of the link; round
+        // robin gives it its turn, 1/7. The split queues keep their proportional share.
+        assert_eq!(frac(DatapathMode::NicInline, 1), 1.0 / 7.0);
+        let split = frac(DatapathMode::Split, 1);
+        assert!(split > 1.0 / 7.0 && split < 1.0 / 6.0, "{split}");
+        // Seven split queues, or seven nicmem ones: 1/7 each.
+        assert!((frac(DatapathMode::Split, 0) - 1.0 / 7.0).abs() < 1e-12);
+        assert_eq!(frac(DatapathMode::NicInline, 7), 1.0 / 7.0);
     }
 
     #[test]
     fn a_busy_memory_system_makes_every_dram_access_dearer() {
         let p = HardwareProfile::default();
         let mut m = contention(2);
-        m.update(0, 0.0, 0);
+        m.update(0, 0.0, 0, 0);
         let idle = m.var_milli;
         let idle_adder = m.miss_adder_ps;
         assert_eq!(idle_adder, p.host.dram_latency_adder_ns * PS_PER_NS);
         // DRAM busy 60 % of a window: the latency climbs the loaded-latency curve.
-        m.update(DRAM_WINDOW_PS, 0.6 * DRAM_WINDOW_PS as f64, 0);
+        m.update(DRAM_WINDOW_PS, 0.6 * DRAM_WINDOW_PS as f64, 0, 0);
         assert!(m.latency_ns > m.curve.idle_ns() + 5.0, "{}", m.latency_ns);
         assert!(m.var_milli > idle, "{} <= {idle}", m.var_milli);
         assert!(m.miss_adder_ps > idle_adder);
         // An idle window brings it back down (smoothed over windows).
         let loaded = m.latency_ns;
-        m.update(2 * DRAM_WINDOW_PS, 0.6 * DRAM_WINDOW_PS as f64, 0);
+        m.update(2 * DRAM_WINDOW_PS, 0.6 * DRAM_WINDOW_PS as f64, 0, 0);
         assert!(m.latency_ns < loaded);
     }
 }
