@@ -22,6 +22,12 @@
 //! paced arrival finds no descriptor are `rx_missed`. Frames the port transmitted wait for
 //! room when the tester is behind.
 //!
+//! On the wall clock the tester offers its first frame only once the port has looked for one:
+//! the worker polls the port some time after the port was made, and frames due before that
+//! would meet a port nobody serves yet (a start-up artefact, not the dataplane's loss). A hardware
+//! tester likewise starts a trial once the device is up. The port's first look finds the wire
+//! idle, which is where a paced port starts its offered load.
+//!
 //! On the virtual clock a [`WireRx`] made with `wait` never answers "no frame right now": it
 //! waits for the tester's next batch or its end, so the port sees exactly the frames, in exactly
 //! the order, it would see reading the source itself, and every arrival time is the same.
@@ -82,6 +88,9 @@ struct Direction {
     free: ArrayQueue<Box<Batch>>,
     /// The producer is finished: no batch will follow those in `full`.
     closed: AtomicBool,
+    /// The consumer has looked for a batch (the receive direction's start, see the module
+    /// docs).
+    started: AtomicBool,
 }
 
 impl Direction {
@@ -94,6 +103,7 @@ impl Direction {
             full: ArrayQueue::new(batches),
             free,
             closed: AtomicBool::new(false),
+            started: AtomicBool::new(false),
         }
     }
 
@@ -163,6 +173,8 @@ pub struct WireRx {
     dir: Arc<Direction>,
     cur: Option<Box<Batch>>,
     wait: bool,
+    /// This side has looked for a frame (and said so to the tester).
+    started: bool,
     counters: Arc<WireCounters>,
 }
 
@@ -171,6 +183,10 @@ impl WireRx {
     /// when there is none (now, or with `wait` for good).
     #[inline]
     fn current(&mut self) -> Option<&mut Batch> {
+        if !self.started {
+            self.started = true;
+            self.dir.started.store(true, Ordering::Release);
+        }
         if self.cur.is_none() {
             let mut idle = 0;
             self.cur = loop {
@@ -404,13 +420,14 @@ pub fn spawn(
         let (rx, tx, counters, stop) = (rx.clone(), tx.clone(), counters.clone(), stop.clone());
         std::thread::Builder::new()
             .name(format!("{name}-tester"))
-            .spawn(move || tester(link, &rx, &tx, &counters, &stop))?
+            .spawn(move || tester(link, &rx, &tx, &counters, &stop, !wait))?
     };
     let port_link = Link {
         rx: Box::new(WireRx {
             dir: rx,
             cur: None,
             wait,
+            started: false,
             counters: counters.clone(),
         }),
         tx: Box::new(WireTx {
@@ -432,20 +449,23 @@ pub fn spawn(
 /// Batches the tester fills in a row before it looks at the transmit side.
 const FILL_PER_ROUND: usize = 8;
 
-/// The tester thread: fills free receive batches from the source and hands transmitted batches
-/// to the sink, until the source is exhausted and the port's transmit side finished (or `stop`).
+/// The tester thread: fills free receive batches from the source (with `wait_for_port`, once the
+/// port has looked for a frame) and hands transmitted batches to the sink, until the source is
+/// exhausted and the port's transmit side finished (or `stop`).
 fn tester(
     mut link: Link,
     rx: &Direction,
     tx: &Direction,
     counters: &WireCounters,
     stop: &AtomicBool,
+    wait_for_port: bool,
 ) {
     let start_cpu = crate::unix::thread_cpu_time();
     let mut idle = 0;
     loop {
         let mut worked = false;
-        if !rx.closed.load(Ordering::Relaxed) {
+        let offering = !wait_for_port || rx.started.load(Ordering::Acquire);
+        if offering && !rx.closed.load(Ordering::Relaxed) {
             for _ in 0..FILL_PER_ROUND {
                 let Some(mut b) = rx.free.pop() else {
                     counters.rx_full.fetch_add(1, Ordering::Relaxed);
@@ -592,11 +612,15 @@ mod tests {
         };
         let (mut port, wire) = spawn("t", link, 1514, false).unwrap();
         let c = wire.counters();
-        // Let the tester fill every batch before the port takes anything.
+        let mut buf = vec![0u8; 2048];
+        // On the wall clock nothing is offered before the port first looks for a frame.
+        std::thread::sleep(Duration::from_millis(20));
+        assert_eq!(c.rx_frames.load(Ordering::Relaxed), 0, "offered early");
+        assert_eq!(port.rx.next_frame(&mut buf), None, "the first look finds an idle wire");
+        // Let the tester fill every batch before the port takes anything more.
         while c.rx_full.load(Ordering::Relaxed) == 0 {
             std::thread::yield_now();
         }
-        let mut buf = vec![0u8; 2048];
         let mut taken = 0;
         while !port.rx.exhausted() {
             if port.rx.next_frame(&mut buf).is_some() {
