@@ -15,7 +15,11 @@
 //! * **wall**: this machine's time. The real NF code and the virtual NIC run on this machine's
 //!   cores and the offered load is paced in wall time, as a hardware tester measures a DUT; the
 //!   achieved load is the rate frames reached the wire (`wire.rx_gbps`), so a generator that
-//!   falls behind flags the trial instead of crediting the DUT.
+//!   falls behind flags the trial instead of crediting the DUT. With one worker the generator
+//!   and the checking sink run on a tester thread of their own (`run.wire_thread`, see
+//!   [`dataplane::link::wire`]), so the worker's core does the dataplane's work only, as with a
+//!   hardware tester; each trial's `dut.mpps_per_worker_core` and `dut.wire_thread` say what
+//!   each thread did.
 //!
 //! A clock the user set, with `--set run.clock=...` or [`DutOptions::clock`], is never changed;
 //! both set differently is an error. A config file's own `run.clock` is for `dataplane run` and
@@ -256,9 +260,20 @@ impl VnicDut {
             }
             (Timing::Timed(Clock::Wall), _) => format!(
                 "measured: the NF code [{}] and the virtual NIC on this machine's cores, {} \
-                 worker(s)",
+                 worker(s), the generator and checking sink {}",
                 nfs.join(","),
-                cfg.run.workers
+                cfg.run.workers,
+                if cfg
+                    .run
+                    .wire_thread
+                    .enabled(dataplane::driver::vnic::ClockMode::Wall, cfg.run.workers)
+                {
+                    "on a tester thread of their own (run.wire_thread)"
+                } else if cfg.run.workers == 1 {
+                    "in the worker's thread (run.wire_thread = \"off\")"
+                } else {
+                    "on the NIC front end's thread"
+                }
             ),
             _ => "none: functional trials (no timing model)".to_string(),
         };

@@ -446,6 +446,10 @@ pub fn spawn(
     ))
 }
 
+/// How long the tester sleeps when it is well ahead of the port or has nothing to do (with the
+/// kernel's timer slack about 70 us, a tenth of a queue of 16384 frames at 20 Mpps).
+const AHEAD_SLEEP: Duration = Duration::from_micros(20);
+
 /// Batches the tester fills in a row before it looks at the transmit side.
 const FILL_PER_ROUND: usize = 8;
 
@@ -498,14 +502,22 @@ fn tester(
         if (rx.closed.load(Ordering::Relaxed) && tx.finished()) || stop.load(Ordering::Acquire) {
             break;
         }
-        if worked {
+        // Ahead of the port by half the queue or more (milliseconds of frames at any rate a
+        // core forwards) with nothing transmitted waiting: sleep, leaving the cores to the
+        // port, as a tester spinning on a full queue would take them from a DUT sharing them.
+        let ahead = rx.closed.load(Ordering::Relaxed)
+            || (offering && rx.free.len() <= rx.free.capacity() / 2);
+        if ahead && tx.full.is_empty() {
+            idle = 0;
+            std::thread::sleep(AHEAD_SLEEP);
+        } else if worked {
             idle = 0;
         } else {
             backoff(&mut idle);
             if idle > 4 * SPINS_BEFORE_YIELD {
-                // Long idle (the port is slower than the tester, or both are done and the port
-                // has not finished yet): sleep briefly rather than yield in a loop.
-                std::thread::sleep(Duration::from_micros(20));
+                // Long idle (the port has not polled yet): sleep briefly rather than yield in a
+                // loop.
+                std::thread::sleep(AHEAD_SLEEP);
             }
         }
     }
