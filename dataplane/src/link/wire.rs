@@ -446,9 +446,8 @@ pub fn spawn(
     ))
 }
 
-/// How long the tester sleeps when it is well ahead of the port or has nothing to do (with the
-/// kernel's timer slack about 70 us, a tenth of a queue of 16384 frames at 20 Mpps).
-const AHEAD_SLEEP: Duration = Duration::from_micros(20);
+/// How long the tester sleeps after a long idle (the port has not polled yet, or it is done).
+const IDLE_SLEEP: Duration = Duration::from_micros(20);
 
 /// Batches the tester fills in a row before it looks at the transmit side.
 const FILL_PER_ROUND: usize = 8;
@@ -502,14 +501,14 @@ fn tester(
         if (rx.closed.load(Ordering::Relaxed) && tx.finished()) || stop.load(Ordering::Acquire) {
             break;
         }
-        // Ahead of the port by half the queue or more (milliseconds of frames at any rate a
-        // core forwards) with nothing transmitted waiting: sleep, leaving the cores to the
-        // port, as a tester spinning on a full queue would take them from a DUT sharing them.
-        let ahead = rx.closed.load(Ordering::Relaxed)
-            || (offering && rx.free.len() <= rx.free.capacity() / 2);
+        // Ahead of the port by half the queue or more (a millisecond of frames at the rates a
+        // core forwards) with nothing transmitted waiting: yield, so a port sharing the core
+        // runs (spinning on a full queue took CPU from it; sleeping made the tester wake too
+        // late on a loaded machine and starve the port).
+        let ahead = offering && rx.free.len() <= rx.free.capacity() / 2;
         if ahead && tx.full.is_empty() {
             idle = 0;
-            std::thread::sleep(AHEAD_SLEEP);
+            std::thread::yield_now();
         } else if worked {
             idle = 0;
         } else {
@@ -517,7 +516,7 @@ fn tester(
             if idle > 4 * SPINS_BEFORE_YIELD {
                 // Long idle (the port has not polled yet): sleep briefly rather than yield in a
                 // loop.
-                std::thread::sleep(AHEAD_SLEEP);
+                std::thread::sleep(IDLE_SLEEP);
             }
         }
     }
