@@ -501,15 +501,7 @@ fn tester(
         if (rx.closed.load(Ordering::Relaxed) && tx.finished()) || stop.load(Ordering::Acquire) {
             break;
         }
-        // Ahead of the port by half the queue or more (a millisecond of frames at the rates a
-        // core forwards) with nothing transmitted waiting: yield, so a port sharing the core
-        // runs (spinning on a full queue took CPU from it; sleeping made the tester wake too
-        // late on a loaded machine and starve the port).
-        let ahead = offering && rx.free.len() <= rx.free.capacity() / 2;
-        if ahead && tx.full.is_empty() {
-            idle = 0;
-            std::thread::yield_now();
-        } else if worked {
+        if worked {
             idle = 0;
         } else {
             backoff(&mut idle);
