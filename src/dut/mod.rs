@@ -397,13 +397,21 @@ pub fn result_from_summary(spec: &TrialSpec, s: &Value, timing: Timing) -> Trial
     });
     // Achieved: in virtual time the offered rate the port paced (pulled runs report the
     // arrival rate); in wall time the rate frames reached the wire, which falls short when the
-    // generator does.
+    // generator does, unless a tester thread says it never fell behind.
     let l1_pps = |g: f64| g * 1e9 / ((fs + 20.0) * 8.0);
     let achieved_pps = match timing {
         Timing::Timed(Clock::Virtual) => s
             .get("offered_gbps")
             .and_then(Value::as_f64)
             .map_or(spec.rate_pps, l1_pps),
+        // A tester thread that never left the port short of a frame offered every frame at
+        // its paced time: the load was offered exactly (the wire rate over the model's interval
+        // would count the DUT's last departure against the tester).
+        Timing::Timed(Clock::Wall)
+            if s["wire_thread"]["on"] == true && s["wire_thread"]["rx_starved"] == 0 =>
+        {
+            spec.rate_pps
+        }
         Timing::Timed(Clock::Wall) => s["wire"]["rx_gbps"].as_f64().map_or(spec.rate_pps, l1_pps),
         Timing::Functional => spec.rate_pps,
     };

@@ -442,7 +442,8 @@ fn generator_link(
 /// `run.wire_thread`) and, when on, its counters summed over the testers: frames handed to the
 /// port (`rx_frames`) and taken from it (`tx_frames`), how often the tester found the port's
 /// receive queue full (`rx_full`, it waited), the port found the transmit queue full
-/// (`tx_full`, it waited) or no frame waiting (`rx_empty`: the tester was behind), and with
+/// (`tx_full`, it waited) or no frame waiting (`rx_empty`: the tester was behind; `rx_starved`:
+/// of these, the looks after the first that a frame followed, each a paced arrival late), and with
 /// `host_times` the testers' CPU seconds (`cpu_s`). Virtual runs leave the counters that depend on
 /// thread timing out, so their JSON stays the same on every run.
 fn wire_thread_json(testers: &[Arc<dataplane::link::wire::WireCounters>], host_times: bool) -> Value {
@@ -464,7 +465,7 @@ fn wire_thread_json(testers: &[Arc<dataplane::link::wire::WireCounters>], host_t
     v["rx_frames"] = json!(sum("rx_frames"));
     v["tx_frames"] = json!(sum("tx_frames"));
     if host_times {
-        for k in ["rx_full", "tx_full", "rx_empty"] {
+        for k in ["rx_full", "tx_full", "rx_empty", "rx_starved"] {
             v[k] = json!(sum(k));
         }
         v["cpu_s"] = json!(sum("cpu_ns") as f64 * 1e-9);

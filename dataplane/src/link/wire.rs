@@ -149,13 +149,18 @@ pub struct WireCounters {
     pub tx_full: AtomicU64,
     /// Times the port found no frame waiting (a tester behind the port; wall clock only).
     pub rx_empty: AtomicU64,
+    /// Times the port found no frame waiting and a frame came later, not counting the port's
+    /// first look (which starts the wire): each time the tester left the port short of a frame
+    /// it was due to offer. Zero means a paced port got every frame at its paced time: the
+    /// offered load was offered exactly.
+    pub rx_starved: AtomicU64,
     /// CPU time of the tester thread in ns (`CLOCK_THREAD_CPUTIME_ID`), set when it ends.
     pub cpu_ns: AtomicU64,
 }
 
 impl WireCounters {
     /// The counters by name, for a run summary.
-    pub fn snapshot(&self) -> [(&'static str, u64); 6] {
+    pub fn snapshot(&self) -> [(&'static str, u64); 7] {
         let g = |a: &AtomicU64| a.load(Ordering::Relaxed);
         [
             ("rx_frames", g(&self.rx_frames)),
@@ -163,6 +168,7 @@ impl WireCounters {
             ("rx_full", g(&self.rx_full)),
             ("tx_full", g(&self.tx_full)),
             ("rx_empty", g(&self.rx_empty)),
+            ("rx_starved", g(&self.rx_starved)),
             ("cpu_ns", g(&self.cpu_ns)),
         ]
     }
@@ -175,6 +181,8 @@ pub struct WireRx {
     wait: bool,
     /// This side has looked for a frame (and said so to the tester).
     started: bool,
+    /// The last look after the first found no frame (see [`WireCounters::rx_starved`]).
+    short: bool,
     counters: Arc<WireCounters>,
 }
 
@@ -183,7 +191,8 @@ impl WireRx {
     /// when there is none (now, or with `wait` for good).
     #[inline]
     fn current(&mut self) -> Option<&mut Batch> {
-        if !self.started {
+        let first_look = !self.started;
+        if first_look {
             self.started = true;
             self.dir.started.store(true, Ordering::Release);
         }
@@ -191,6 +200,9 @@ impl WireRx {
             let mut idle = 0;
             self.cur = loop {
                 if let Some(b) = self.dir.full.pop() {
+                    if std::mem::take(&mut self.short) {
+                        self.counters.rx_starved.fetch_add(1, Ordering::Relaxed);
+                    }
                     break Some(b);
                 }
                 if self.dir.finished() {
@@ -198,6 +210,7 @@ impl WireRx {
                 }
                 if !self.wait {
                     self.counters.rx_empty.fetch_add(1, Ordering::Relaxed);
+                    self.short |= !first_look;
                     break None;
                 }
                 backoff(&mut idle);
@@ -428,6 +441,7 @@ pub fn spawn(
             cur: None,
             wait,
             started: false,
+            short: false,
             counters: counters.clone(),
         }),
         tx: Box::new(WireTx {
