@@ -149,10 +149,10 @@ pub struct WireCounters {
     pub tx_full: AtomicU64,
     /// Times the port found no frame waiting (a tester behind the port; wall clock only).
     pub rx_empty: AtomicU64,
-    /// Times the port found no frame waiting and a frame came later, not counting the port's
-    /// first look (which starts the wire): each time the tester left the port short of a frame
-    /// it was due to offer. Zero means a paced port got every frame at its paced time: the
-    /// offered load was offered exactly.
+    /// Times the port, once frames were flowing, found no frame waiting and a frame came later:
+    /// each time the tester left the port short of a frame it was due to offer (looks before the
+    /// first frame only move where a paced load starts). Zero means a paced port got every
+    /// frame at its paced time: the offered load was offered exactly.
     pub rx_starved: AtomicU64,
     /// CPU time of the tester thread in ns (`CLOCK_THREAD_CPUTIME_ID`), set when it ends.
     pub cpu_ns: AtomicU64,
@@ -181,7 +181,9 @@ pub struct WireRx {
     wait: bool,
     /// This side has looked for a frame (and said so to the tester).
     started: bool,
-    /// The last look after the first found no frame (see [`WireCounters::rx_starved`]).
+    /// Frames have begun to flow: the tester's first batch arrived.
+    flowing: bool,
+    /// A look since then found no frame (see [`WireCounters::rx_starved`]).
     short: bool,
     counters: Arc<WireCounters>,
 }
@@ -191,8 +193,7 @@ impl WireRx {
     /// when there is none (now, or with `wait` for good).
     #[inline]
     fn current(&mut self) -> Option<&mut Batch> {
-        let first_look = !self.started;
-        if first_look {
+        if !self.started {
             self.started = true;
             self.dir.started.store(true, Ordering::Release);
         }
@@ -203,6 +204,7 @@ impl WireRx {
                     if std::mem::take(&mut self.short) {
                         self.counters.rx_starved.fetch_add(1, Ordering::Relaxed);
                     }
+                    self.flowing = true;
                     break Some(b);
                 }
                 if self.dir.finished() {
@@ -210,7 +212,7 @@ impl WireRx {
                 }
                 if !self.wait {
                     self.counters.rx_empty.fetch_add(1, Ordering::Relaxed);
-                    self.short |= !first_look;
+                    self.short |= self.flowing;
                     break None;
                 }
                 backoff(&mut idle);
@@ -441,6 +443,7 @@ pub fn spawn(
             cur: None,
             wait,
             started: false,
+            flowing: false,
             short: false,
             counters: counters.clone(),
         }),
