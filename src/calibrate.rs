@@ -775,12 +775,8 @@ mod tests {
     #[test]
     fn held_packets_are_released_and_flushed() {
         let (burst, per_run, runs) = (32, 4000u64, 3);
-        let factory = PacketFactory::new(
-            dataplane::DatapathMode::Host,
-            64,
-            1514,
-            burst + MAX_BURST,
-        );
+        let factory =
+            PacketFactory::new(dataplane::DatapathMode::Host, 64, 1514, burst + MAX_BURST);
         let mut chain = NfChain::new();
         chain.push(Box::new(HoldHalf {
             held: Burst::with_capacity(64),
@@ -799,7 +795,11 @@ mod tests {
         };
         let warm = 1000;
         let m = measure(&mut chain, &factory, fill, burst, warm, runs, per_run);
-        assert_eq!(m.entered, vec![per_run; runs as usize], "every run fully fed");
+        assert_eq!(
+            m.entered,
+            vec![per_run; runs as usize],
+            "every run fully fed"
+        );
         assert_eq!(chain.held(), 0, "nothing held at the end");
         assert_eq!(factory.in_use(), 0, "every buffer back");
         let total = warm + per_run * u64::from(runs);

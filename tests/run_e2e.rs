@@ -378,7 +378,10 @@ fn the_tester_thread_loses_nothing_and_changes_no_virtual_run() {
         "run.stats_interval_s=0",
     ]))
     .unwrap();
-    assert_eq!(s["wire_thread"]["on"], true, "auto: on for one wall-clock worker");
+    assert_eq!(
+        s["wire_thread"]["on"], true,
+        "auto: on for one wall-clock worker"
+    );
     assert_eq!(u(&s["wire_thread"], "rx_frames"), 200_000);
     assert_eq!(u(&s["wire_thread"], "tx_frames"), 200_000);
     assert_eq!(u(&s, "packets_tx"), 200_000);
@@ -414,6 +417,9 @@ fn the_tester_thread_loses_nothing_and_changes_no_virtual_run() {
         assert_eq!(won["on"], true);
         assert_eq!(won["rx_frames"], 20000);
         assert_eq!(woff["on"], false);
-        assert_eq!(on, off, "{rate}: a virtual run is the same with a tester thread");
+        assert_eq!(
+            on, off,
+            "{rate}: a virtual run is the same with a tester thread"
+        );
     }
 }

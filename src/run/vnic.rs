@@ -446,7 +446,10 @@ fn generator_link(
 /// of these, the looks after the first that a frame followed, each a paced arrival late), and with
 /// `host_times` the testers' CPU seconds (`cpu_s`). Virtual runs leave the counters that depend on
 /// thread timing out, so their JSON stays the same on every run.
-fn wire_thread_json(testers: &[Arc<dataplane::link::wire::WireCounters>], host_times: bool) -> Value {
+fn wire_thread_json(
+    testers: &[Arc<dataplane::link::wire::WireCounters>],
+    host_times: bool,
+) -> Value {
     let mut v = json!({ "on": !testers.is_empty() });
     if testers.is_empty() {
         return v;

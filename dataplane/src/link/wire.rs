@@ -499,9 +499,7 @@ fn tester(
                     }
                     break;
                 }
-                counters
-                    .rx_frames
-                    .fetch_add(b.n as u64, Ordering::Relaxed);
+                counters.rx_frames.fetch_add(b.n as u64, Ordering::Relaxed);
                 // Cannot fail: the full queue has room for every batch there is.
                 let _ = rx.full.push(b);
                 worked = true;
@@ -509,9 +507,7 @@ fn tester(
         }
         while let Some(b) = tx.full.pop() {
             link.tx.deliver_batch(&b.buf, &b.lens[..b.n]);
-            counters
-                .tx_frames
-                .fetch_add(b.n as u64, Ordering::Relaxed);
+            counters.tx_frames.fetch_add(b.n as u64, Ordering::Relaxed);
             tx.recycle(b);
             worked = true;
         }
@@ -636,7 +632,11 @@ mod tests {
         // On the wall clock nothing is offered before the port first looks for a frame.
         std::thread::sleep(Duration::from_millis(20));
         assert_eq!(c.rx_frames.load(Ordering::Relaxed), 0, "offered early");
-        assert_eq!(port.rx.next_frame(&mut buf), None, "the first look finds an idle wire");
+        assert_eq!(
+            port.rx.next_frame(&mut buf),
+            None,
+            "the first look finds an idle wire"
+        );
         // Let the tester fill every batch before the port takes anything more.
         while c.rx_full.load(Ordering::Relaxed) == 0 {
             std::thread::yield_now();
