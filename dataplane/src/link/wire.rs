@@ -256,15 +256,34 @@ impl FrameSource for WireRx {
             // at the same steps.
             let (first, start) = (b.read, b.off);
             let mut span = 0;
-            while b.read < b.n
-                && got < lens.len()
-                && buf.len().saturating_sub(off + span) >= MAX_WIRE_FRAME
-            {
+            while b.read < b.n && got < lens.len() {
+                let room = buf.len().saturating_sub(off + span);
                 let len = b.lens[b.read];
+                if room < MAX_WIRE_FRAME || len as usize > room {
+                    break;
+                }
                 lens[got] = len;
                 got += 1;
                 span += batch_step(len as usize);
                 b.read += 1;
+            }
+            if span == 0 {
+                // The next frame is longer than the room left (a source writes frames up to
+                // the room it is given, e.g. an oversized pcap record): a burst with frames ends
+                // here; an empty one takes it cut to the room, as a source would cut it.
+                if got > 0 {
+                    break;
+                }
+                let len = b.lens[b.read] as usize;
+                let n = len.min(buf.len() - off);
+                buf[off..off + n].copy_from_slice(&b.buf[b.off..b.off + n]);
+                lens[got] = n as u32;
+                got += 1;
+                b.off += batch_step(len);
+                b.read += 1;
+                off += batch_step(n);
+                self.release_if_done();
+                continue;
             }
             let last = b.lens[b.read - 1] as usize;
             // The last frame's padding need not be copied (nor exist in `buf`).
@@ -651,6 +670,32 @@ mod tests {
         wire.join();
         assert_eq!(taken, n);
         assert_eq!(c.rx_frames.load(Ordering::Relaxed), n as u64);
+    }
+
+    /// A frame longer than the room a burst has left ends that burst; alone it is cut to the
+    /// room, as a source reading into that room would cut it. Nothing else is lost.
+    #[test]
+    fn an_oversized_frame_ends_a_burst_and_is_cut_to_the_room() {
+        let sent = vec![vec![1u8; 60], vec![2u8; 40_000], vec![3u8; 60]];
+        let link = Link {
+            rx: Box::new(VecSource::new(sent)),
+            tx: Box::new(crate::link::CountingSink::default()),
+        };
+        let (mut port, wire) = spawn("t", link, 1514, true).unwrap();
+        let mut buf = vec![0u8; 32 * 1024];
+        let mut lens = [0u32; 8];
+        let mut bursts = Vec::new();
+        loop {
+            let k = port.rx.next_batch(&mut buf, &mut lens);
+            if k == 0 {
+                break;
+            }
+            bursts.push(lens[..k].to_vec());
+            assert!(buf[..lens[0] as usize].iter().all(|&b| b == buf[0]));
+        }
+        assert_eq!(bursts, vec![vec![60], vec![32 * 1024], vec![60]]);
+        drop(port);
+        wire.join();
     }
 
     #[test]
