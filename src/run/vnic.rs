@@ -130,7 +130,12 @@ pub fn run_keeping(opts: &RunOptions, kept: &mut KeptChains) -> Result<Value, Ru
     let mut links = Vec::with_capacity(specs.len());
     let mut link_counters = Vec::with_capacity(specs.len());
     // The generator's port on a tester thread of its own (run.wire_thread).
-    let on_wire_thread = cfg.run.wire_thread.enabled(cfg.run.clock, workers);
+    // `auto` leaves a replayed --rx-pcap in the worker: its oversized records are skipped
+    // against the port's own frame buffer there.
+    let on_wire_thread = match cfg.run.wire_thread {
+        crate::config::WireThreadMode::Auto if opts.rx_pcap.is_some() => false,
+        m => m.enabled(cfg.run.clock, workers),
+    };
     let mut testers = Vec::new();
     for (i, (link, addr)) in specs.iter().enumerate() {
         let (l, c) = match link {
