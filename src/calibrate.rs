@@ -32,7 +32,10 @@
 //! NF's `process` call on every burst the monotonic clock is read (the read's own cost, measured
 //! first, is subtracted), and an NF's time over a run divided by the packets that entered the
 //! chain is its cost per packet in that run. The report is the median over the runs, with the
-//! lowest and highest run as the spread.
+//! lowest and highest run as the spread. Packets an NF holds back (NAT's inbound fragments
+//! waiting for their first fragment) are released after each burst as the run loop releases
+//! them, through the functions after the holder, and that work is timed to each function too;
+//! what is still held at the end is flushed (dropped by its reason and counted).
 //!
 //! Nanoseconds become cycles of the profile's CPU as `ns x host.cpu_ghz`: the figure says what
 //! the same work would cost at the modelled clock if this machine's core did as much per cycle,
@@ -47,7 +50,7 @@ use std::time::Instant;
 use dataplane::driver::vnic::ClockMode;
 use dataplane::pcie_model::HardwareProfile;
 use dataplane::testkit::PacketFactory;
-use dataplane::{Burst, DropCounts, MAX_BURST, NfContext, Verdict};
+use dataplane::{Burst, DropCounts, MAX_BURST, NfChain, NfContext, Verdict};
 use pktgen::{Generator, GeneratorConfig};
 use serde_json::{Value, json};
 
@@ -158,6 +161,9 @@ pub struct Calibration {
     pub flows: u32,
     /// Packets of the warming pass.
     pub warm_packets: u64,
+    /// Packets that entered the chain in each measured run (each run's `options.packets`
+    /// unless the traffic ended early).
+    pub measured_packets: Vec<u64>,
     /// The options measured with.
     pub options: CalibrateOptions,
     /// The cost of one clock read, subtracted from every interval, ns.
@@ -278,6 +284,7 @@ impl Calibration {
             "traffic": self.traffic,
             "flows": self.flows,
             "warm_packets": self.warm_packets,
+            "measured_packets": self.measured_packets,
             "runs": self.options.runs,
             "packets_per_run": self.options.packets,
             "clock_overhead_ns": self.clock_overhead_ns,
@@ -303,7 +310,13 @@ pub fn calibrate(
         })?;
     let mut chain = cfg.build_chain(path, 0, 1)?;
     let d = &cfg.datapath;
-    let factory = PacketFactory::new(d.mode, d.split_offset, cfg.vnic.max_frame, d.burst);
+    // Room for a burst and for every packet an NF may hold back between bursts.
+    let factory = PacketFactory::new(
+        d.mode,
+        d.split_offset,
+        cfg.vnic.max_frame,
+        d.burst + MAX_BURST,
+    );
     let mut source = Frames::new(&gen_cfg, cfg.vnic.max_frame).map_err(|e| ConfigError {
         file: path.to_path_buf(),
         key: format!("traffic.{}", e.key),
@@ -312,59 +325,16 @@ pub fn calibrate(
     let runs = opts.runs.max(1);
     let per_run = opts.packets.max(d.burst as u64);
     let warm = u64::from(gen_cfg.flows).max(per_run);
-    let start = Instant::now();
-    let ctx = || NfContext {
-        now_ns: start.elapsed().as_nanos() as u64,
-        worker: 0,
-        workers: 1,
-    };
-    let mut burst = Burst::with_capacity(d.burst);
-    // Warm the tables: the same path, untimed.
-    let mut left = warm;
-    while left > 0 {
-        source.fill(&factory, &mut burst, left.min(d.burst as u64) as usize);
-        if burst.is_empty() {
-            break;
-        }
-        left = left.saturating_sub(burst.len() as u64);
-        chain.process(&mut burst, &ctx());
-        burst.clear();
-    }
-    let overhead = clock_read_ns();
-    let nfs = chain.functions().len();
-    let mut ns_runs: Vec<Vec<f64>> = vec![Vec::with_capacity(runs as usize); nfs];
-    let mut drops = vec![DropCounts::default(); nfs];
-    let mut before = [Verdict::tx(0); MAX_BURST];
-    for _ in 0..runs {
-        let mut spent = vec![0f64; nfs];
-        let (mut left, mut entered) = (per_run, 0u64);
-        while left > 0 {
-            source.fill(&factory, &mut burst, left.min(d.burst as u64) as usize);
-            let n = burst.len();
-            if n == 0 {
-                break;
-            }
-            entered += n as u64;
-            let c = ctx();
-            for (i, nf) in chain.functions_mut().iter_mut().enumerate() {
-                before[..n].copy_from_slice(burst.verdicts());
-                let t = Instant::now();
-                nf.process(&mut burst, &c);
-                let ns = t.elapsed().as_nanos() as f64;
-                spent[i] += (ns - overhead).max(0.0);
-                for (was, now) in before[..n].iter().zip(burst.verdicts()) {
-                    if let (false, Some(r)) = (was.is_drop(), now.drop_reason()) {
-                        drops[i].add(r, 1);
-                    }
-                }
-            }
-            burst.clear();
-            left = left.saturating_sub(n as u64);
-        }
-        for (i, s) in spent.iter().enumerate() {
-            ns_runs[i].push(s / entered.max(1) as f64);
-        }
-    }
+    let m = measure(
+        &mut chain,
+        &factory,
+        |f: &PacketFactory, b: &mut Burst, n: usize| source.fill(f, b, n),
+        d.burst,
+        warm,
+        runs,
+        per_run,
+    );
+    let overhead = m.clock_overhead_ns;
     let profile_costs = &profile.host.cycles.nf;
     // The chain was built from the pipeline, so every entry names a registered function.
     let names = cfg.pipeline.iter().filter_map(|e| {
@@ -372,8 +342,8 @@ pub fn calibrate(
         Some(nfs::lookup(name)?.name)
     });
     let costs = names
-        .zip(ns_runs)
-        .zip(drops)
+        .zip(m.ns_per_packet)
+        .zip(m.drops)
         .map(|((name, ns), drops)| {
             let ns = Spread::of(&ns);
             NfCost {
@@ -395,6 +365,7 @@ pub fn calibrate(
         traffic: describe(&gen_cfg),
         flows: gen_cfg.flows,
         warm_packets: warm,
+        measured_packets: m.entered,
         options: CalibrateOptions {
             runs,
             packets: per_run,
@@ -402,6 +373,172 @@ pub fn calibrate(
         clock_overhead_ns: overhead,
         nfs: costs,
     })
+}
+
+/// What [`measure`] found: per NF its ns per packet in each run and the packets it dropped, and
+/// the packets that entered the chain in each run.
+struct Measurement {
+    ns_per_packet: Vec<Vec<f64>>,
+    drops: Vec<DropCounts>,
+    entered: Vec<u64>,
+    clock_overhead_ns: f64,
+}
+
+/// Feeds `chain` bursts of up to `burst_size` packets that `fill(factory, burst, n)` makes:
+/// `warm` packets untimed, then `runs` runs of `per_run` packets with every NF's `process` timed
+/// (see the module docs). Packets an NF holds back (NAT's fragments waiting for their first) are
+/// released as the run loop releases them: after each burst the ready ones leave through the
+/// functions after the holder (their time counted to each function, as their drops are), and at
+/// the end every one still held is flushed (dropped by its reason, counted). Without that a
+/// holding NF would keep the factory's buffers and starve the measurement, and its release work
+/// would be missing from its cost.
+fn measure(
+    chain: &mut NfChain,
+    factory: &PacketFactory,
+    mut fill: impl FnMut(&PacketFactory, &mut Burst, usize),
+    burst_size: usize,
+    warm: u64,
+    runs: u32,
+    per_run: u64,
+) -> Measurement {
+    let start = Instant::now();
+    let ctx = || NfContext {
+        now_ns: start.elapsed().as_nanos() as u64,
+        worker: 0,
+        workers: 1,
+    };
+    let mut burst = Burst::with_capacity(burst_size);
+    let mut released = Burst::with_capacity(burst_size);
+    // Warm the tables: the same path, untimed.
+    let mut left = warm;
+    while left > 0 {
+        fill(factory, &mut burst, left.min(burst_size as u64) as usize);
+        if burst.is_empty() {
+            break;
+        }
+        left = left.saturating_sub(burst.len() as u64);
+        chain.process(&mut burst, &ctx());
+        burst.clear();
+        release_held(chain, &mut released, &ctx(), false, None);
+    }
+    let overhead = clock_read_ns();
+    let nfs = chain.functions().len();
+    let mut ns_runs: Vec<Vec<f64>> = vec![Vec::with_capacity(runs as usize); nfs];
+    let mut drops = vec![DropCounts::default(); nfs];
+    let mut entered_runs = Vec::with_capacity(runs as usize);
+    let mut before = [Verdict::tx(0); MAX_BURST];
+    for _ in 0..runs {
+        let mut spent = vec![0f64; nfs];
+        let (mut left, mut entered) = (per_run, 0u64);
+        while left > 0 {
+            fill(factory, &mut burst, left.min(burst_size as u64) as usize);
+            let n = burst.len();
+            if n == 0 {
+                break;
+            }
+            entered += n as u64;
+            let c = ctx();
+            for (i, nf) in chain.functions_mut().iter_mut().enumerate() {
+                // A function may take packets out of the burst (to hold them): compare the
+                // verdicts of those that stay.
+                let k = burst.len();
+                before[..k].copy_from_slice(burst.verdicts());
+                let t = Instant::now();
+                nf.process(&mut burst, &c);
+                let ns = t.elapsed().as_nanos() as f64;
+                spent[i] += (ns - overhead).max(0.0);
+                count_new_drops(&before[..k], burst.verdicts(), &mut drops[i]);
+            }
+            burst.clear();
+            let timing = Timing {
+                spent: &mut spent,
+                drops: &mut drops,
+                overhead,
+            };
+            release_held(chain, &mut released, &c, false, Some(timing));
+            left = left.saturating_sub(n as u64);
+        }
+        for (i, s) in spent.iter().enumerate() {
+            ns_runs[i].push(s / entered.max(1) as f64);
+        }
+        entered_runs.push(entered);
+    }
+    // Nothing stays held at the end: every held packet leaves, dropped by its reason.
+    let mut spent = vec![0f64; nfs];
+    let timing = Timing {
+        spent: &mut spent,
+        drops: &mut drops,
+        overhead,
+    };
+    release_held(chain, &mut released, &ctx(), true, Some(timing));
+    Measurement {
+        ns_per_packet: ns_runs,
+        drops,
+        entered: entered_runs,
+        clock_overhead_ns: overhead,
+    }
+}
+
+/// Where [`release_held`] books the time and drops of each function (a timed run).
+struct Timing<'a> {
+    spent: &'a mut [f64],
+    drops: &'a mut [DropCounts],
+    overhead: f64,
+}
+
+/// Adds to `drops` the packets dropped between verdicts `before` and `after`.
+fn count_new_drops(before: &[Verdict], after: &[Verdict], drops: &mut DropCounts) {
+    for (was, now) in before.iter().zip(after) {
+        if let (false, Some(r)) = (was.is_drop(), now.drop_reason()) {
+            drops.add(r, 1);
+        }
+    }
+}
+
+/// Releases what the chain's functions hold, as [`NfChain::release`] does (the holder's
+/// `release`, then the functions after it over what it released), until no function releases
+/// anything; with `flush` every held packet (each call releases at least one). The released
+/// packets are then freed, as a sent burst is. With `timing`, each function's `release` and
+/// `process` calls are timed and its new drops counted.
+fn release_held(
+    chain: &mut NfChain,
+    out: &mut Burst,
+    ctx: &NfContext,
+    flush: bool,
+    mut timing: Option<Timing<'_>>,
+) {
+    let mut before = [Verdict::tx(0); MAX_BURST];
+    while chain.held() > 0 {
+        let nfs = chain.functions_mut();
+        let Some(k) = (0..nfs.len()).find(|&k| {
+            nfs[k].held() > 0 && {
+                let t = Instant::now();
+                nfs[k].release(out, ctx, flush);
+                if let Some(tm) = timing.as_mut() {
+                    tm.spent[k] += (t.elapsed().as_nanos() as f64 - tm.overhead).max(0.0);
+                }
+                !out.is_empty()
+            }
+        }) else {
+            break;
+        };
+        if let Some(tm) = timing.as_mut() {
+            // Released with a drop (a timeout, or the flush): the holder's drop.
+            let fresh = [Verdict::tx(0); MAX_BURST];
+            count_new_drops(&fresh[..out.len()], out.verdicts(), &mut tm.drops[k]);
+        }
+        for (j, nf) in nfs.iter_mut().enumerate().skip(k + 1) {
+            let n = out.len();
+            before[..n].copy_from_slice(out.verdicts());
+            let t = Instant::now();
+            nf.process(out, ctx);
+            if let Some(tm) = timing.as_mut() {
+                tm.spent[j] += (t.elapsed().as_nanos() as f64 - tm.overhead).max(0.0);
+                count_new_drops(&before[..n], out.verdicts(), &mut tm.drops[j]);
+            }
+        }
+        out.clear();
+    }
 }
 
 /// The config's traffic, frame by frame, written into a factory's packets.
@@ -581,5 +718,96 @@ mod tests {
         assert_eq!((s.median, s.min, s.max), (3.0, 1.0, 10.0));
         let c = s.scaled(2.1);
         assert_eq!((c.median, c.max), (3.0 * 2.1, 10.0 * 2.1));
+    }
+
+    /// Holds every second packet of each burst and releases all it holds but the newest on the
+    /// next `release` (a flush drops every one), counting both.
+    struct HoldHalf {
+        held: Burst,
+        taken: u64,
+        released: u64,
+    }
+
+    impl dataplane::NetworkFunction for HoldHalf {
+        fn name(&self) -> &str {
+            "hold_half"
+        }
+        fn process(&mut self, burst: &mut Burst, _ctx: &NfContext) {
+            let mut i = 1;
+            while i < burst.len() && self.held.room() > 0 {
+                assert!(burst.remove_to(i, &mut self.held));
+                self.taken += 1;
+                i += 1;
+            }
+        }
+        fn held(&self) -> usize {
+            self.held.len()
+        }
+        fn release(&mut self, out: &mut Burst, _ctx: &NfContext, flush: bool) {
+            let keep = usize::from(!flush);
+            while self.held.len() > keep && out.room() > 0 {
+                if flush {
+                    self.held
+                        .set_verdict(0, Verdict::drop(dataplane::DropReason::POLICY));
+                }
+                assert!(self.held.remove_to(0, out));
+                self.released += 1;
+            }
+        }
+    }
+
+    /// Counts the packets it sees.
+    struct Seen(std::sync::Arc<std::sync::atomic::AtomicU64>);
+
+    impl dataplane::NetworkFunction for Seen {
+        fn name(&self) -> &str {
+            "seen"
+        }
+        fn process(&mut self, burst: &mut Burst, _ctx: &NfContext) {
+            self.0
+                .fetch_add(burst.len() as u64, std::sync::atomic::Ordering::Relaxed);
+        }
+    }
+
+    /// Packets an NF holds are released as the run loop releases them: every run gets all its
+    /// packets (a holder no longer starves the factory), the functions after the holder see the
+    /// released ones, and nothing stays held or allocated at the end.
+    #[test]
+    fn held_packets_are_released_and_flushed() {
+        let (burst, per_run, runs) = (32, 4000u64, 3);
+        let factory =
+            PacketFactory::new(dataplane::DatapathMode::Host, 64, 1514, burst + MAX_BURST);
+        let mut chain = NfChain::new();
+        chain.push(Box::new(HoldHalf {
+            held: Burst::with_capacity(64),
+            taken: 0,
+            released: 0,
+        }));
+        let seen = std::sync::Arc::new(std::sync::atomic::AtomicU64::new(0));
+        chain.push(Box::new(Seen(seen.clone())));
+        let frame = vec![0x5au8; 60];
+        let fill = |f: &PacketFactory, b: &mut Burst, n: usize| {
+            for _ in 0..n {
+                if !f.push(b, &frame) {
+                    break;
+                }
+            }
+        };
+        let warm = 1000;
+        let m = measure(&mut chain, &factory, fill, burst, warm, runs, per_run);
+        assert_eq!(
+            m.entered,
+            vec![per_run; runs as usize],
+            "every run fully fed"
+        );
+        assert_eq!(chain.held(), 0, "nothing held at the end");
+        assert_eq!(factory.in_use(), 0, "every buffer back");
+        let total = warm + per_run * u64::from(runs);
+        assert_eq!(
+            seen.load(std::sync::atomic::Ordering::Relaxed),
+            total,
+            "the function after the holder saw every packet, held ones after their release"
+        );
+        assert_eq!(m.drops[0].total(), 1, "the final flush: the holder's drop");
     }
 }

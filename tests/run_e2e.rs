@@ -375,3 +375,61 @@ fn fault_keys_are_checked() {
         );
     }
 }
+
+/// The wire on its own thread: on the wall clock with one worker the generator and checking
+/// sink run on a tester thread by default and every frame arrives intact; on the virtual clock
+/// a tester thread changes nothing, the summary is the same key for key (paced at the line rate
+/// and pulled), and only the `wire_thread` object says it was there.
+#[test]
+fn the_tester_thread_loses_nothing_and_changes_no_virtual_run() {
+    let s = run(&opts(&[
+        "traffic.frame_size=64",
+        "run.packets=200000",
+        "run.stats_interval_s=0",
+    ]))
+    .unwrap();
+    assert_eq!(
+        s["wire_thread"]["on"], true,
+        "auto: on for one wall-clock worker"
+    );
+    assert_eq!(u(&s["wire_thread"], "rx_frames"), 200_000);
+    assert_eq!(u(&s["wire_thread"], "tx_frames"), 200_000);
+    assert_eq!(u(&s, "packets_tx"), 200_000);
+    assert_eq!(u(&s["traffic"], "received_unique"), 200_000);
+    assert_eq!(u(&s, "seq_lost") + u(&s, "payload_mismatches"), 0);
+    assert!(s["worker_cpu_s"].as_f64().unwrap() > 0.0);
+    assert!(s["mpps_per_worker_core"].as_f64().unwrap() > 0.0);
+    assert!(s["per_worker"][0]["cpu_s"].as_f64().is_some());
+    let off = run(&opts(&[
+        "run.packets=2000",
+        "run.stats_interval_s=0",
+        "run.wire_thread=\"off\"",
+    ]))
+    .unwrap();
+    assert_eq!(off["wire_thread"]["on"], false);
+    assert_eq!(u(&off, "packets_tx"), 2000);
+    for rate in ["traffic.rate_gbps=100", "traffic.rate_gbps=0"] {
+        let virt = |wire: &str| {
+            let mut s = run(&opts(&[
+                "traffic.frame_size=128",
+                "run.packets=20000",
+                "run.stats_interval_s=0",
+                "run.clock=\"virtual\"",
+                rate,
+                &format!("run.wire_thread=\"{wire}\""),
+            ]))
+            .unwrap();
+            let w = s.as_object_mut().unwrap().remove("wire_thread").unwrap();
+            (s, w)
+        };
+        let (on, won) = virt("on");
+        let (off, woff) = virt("off");
+        assert_eq!(won["on"], true);
+        assert_eq!(won["rx_frames"], 20000);
+        assert_eq!(woff["on"], false);
+        assert_eq!(
+            on, off,
+            "{rate}: a virtual run is the same with a tester thread"
+        );
+    }
+}

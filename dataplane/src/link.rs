@@ -5,7 +5,8 @@
 //! the port transmits). Implementations: the in-process traffic generator and checking sink
 //! (`pktgen`), pcap files ([`crate::pcap`]), a cable to another port ([`cable`]), and the Linux
 //! kernel: a TAP device ([`tap`]) or an interface through AF_PACKET ([`afpacket`]), by name
-//! ([`kernel`]).
+//! ([`kernel`]). Any link can run on a tester thread of its own ([`wire`]), apart from the
+//! worker polling the port.
 //!
 //! Frames are Ethernet frames without the FCS, exactly as a pcap file stores them.
 
@@ -13,6 +14,7 @@ pub mod afpacket;
 pub mod fd;
 pub mod kernel;
 pub mod tap;
+pub mod wire;
 
 /// Largest frame any link carries (jumbo 9216 B plus slack); staging buffers are this big.
 pub const MAX_WIRE_FRAME: usize = 16 * 1024;

@@ -70,6 +70,22 @@ pub fn last_stop_signal() -> Option<&'static str> {
     }
 }
 
+/// CPU time the calling thread has used so far (`CLOCK_THREAD_CPUTIME_ID`): what a rate per
+/// core is divided by on a machine whose cores the thread shares (zero if the clock fails).
+pub fn thread_cpu_time() -> std::time::Duration {
+    let mut ts = libc::timespec {
+        tv_sec: 0,
+        tv_nsec: 0,
+    };
+    // SAFETY: clock_gettime writes one timespec into `ts`, a valid exclusive borrow; the
+    // result is checked.
+    let rc = unsafe { libc::clock_gettime(libc::CLOCK_THREAD_CPUTIME_ID, &mut ts) };
+    if rc != 0 {
+        return std::time::Duration::ZERO;
+    }
+    std::time::Duration::new(ts.tv_sec as u64, ts.tv_nsec as u32)
+}
+
 /// The process's effective user id.
 pub fn effective_uid() -> u32 {
     // SAFETY: geteuid cannot fail and takes no arguments.

@@ -587,8 +587,9 @@ fn rfc2544(a: Rfc2544Args) -> Result<(), String> {
                         r.generator_limited_trials,
                         settings.rate_tolerance * 100.0,
                         if dut.info().clock == "wall" {
-                            "; in wall time the generator runs on this machine's cores with the DUT and falls \
-                             short when they are busy"
+                            "; in wall time the generator runs on this machine's cores beside the DUT (on a \
+                             tester thread of its own, see the DUT's cpu cost line) and falls short \
+                             when they are busy"
                         } else {
                             ""
                         },

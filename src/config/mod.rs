@@ -78,6 +78,11 @@ pub struct RunSection {
     /// hardware profile's `[host.cycles.nf]`) or `measured` (measured on this machine when the
     /// run starts, as `dataplane calibrate` measures it).
     pub nf_cycles: NfCyclesSource,
+    /// Where the embedded generator and checking sink run: on a tester thread of their own
+    /// (`on`), in the worker polling the port (`off`), or `auto`: their own thread on the wall
+    /// clock when one worker polls the generator's port, in the worker otherwise (see
+    /// [`WireThreadMode`]).
+    pub wire_thread: WireThreadMode,
     /// End the run when the traffic has ended (the wire has nothing more to deliver); false
     /// keeps the workers polling, as on a real port, until `duration_s` or a stop signal.
     pub stop_when_idle: bool,
@@ -109,6 +114,41 @@ pub enum NfCyclesSource {
     Measured,
 }
 
+/// Where the embedded traffic of a port runs (`run.wire_thread`): `dataplane::link::wire`.
+#[derive(Debug, Clone, Copy, Default, Deserialize, PartialEq, Eq)]
+#[serde(rename_all = "lowercase")]
+pub enum WireThreadMode {
+    /// On the wall clock with one worker: a tester thread; otherwise in the worker (a
+    /// multi-queue port already reads its link on the NIC front end's own thread).
+    #[default]
+    Auto,
+    /// Always on a tester thread. On the virtual clock the port waits for the tester's frames,
+    /// so the run is the same as without it, only faster on a machine with a core to spare.
+    On,
+    /// In the thread that reads the port's link (the worker's for one worker).
+    Off,
+}
+
+impl WireThreadMode {
+    /// The config name (`auto`, `on`, `off`).
+    pub fn as_str(self) -> &'static str {
+        match self {
+            WireThreadMode::Auto => "auto",
+            WireThreadMode::On => "on",
+            WireThreadMode::Off => "off",
+        }
+    }
+
+    /// True when the generator's port gets a tester thread on `clock` with `workers` workers.
+    pub fn enabled(self, clock: ClockMode, workers: u16) -> bool {
+        match self {
+            WireThreadMode::Auto => clock == ClockMode::Wall && workers == 1,
+            WireThreadMode::On => true,
+            WireThreadMode::Off => false,
+        }
+    }
+}
+
 impl NfCyclesSource {
     /// The config name (`profile`, `measured`).
     pub fn as_str(self) -> &'static str {
@@ -131,6 +171,7 @@ impl Default for RunSection {
             health_stall_s: 2.0,
             clock: ClockMode::Wall,
             nf_cycles: NfCyclesSource::Profile,
+            wire_thread: WireThreadMode::Auto,
             stop_when_idle: true,
             telemetry: true,
             telemetry_prefix: DEFAULT_TELEMETRY_PREFIX.into(),

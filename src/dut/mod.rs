@@ -15,7 +15,11 @@
 //! * **wall**: this machine's time. The real NF code and the virtual NIC run on this machine's
 //!   cores and the offered load is paced in wall time, as a hardware tester measures a DUT; the
 //!   achieved load is the rate frames reached the wire (`wire.rx_gbps`), so a generator that
-//!   falls behind flags the trial instead of crediting the DUT.
+//!   falls behind flags the trial instead of crediting the DUT. With one worker the generator
+//!   and the checking sink run on a tester thread of their own (`run.wire_thread`, see
+//!   [`dataplane::link::wire`]), so the worker's core does the dataplane's work only, as with a
+//!   hardware tester; each trial's `dut.mpps_per_worker_core` and `dut.wire_thread` say what
+//!   each thread did.
 //!
 //! A clock the user set, with `--set run.clock=...` or [`DutOptions::clock`], is never changed;
 //! both set differently is an error. A config file's own `run.clock` is for `dataplane run` and
@@ -256,9 +260,20 @@ impl VnicDut {
             }
             (Timing::Timed(Clock::Wall), _) => format!(
                 "measured: the NF code [{}] and the virtual NIC on this machine's cores, {} \
-                 worker(s)",
+                 worker(s), the generator and checking sink {}",
                 nfs.join(","),
-                cfg.run.workers
+                cfg.run.workers,
+                if cfg
+                    .run
+                    .wire_thread
+                    .enabled(dataplane::driver::vnic::ClockMode::Wall, cfg.run.workers)
+                {
+                    "on a tester thread of their own (run.wire_thread)"
+                } else if cfg.run.workers == 1 {
+                    "in the worker's thread (run.wire_thread = \"off\")"
+                } else {
+                    "on the NIC front end's thread"
+                }
             ),
             _ => "none: functional trials (no timing model)".to_string(),
         };
@@ -382,13 +397,21 @@ pub fn result_from_summary(spec: &TrialSpec, s: &Value, timing: Timing) -> Trial
     });
     // Achieved: in virtual time the offered rate the port paced (pulled runs report the
     // arrival rate); in wall time the rate frames reached the wire, which falls short when the
-    // generator does.
+    // generator does, unless a tester thread says it never fell behind.
     let l1_pps = |g: f64| g * 1e9 / ((fs + 20.0) * 8.0);
     let achieved_pps = match timing {
         Timing::Timed(Clock::Virtual) => s
             .get("offered_gbps")
             .and_then(Value::as_f64)
             .map_or(spec.rate_pps, l1_pps),
+        // A tester thread that never left the port short of a frame offered every frame at
+        // its paced time: the load was offered exactly (the wire rate over the model's interval
+        // would count the DUT's last departure against the tester).
+        Timing::Timed(Clock::Wall)
+            if s["wire_thread"]["on"] == true && s["wire_thread"]["rx_starved"] == 0 =>
+        {
+            spec.rate_pps
+        }
         Timing::Timed(Clock::Wall) => s["wire"]["rx_gbps"].as_f64().map_or(spec.rate_pps, l1_pps),
         Timing::Functional => spec.rate_pps,
     };

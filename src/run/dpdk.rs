@@ -272,6 +272,7 @@ pub fn run(cfg: &RunConfig, d: &DpdkSection, opts: &RunOptions) -> Result<Value,
     let Finished {
         reports,
         elapsed_s: elapsed,
+        cpu_s,
     } = running.join()?;
     nf_output_errors(&reports)?;
     let mut out = summary(cfg, &handles, caps, &reports, elapsed);
@@ -284,6 +285,7 @@ pub fn run(cfg: &RunConfig, d: &DpdkSection, opts: &RunOptions) -> Result<Value,
     out["warnings"] = json!(warnings);
     out["stopped_by"] = json!(stopped_by.as_str());
     out["per_worker"] = per_worker(&reports, true);
+    super::workers::add_cpu_keys(&mut out, &cpu_s);
     drop((serving, eal_telemetry));
     Ok(out)
 }

@@ -178,6 +178,26 @@ pub fn print_summary(s: &Value, to: &mut dyn std::io::Write) -> std::io::Result<
             "wall-clock"
         },
     )?;
+    if let Some(core) = s["mpps_per_worker_core"].as_f64() {
+        let w = &s["wire_thread"];
+        writeln!(
+            to,
+            "  per worker core: tx {core:.3} Mpps over {:.3} s of worker CPU time (thread CPU \
+             clock){}",
+            s["worker_cpu_s"].as_f64().unwrap_or(0.0),
+            match (w["cpu_s"].as_f64(), w["on"].as_bool()) {
+                (Some(c), _) => format!(
+                    "; the tester thread (generator and checking sink) used {c:.3} s CPU, \
+                     the port found its queue empty {} times",
+                    w["rx_empty"]
+                ),
+                (None, Some(false)) if s["workers"] == 1 && s["traffic"].is_object() => {
+                    "; the generator and checking sink ran in the worker's thread".to_string()
+                }
+                _ => String::new(),
+            }
+        )?;
+    }
     writeln!(
         to,
         "  payload from primary (nicmem) {} secondary (host, spilled) {}{}  rx_nombuf {}  rx_missed {}  desc_errors {}",

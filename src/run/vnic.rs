@@ -129,12 +129,31 @@ pub fn run_keeping(opts: &RunOptions, kept: &mut KeptChains) -> Result<Value, Ru
     let mut tx_pcap = None;
     let mut links = Vec::with_capacity(specs.len());
     let mut link_counters = Vec::with_capacity(specs.len());
+    // The generator's port on a tester thread of its own (run.wire_thread).
+    // `auto` leaves a replayed --rx-pcap in the worker: its oversized records are skipped
+    // against the port's own frame buffer there.
+    let on_wire_thread = match cfg.run.wire_thread {
+        crate::config::WireThreadMode::Auto if opts.rx_pcap.is_some() => false,
+        m => m.enabled(cfg.run.clock, workers),
+    };
+    let mut testers = Vec::new();
     for (i, (link, addr)) in specs.iter().enumerate() {
         let (l, c) = match link {
-            VnicLink::Generator => (
-                generator_link(opts, &mut traffic, &mut rx_pcap, &mut tx_pcap)?,
-                None,
-            ),
+            VnicLink::Generator => {
+                let mut l = generator_link(opts, &mut traffic, &mut rx_pcap, &mut tx_pcap)?;
+                if on_wire_thread {
+                    let (port_side, t) = dataplane::link::wire::spawn(
+                        &addr.name,
+                        l,
+                        cfg.vnic.max_frame,
+                        cfg.run.clock == ClockMode::Virtual,
+                    )
+                    .map_err(|e| RunError::Setup(format!("cannot start the tester thread: {e}")))?;
+                    testers.push(t);
+                    l = port_side;
+                }
+                (l, None)
+            }
             other => open_link(other).map_err(|e| {
                 RunError::Setup(format!(
                     "config {}: vnic.ports[{i}].link: {e}",
@@ -210,9 +229,15 @@ pub fn run_keeping(opts: &RunOptions, kept: &mut KeptChains) -> Result<Value, Ru
     let Finished {
         mut reports,
         elapsed_s: elapsed,
+        cpu_s,
     } = running.join()?;
     for p in &mut ports {
         p.join();
+    }
+    // The queues are gone: each tester hands the sink the last frames and finishes it.
+    let tester_counters: Vec<_> = testers.iter().map(|t| t.counters()).collect();
+    for t in testers {
+        t.join();
     }
     kept.keep(
         &cfg,
@@ -262,6 +287,10 @@ pub fn run_keeping(opts: &RunOptions, kept: &mut KeptChains) -> Result<Value, Ru
     out["nf_cycles"] = nf_cycles.report;
     out["stopped_by"] = json!(stopped_by.as_str());
     out["per_worker"] = per_worker(&reports, cfg.run.clock != ClockMode::Virtual);
+    if cfg.run.clock != ClockMode::Virtual {
+        super::workers::add_cpu_keys(&mut out, &cpu_s);
+    }
+    out["wire_thread"] = wire_thread_json(&tester_counters, cfg.run.clock != ClockMode::Virtual);
     // The surfaces stop (and the socket goes) once the summary is complete.
     drop(serving);
     Ok(out)
@@ -417,6 +446,44 @@ fn generator_link(
         (None, None) => Box::new(dataplane::link::CountingSink::default()),
     };
     Ok(Link { rx, tx })
+}
+
+/// The `wire_thread` object: `on` (whether the generator's port had a tester thread,
+/// `run.wire_thread`) and, when on, its counters summed over the testers: frames handed to the
+/// port (`rx_frames`) and taken from it (`tx_frames`), how often the tester found the port's
+/// receive queue full (`rx_full`, it waited), the port found the transmit queue full
+/// (`tx_full`, it waited) or no frame waiting (`rx_empty`: the tester was behind; `rx_starved`:
+/// of these, the looks after the first that a frame followed, each a paced arrival late), and with
+/// `host_times` the testers' CPU seconds (`cpu_s`). Virtual runs leave the counters that depend on
+/// thread timing out, so their JSON stays the same on every run.
+fn wire_thread_json(
+    testers: &[Arc<dataplane::link::wire::WireCounters>],
+    host_times: bool,
+) -> Value {
+    let mut v = json!({ "on": !testers.is_empty() });
+    if testers.is_empty() {
+        return v;
+    }
+    let sum = |k: &str| -> u64 {
+        testers
+            .iter()
+            .map(|t| {
+                t.snapshot()
+                    .iter()
+                    .find(|(n, _)| *n == k)
+                    .map_or(0, |(_, c)| *c)
+            })
+            .sum()
+    };
+    v["rx_frames"] = json!(sum("rx_frames"));
+    v["tx_frames"] = json!(sum("tx_frames"));
+    if host_times {
+        for k in ["rx_full", "tx_full", "rx_empty", "rx_starved"] {
+            v[k] = json!(sum(k));
+        }
+        v["cpu_s"] = json!(sum("cpu_ns") as f64 * 1e-9);
+    }
+    v
 }
 
 /// The `pcap` object of a run replaying `--rx-pcap`: the records read (`records`, per pass

@@ -41,7 +41,7 @@ pub trait Supervision {
 
 /// Running workers (see the module docs).
 pub struct Workers {
-    handles: Vec<JoinHandle<WorkerReport>>,
+    handles: Vec<JoinHandle<(WorkerReport, Duration)>>,
     view: Arc<RunView>,
     control: RunControl,
     start: Instant,
@@ -53,6 +53,10 @@ pub struct Finished {
     pub reports: Vec<WorkerReport>,
     /// Wall-clock seconds from the spawn to the last worker's end.
     pub elapsed_s: f64,
+    /// CPU seconds each worker thread used (`CLOCK_THREAD_CPUTIME_ID`), in worker order: on
+    /// cores shared with other threads a rate per core is packets over these, not over
+    /// `elapsed_s`.
+    pub cpu_s: Vec<f64>,
 }
 
 impl Workers {
@@ -89,7 +93,11 @@ impl Workers {
                 let shared = shared.clone();
                 std::thread::Builder::new()
                     .name(format!("worker{w}"))
-                    .spawn(move || run_worker(w as u16, workers, setup, &control, &shared[w]))
+                    .spawn(move || {
+                        let cpu0 = dataplane::unix::thread_cpu_time();
+                        let r = run_worker(w as u16, workers, setup, &control, &shared[w]);
+                        (r, dataplane::unix::thread_cpu_time().saturating_sub(cpu0))
+                    })
                     .map_err(|e| RunError::Setup(format!("cannot start worker {w}: {e}")))
             })
             .collect::<Result<_, _>>()?;
@@ -205,20 +213,45 @@ impl Workers {
 
     /// Collects every worker's report; a worker that panicked fails the run.
     pub fn join(self) -> Result<Finished, RunError> {
-        let reports = self
+        let (reports, cpu): (Vec<WorkerReport>, Vec<Duration>) = self
             .handles
             .into_iter()
             .map(|h| {
                 h.join()
                     .map_err(|_| RunError::Setup("a worker panicked".into()))
             })
-            .collect::<Result<Vec<WorkerReport>, _>>()?;
+            .collect::<Result<Vec<_>, _>>()?
+            .into_iter()
+            .unzip();
         self.view.set_final(&reports);
         Ok(Finished {
             reports,
             elapsed_s: self.start.elapsed().as_secs_f64(),
+            cpu_s: cpu.iter().map(Duration::as_secs_f64).collect(),
         })
     }
+}
+
+/// Adds the workers' CPU time to a wall-clock summary whose `per_worker` is set: `cpu_s` in
+/// each `per_worker` entry (its thread's CPU seconds, [`Finished::cpu_s`]), `worker_cpu_s`
+/// (their sum) and `mpps_per_worker_core` (frames transmitted over those CPU seconds: the rate of
+/// one core that ran nothing but the worker, which `mpps`, over wall-clock seconds, is not
+/// when the worker shares its core).
+pub fn add_cpu_keys(out: &mut serde_json::Value, cpu_s: &[f64]) {
+    let mut frames = 0;
+    if let Some(ws) = out["per_worker"].as_array_mut() {
+        for (w, c) in ws.iter_mut().zip(cpu_s) {
+            w["cpu_s"] = serde_json::json!(c);
+            frames += w["packets_tx"].as_u64().unwrap_or(0);
+        }
+    }
+    let cpu: f64 = cpu_s.iter().sum();
+    out["worker_cpu_s"] = serde_json::json!(cpu);
+    out["mpps_per_worker_core"] = serde_json::json!(if cpu > 0.0 {
+        frames as f64 / cpu / 1e6
+    } else {
+        0.0
+    });
 }
 
 /// What the operation surfaces say the run is: `driver`, the config's mode and pipeline
