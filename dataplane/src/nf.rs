@@ -176,14 +176,20 @@ impl NfChain {
         for nf in &mut self.nfs {
             nf.process(burst, ctx);
         }
-        // A function holds packets only by taking them out of a burst (`Burst::remove_to`).
-        self.holding |= burst.len() < n;
+        // A function holds packets only by taking them out of a burst (`Burst::remove_to`); one
+        // with work pending after the burst (a log to flush) says so through `wants_release`,
+        // asked once per burst and function, never per packet or per idle iteration.
+        if !self.holding {
+            self.holding = burst.len() < n || self.nfs.iter().any(|nf| nf.wants_release());
+        }
     }
 
-    /// False when no function holds a packet, known without asking each one: the run loop's
-    /// per-iteration test. Set when a burst came out of [`NfChain::process`] shorter than it
-    /// went in (a function took packets out), cleared by the [`NfChain::release`] that leaves
-    /// none held. True does not mean a packet is held ([`NfChain::held`] counts them).
+    /// False when no function holds a packet or wants a release, known without asking each
+    /// one: the run loop's per-iteration test. Set when a burst came out of
+    /// [`NfChain::process`] shorter than it went in (a function took packets out) or a function
+    /// wants [`NetworkFunction::release`] called after it ([`NetworkFunction::wants_release`]),
+    /// cleared by the [`NfChain::release`] that leaves nothing held or wanted. True does not
+    /// mean a packet is held ([`NfChain::held`] counts them).
     #[inline]
     pub fn may_hold(&self) -> bool {
         self.holding
@@ -675,12 +681,18 @@ mod tests {
         let mut b = Burst::with_capacity(4);
         chain.process(&mut b, &ctx(0));
         assert_eq!(chain.held(), 1, "the run loop keeps calling release");
+        assert!(
+            chain.may_hold(),
+            "the run loop's one-flag test sees the pending work"
+        );
         let mut out = Burst::with_capacity(4);
         chain.release(&mut out, &ctx(5), false);
         assert!(out.is_empty());
         assert_eq!(chain.held(), 1);
+        assert!(chain.may_hold());
         chain.release(&mut out, &ctx(10), false);
         assert_eq!(chain.held(), 0);
+        assert!(!chain.may_hold());
         let mut alone = NfChain::new();
         alone.push(Box::new(Pending(false)));
         alone.process(&mut b, &ctx(20));
