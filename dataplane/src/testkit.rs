@@ -170,6 +170,21 @@ impl PacketFactory {
     }
 }
 
+/// Two addressed ports for network tests: port 0 `in` with `inside`, port 1 `out` with
+/// `outside` (prefixes such as `"10.0.1.1/24"`), each with its locally administered MAC.
+/// Panics on a malformed prefix: the addresses are a test's constants.
+pub fn inside_outside_ports(inside: &str, outside: &str) -> Vec<crate::net::PortAddr> {
+    [("in", inside), ("out", outside)]
+        .iter()
+        .enumerate()
+        .map(|(i, (name, prefix))| crate::net::PortAddr {
+            name: (*name).into(),
+            mac: crate::net::MacAddr::local_for_port(i as u16),
+            ip: Some(prefix.parse().expect("a test's port prefix")),
+        })
+        .collect()
+}
+
 #[cfg(test)]
 mod tests {
     use super::*;

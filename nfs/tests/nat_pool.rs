@@ -10,7 +10,7 @@ use std::sync::Arc;
 use std::time::Duration;
 
 use common::{SEC, ctx, factory, ip, params, reason, run};
-use dataplane::net::{ArpConfig, MacAddr, Network, PortAddr};
+use dataplane::net::{ArpConfig, Network};
 use dataplane::{DatapathMode, NetworkFunction, NfCommand, Verdict};
 use nfs::nat::{DeterministicPlan, Nat};
 use nfs::registry::BuildContext;
@@ -82,18 +82,7 @@ fn cmd(
 
 /// The ports' network: port 0 inside (10.0.1.1/24), port 1 outside (198.51.100.254/24).
 fn network() -> Arc<Network> {
-    let ports = vec![
-        PortAddr {
-            name: "in".into(),
-            mac: MacAddr::local_for_port(0),
-            ip: Some("10.0.1.1/24".parse().unwrap()),
-        },
-        PortAddr {
-            name: "out".into(),
-            mac: MacAddr::local_for_port(1),
-            ip: Some("198.51.100.254/24".parse().unwrap()),
-        },
-    ];
+    let ports = dataplane::testkit::inside_outside_ports("10.0.1.1/24", "198.51.100.254/24");
     Arc::new(Network::new(ports, &[], &[], ArpConfig::default()).unwrap())
 }
 

@@ -10,7 +10,7 @@ use std::time::{Duration, Instant};
 
 use dataplane::driver::vnic::{VnicConfig, VnicPort};
 use dataplane::link::{CollectSink, FrameSource, Link};
-use dataplane::net::{ArpConfig, MacAddr, Network, PortAddr, SlowPath};
+use dataplane::net::{ArpConfig, MacAddr, Network, SlowPath};
 use dataplane::runloop::{RunControl, WorkerSetup, WorkerShared, run_worker};
 use dataplane::{DatapathMode, DropReason, NfChain, Port};
 use etherparse::{ArpOperation, ArpPacketSlice, Icmpv4Type, NetSlice, PacketBuilder, SlicedPacket};
@@ -100,18 +100,7 @@ fn arp_of(f: &[u8]) -> Option<etherparse::ArpEthIpv4Packet> {
 
 #[test]
 fn arp_resolution_ttl_and_owned_addresses_on_the_slow_path() {
-    let ports = vec![
-        PortAddr {
-            name: "in".into(),
-            mac: MacAddr::local_for_port(0),
-            ip: Some("10.0.1.1/24".parse().unwrap()),
-        },
-        PortAddr {
-            name: "out".into(),
-            mac: MacAddr::local_for_port(1),
-            ip: Some("10.0.2.1/24".parse().unwrap()),
-        },
-    ];
+    let ports = dataplane::testkit::inside_outside_ports("10.0.1.1/24", "10.0.2.1/24");
     let arp = ArpConfig {
         retry_ms: 50,
         retries: 2,

@@ -351,18 +351,7 @@ mod tests {
 
     #[test]
     fn addresses_put_in_and_out_of_service_at_run_time() {
-        let ports = vec![
-            PortAddr {
-                name: "in".into(),
-                mac: MacAddr::local_for_port(0),
-                ip: Some("10.0.1.1/24".parse().unwrap()),
-            },
-            PortAddr {
-                name: "out".into(),
-                mac: MacAddr::local_for_port(1),
-                ip: Some("198.51.100.254/24".parse().unwrap()),
-            },
-        ];
+        let ports = crate::testkit::inside_outside_ports("10.0.1.1/24", "198.51.100.254/24");
         let net = Network::new(ports, &[], &[], ArpConfig::default()).unwrap();
         net.set_owned(&[("198.51.100.1".parse().unwrap(), None)]);
         let a = u32::from(Ipv4Addr::new(198, 51, 100, 9));

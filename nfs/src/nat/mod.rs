@@ -504,6 +504,19 @@ pub struct Nat {
 }
 
 impl Nat {
+    /// The ports the outside addresses are answered on: the outside ports when the direction
+    /// is by port, otherwise `None` (every port whose subnet holds the address).
+    fn outside_port_list(&self) -> Vec<Option<u16>> {
+        if self.direction == DirectionPolicy::ByPort && self.outside_mask != 0 {
+            (0..64u16)
+                .filter(|p| self.outside_mask & (1 << p) != 0)
+                .map(Some)
+                .collect()
+        } else {
+            vec![None]
+        }
+    }
+
     /// Builds worker `worker`'s instance (of `workers`) from a parameter table.
     pub fn from_params(params: &toml::Table, worker: u16, workers: u16) -> Result<Self, String> {
         let cfg: NatConfig = parse_params(NAME, params)?;
@@ -2253,15 +2266,7 @@ impl NetworkFunction for Nat {
 
     /// The outside addresses, on the outside ports (or every port whose subnet holds them).
     fn owned_addresses(&self) -> Vec<(std::net::Ipv4Addr, Option<u16>)> {
-        let ports: Vec<Option<u16>> =
-            if self.direction == DirectionPolicy::ByPort && self.outside_mask != 0 {
-                (0..64u16)
-                    .filter(|p| self.outside_mask & (1 << p) != 0)
-                    .map(Some)
-                    .collect()
-            } else {
-                vec![None]
-            };
+        let ports = self.outside_port_list();
         self.pool
             .in_service()
             .flat_map(|i| {

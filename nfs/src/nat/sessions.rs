@@ -25,7 +25,6 @@ use std::net::Ipv4Addr;
 
 use dataplane::{Counters, NfCommand, NfContext};
 
-use super::config::DirectionPolicy;
 use super::pool::AddrState;
 use super::state::{MAP_HOLD, MAP_LIVE};
 use wire::ipv4::{PROTO_ICMP, PROTO_TCP, PROTO_UDP};
@@ -176,16 +175,7 @@ impl Nat {
             && st != AddrState::Off
             && let Some(net) = &self.net
         {
-            let ports: Vec<Option<u16>> =
-                if self.direction == DirectionPolicy::ByPort && self.outside_mask != 0 {
-                    (0..64u16)
-                        .filter(|p| self.outside_mask & (1 << p) != 0)
-                        .map(Some)
-                        .collect()
-                } else {
-                    vec![None]
-                };
-            for p in ports {
+            for p in self.outside_port_list() {
                 net.own(ip, p);
             }
         }
