@@ -319,24 +319,7 @@ pub fn print_summary(s: &Value, to: &mut dyn std::io::Write) -> std::io::Result<
             }
         }
     }
-    let drops: Vec<String> = s["drops"]
-        .as_object()
-        .map(|m| {
-            m.iter()
-                .filter(|(_, v)| v.as_u64().unwrap_or(0) > 0)
-                .map(|(k, v)| format!("{k}={v}"))
-                .collect()
-        })
-        .unwrap_or_default();
-    writeln!(
-        to,
-        "  drops: {}",
-        if drops.is_empty() {
-            "none".to_string()
-        } else {
-            drops.join(" ")
-        }
-    )?;
+    writeln!(to, "  drops: {}", nf_drops(s))?;
     Ok(())
 }
 
@@ -347,7 +330,8 @@ fn n(v: &Value, k: &str) -> u64 {
     v[k].as_u64().unwrap_or(0)
 }
 
-/// The nonzero drops of a function's `drops` object, `reason=n ...` (or `none`).
+/// The nonzero drops of a `drops` object (a function's or the run's), `reason=n ...` (or
+/// `none`).
 fn nf_drops(c: &Value) -> String {
     let d: Vec<String> = c["drops"]
         .as_object()
