@@ -190,7 +190,7 @@ limit_s=$(py "print($HOLD_S + 0.5)")
 by_what="the health agent"
 if [ $host = 1 ]; then
   by_what="the BGP hold timer (${HOLD_S} s)"
-  [ $bfd = 0 ] || { limit_s=1.0; by_what="BFD (3 x 100 ms)"; }
+  [ $bfd = 0 ] || { limit_s=1.5; by_what="BFD (3 x 100 ms)"; }
 fi
 what_s="killed the dataplane of"
 [ $drain = 1 ] && what_s=drained
