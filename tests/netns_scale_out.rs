@@ -7,10 +7,10 @@
 //! the BGP sessions. The script checks and exits non-zero when (lb) fewer than 95 % of the
 //! connections kept transferring or the drained instance did not stop cleanly, (nat) a
 //! connection through the surviving instance was lost, or (both) the routes were not withdrawn
-//! within the BGP hold time (with BFD: 1.5 s) or a new connection failed; this test also reads
-//! its summary line. Needs root, the tools of `netns::skip_reason` and BIRD 2 (`bird`, `birdc`:
-//! apt-get install bird2); says why it skips otherwise, and fails instead where
-//! `NMDP_REQUIRE_TOOLS=1` (as `.ci/run` sets where it can install them).
+//! within the BGP hold time plus 1 s (with BFD: 1.3 s) or a new connection failed; this test
+//! also reads its summary line. Needs root, the tools of `netns::skip_reason` and BIRD 2
+//! (`bird`, `birdc`: apt-get install bird2); says why it skips otherwise, and fails instead
+//! where `NMDP_REQUIRE_TOOLS=1` (as `.ci/run` sets where it can install them).
 
 mod netns;
 
