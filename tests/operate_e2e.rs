@@ -15,7 +15,7 @@ use std::path::{Path, PathBuf};
 use std::process::{Command, Stdio};
 use std::time::{Duration, Instant};
 
-use common::{PATIENCE, Run, config, n, pcap_frames, run_to_end};
+use common::{PATIENCE, Run, config, n, pcap_frames, run_to_end, tmp_dir};
 use serde_json::Value;
 
 /// A system tool, or `None` (the test skips) when it is not installed and not required.
@@ -101,8 +101,7 @@ fn stop_signals_end_the_run_with_a_complete_summary() {
 /// file's packet count.
 #[test]
 fn duration_on_the_command_line_replaces_the_configs_packet_count() {
-    let dir = std::env::temp_dir().join(format!("nmdp-dur-{}", std::process::id()));
-    std::fs::create_dir_all(&dir).unwrap();
+    let dir = tmp_dir("dur");
     let cfg = dir.join("c.toml");
     let text = std::fs::read_to_string(config("default.toml")).unwrap();
     assert!(text.contains("packets = 2000000"));
@@ -378,9 +377,7 @@ fn flow_backends(pcap: &Path) -> Vec<((u32, u16, u16), u32)> {
 /// much of the table moved.
 #[test]
 fn draining_one_of_three_backends_during_a_run() {
-    let dir = std::env::temp_dir().join(format!("nmdp-drain-{}", std::process::id()));
-    std::fs::create_dir_all(&dir).unwrap();
-    let pcap = dir.join("out.pcap");
+    let pcap = Run::dir_of("drain").join("out.pcap");
     // 30 000 flows, revisited round after round, at about 60 000 frames/s of 64 B.
     let mut run = Run::start(
         "drain",
@@ -473,7 +470,6 @@ fn draining_one_of_three_backends_during_a_run() {
         let flows = seen.values().filter(|&&x| x == ip).count() as u64;
         assert_eq!(flows, n(&b["new_flows"]), "{addr}");
     }
-    std::fs::remove_dir_all(&dir).unwrap();
 }
 
 /// With a group that may read the socket, its members read but may not change the run: a
@@ -541,9 +537,7 @@ fn other_users_may_read_but_not_change_a_run() {
 /// count.
 #[test]
 fn nat_sessions_are_listed_while_it_runs() {
-    let dir = std::env::temp_dir().join(format!("nmdp-sessions-{}", std::process::id()));
-    std::fs::create_dir_all(&dir).unwrap();
-    let pcap = dir.join("out.pcap");
+    let pcap = Run::dir_of("sessions").join("out.pcap");
     let mut run = Run::start(
         "sessions",
         &[
@@ -624,7 +618,6 @@ fn nat_sessions_are_listed_while_it_runs() {
     }
     let listed: std::collections::HashSet<String> = outside.into_iter().collect();
     assert_eq!(listed, sent);
-    std::fs::remove_dir_all(&dir).unwrap();
 }
 
 /// The NAT's pool as `dataplane ctl --json nat pool` shows it: address -> (state, sessions).
