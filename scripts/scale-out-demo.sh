@@ -466,9 +466,12 @@ PY
   read -r total lost_of kept_of survivors_lost new_ok new_total opened all < "$work/report.txt"
   echo "connections per instance (by the outside address the server saw):"
   sed 1d "$work/report.txt"
-  echo "survivors' drops of segments of sessions they never saw (the dead instance's, moved by the router):"
+  echo "survivors after the event (sessions: dataplane ctl nat pool, the new connections'" \
+    "included; tcp_not_syn: segments of sessions they never saw, the dead instance's):"
   for k in $(seq "$n"); do
-    [ "$k" = "$victim" ] || echo "  instance $k: tcp_not_syn $("$bin" ctl --prefix so-nat$k --json nf nat | py \
+    [ "$k" = "$victim" ] && continue
+    read -r addrs first last sessions states < <(pool_of $k)
+    echo "  instance $k: sessions $sessions, tcp_not_syn $("$bin" ctl --prefix so-nat$k --json nf nat | py \
       'import json,sys; print(json.load(sys.stdin)["/nmdp/nf"]["tcp_not_syn"])')"
   done
 
