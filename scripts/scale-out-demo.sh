@@ -190,6 +190,7 @@ wait_withdrawn() {
 # measured at load 16 on 2 cores). With --bfd: BFD's detection time (0.3 s) and the same second.
 limit_s=$((HOLD_S + 1))
 by_what="the health agent"
+[ $speaker = bird ] || by_what="ExaBGP's healthcheck"
 if [ $host = 1 ]; then
   by_what="the BGP hold timer (${HOLD_S} s)"
   [ $bfd = 0 ] || { limit_s=1.3; by_what="BFD (3 x 100 ms)"; }
