@@ -10,6 +10,7 @@
 # removes everything. Needs root, iproute2, ethtool, iputils-ping, curl and python3.
 set -euo pipefail
 cd "$(dirname "$0")/.."
+. scripts/lib/netns.sh
 
 what=${1:-}
 shift || true
@@ -26,34 +27,14 @@ while [ $# -gt 0 ]; do
 done
 case $what in nat|lb) ;; *) sed -n '2,5p' "$0" >&2; exit 2 ;; esac
 [ "$(id -u)" = 0 ] || { echo "needs root (network namespaces)" >&2; exit 1; }
-for t in ip ethtool ping curl python3; do
-  command -v $t >/dev/null || { echo "needs $t" >&2; exit 1; }
-done
+need_tools ip ethtool ping curl python3
 
 P=nmdp-demo
 work=$(mktemp -d)
-ns() { echo "$P-$1"; }
-in_ns() { local n=$1; shift; ip netns exec "$(ns "$n")" "$@"; }
-cleanup() {
-  jobs -p | xargs -r kill 2>/dev/null || true
-  for n in $(ip netns list | awk '{print $1}' | grep "^$P-" || true); do
-    ip netns pids "$n" | xargs -r kill 2>/dev/null || true
-    ip netns del "$n"
-  done
-  rm -rf "$work"
-}
-trap cleanup EXIT
-cleanup_first() { for n in $(ip netns list | awk '{print $1}' | grep "^$P-" || true); do ip netns del "$n"; done; }
-cleanup_first
+trap 'exec 2>/dev/null; netns_cleanup' EXIT   # no job notices for the processes killed there
+netns_cleanup
 mkdir -p "$work"
 
-host_ns() {
-  for n in "$@"; do
-    ip netns add "$(ns "$n")"
-    in_ns "$n" ip link set lo up
-    in_ns "$n" sysctl -qw net.ipv6.conf.all.disable_ipv6=1 net.ipv6.conf.default.disable_ipv6=1
-  done
-}
 # veth HOST HOST_IF ADDR GW DP_IF: a host on a veth whose other end is the dataplane's
 veth() {
   ip -n "$(ns dp)" link add "$5" type veth peer name "$2" netns "$(ns "$1")"
@@ -73,7 +54,7 @@ cargo build -q "${features[@]}" --bin dataplane
 bin=$PWD/target/debug/dataplane
 
 if [ $what = nat ]; then
-  host_ns c s dp
+  add_hosts c s dp
   cfg=configs/netns-nat.toml
   [ $dpdk = 1 ] && cfg=configs/netns-nat-dpdk.toml
   if [ $tap = 1 ]; then
@@ -90,13 +71,13 @@ if [ $what = nat ]; then
     > "$work/summary.json" 2> "$work/dataplane.log" &
   dp=$!
   if [ $tap = 1 ]; then
-    for i in $(seq 100); do ip -n "$(ns dp)" link show nmdp-out >/dev/null 2>&1 && break; sleep 0.1; done
+    wait_until 100 ip -n "$(ns dp)" link show nmdp-out || true
     ip -n "$(ns dp)" link set nmdp-in netns "$(ns c)"
     ip -n "$(ns dp)" link set nmdp-out netns "$(ns s)"
     host_if c nmdp-in 10.0.1.2/24 10.0.1.1
     host_if s nmdp-out 10.0.2.2/24 -
   fi
-  for i in $(seq 100); do in_ns c curl -s -m 1 -o /dev/null http://10.0.2.2:8080/ && break; sleep 0.1; done
+  wait_until 100 in_ns c curl -s -m 1 -o /dev/null http://10.0.2.2:8080/ || true
   echo "$ ping -c 3 10.0.2.2              (client namespace)"
   in_ns c ping -c 3 -i 0.2 10.0.2.2 | sed -n '2,4p'
   echo "$ ping -c 1 -t 1 10.0.2.2         (TTL 1)"
@@ -108,7 +89,7 @@ if [ $what = nat ]; then
   echo "$ ip neigh                        (client namespace: learned by ARP)"
   in_ns c ip neigh show 10.0.1.1
 else
-  host_ns c sw b1 b2 b3 dp
+  add_hosts c sw b1 b2 b3 dp
   cfg=configs/netns-lb.toml
   [ $dpdk = 1 ] && cfg=configs/netns-lb-dpdk.toml
   if [ $ipip = 1 ]; then sed 's/return = "nat"/return = "ipip"/' $cfg > "$work/lb.toml"; cfg=$work/lb.toml; fi
@@ -126,14 +107,7 @@ else
     in_ns b$i ethtool -K b0 tx off >/dev/null
     if [ $ipip = 1 ]; then
       in_ns b$i ip addr add 10.0.1.100/32 dev lo
-      if in_ns b$i ip link add nmdp-ipip type ipip local 10.0.2.1$i 2>/dev/null; then dev=nmdp-ipip
-      else
-        in_ns b$i python3 tests/netns/ipip_decap.py nmdp-decap > /dev/null 2>&1 &
-        for k in $(seq 50); do in_ns b$i ip link show nmdp-decap >/dev/null 2>&1 && break; sleep 0.1; done
-        dev=nmdp-decap
-      fi
-      in_ns b$i ip link set $dev up
-      for k in all default $dev b0; do in_ns b$i sysctl -qw net.ipv4.conf.$k.rp_filter=0; done
+      ipip_decap b$i 10.0.2.1$i b0
     fi
     in_ns b$i python3 tests/netns/lb_backend.py b$i 8080 > /dev/null 2>&1 &
   done
@@ -141,7 +115,7 @@ else
   in_ns dp "$bin" run "$cfg" --set datapath.mode=$mode --set run.duration_s=15 --json \
     > "$work/summary.json" 2> "$work/dataplane.log" &
   dp=$!
-  for i in $(seq 100); do in_ns c curl -s -m 1 -o /dev/null http://10.0.1.100:8080/ && break; sleep 0.1; done
+  wait_until 100 in_ns c curl -s -m 1 -o /dev/null http://10.0.1.100:8080/ || true
   echo "$ python3 tests/netns/lb_client.py 10.0.1.100 8080 60   (client namespace)"
   in_ns c python3 tests/netns/lb_client.py 10.0.1.100 8080 60
   echo "$ ip neigh show 10.0.1.100        (client namespace: the VIP, answered by nmdp)"

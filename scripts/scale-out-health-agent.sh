@@ -35,6 +35,17 @@ command -v birdc >/dev/null || { echo "needs birdc (apt-get install bird2)" >&2;
 stamp() { date +%H:%M:%S.%3N; }
 bird() { birdc -s "$sock" "$@" >/dev/null 2>&1; }
 
+# switch VERB STATE MESSAGE: `birdc VERB PROTOCOL`; when BIRD did it, the announcement is
+# STATE (1 announced, 0 withdrawn) and MESSAGE is logged.
+switch() {
+  if bird "$1" "$proto"; then
+    announced=$2
+    echo "$(stamp) $3"
+  else
+    echo "$(stamp) birdc $1 $proto failed (is BIRD running on $sock?)"
+  fi
+}
+
 # Nothing is announced until the run has been seen healthy RISE times.
 announced=0 ups=0 downs=0
 bird disable "$proto"
@@ -42,24 +53,10 @@ echo "$(stamp) start: $proto disabled until $prefix is healthy $rise times"
 while true; do
   if why=$("$dataplane" ctl --prefix "$prefix" health 2>&1 >/dev/null); then
     ups=$((ups + 1)) downs=0
-    if [ $announced = 0 ] && [ $ups -ge "$rise" ]; then
-      if bird enable "$proto"; then
-        announced=1
-        echo "$(stamp) announce: $prefix healthy"
-      else
-        echo "$(stamp) birdc enable $proto failed (is BIRD running on $sock?)"
-      fi
-    fi
+    if [ $announced = 0 ] && [ $ups -ge "$rise" ]; then switch enable 1 "announce: $prefix healthy"; fi
   else
     downs=$((downs + 1)) ups=0
-    if [ $announced = 1 ] && [ $downs -ge "$fall" ]; then
-      if bird disable "$proto"; then
-        announced=0
-        echo "$(stamp) withdraw: ${why#error: }"
-      else
-        echo "$(stamp) birdc disable $proto failed (is BIRD running on $sock?)"
-      fi
-    fi
+    if [ $announced = 1 ] && [ $downs -ge "$fall" ]; then switch disable 0 "withdraw: ${why#error: }"; fi
   fi
   sleep "$interval"
 done

@@ -4,28 +4,26 @@
 //! counters; then, when `tshark` is installed, a capture of the same messages is decoded with
 //! `tshark -d udp.port==4739,cflow` and must give the same records.
 
+mod common;
+
 use std::collections::{BTreeMap, HashMap};
 use std::net::{Ipv4Addr, UdpSocket};
-use std::path::{Path, PathBuf};
+use std::path::Path;
 use std::process::Command;
-use std::sync::Arc;
 use std::sync::atomic::{AtomicBool, Ordering};
+use std::sync::{Arc, Mutex};
 use std::thread::JoinHandle;
 use std::time::{Duration, SystemTime, UNIX_EPOCH};
 
+use common::{Run, run_to_end, tmp_dir};
 use serde_json::Value;
-
-fn tmp_dir(tag: &str) -> PathBuf {
-    let d = std::env::temp_dir().join(format!("nmdp-nat-log-{tag}-{}", std::process::id()));
-    std::fs::create_dir_all(&d).unwrap();
-    d
-}
 
 /// A UDP collector on an ephemeral port that keeps every datagram until stopped.
 struct Collector {
     port: u16,
+    got: Arc<Mutex<Vec<Vec<u8>>>>,
     stop: Arc<AtomicBool>,
-    thread: JoinHandle<Vec<Vec<u8>>>,
+    thread: JoinHandle<()>,
 }
 
 impl Collector {
@@ -33,27 +31,38 @@ impl Collector {
         let s = UdpSocket::bind("127.0.0.1:0").unwrap();
         s.set_read_timeout(Some(Duration::from_millis(50))).unwrap();
         let port = s.local_addr().unwrap().port();
+        let got = Arc::new(Mutex::new(Vec::new()));
         let stop = Arc::new(AtomicBool::new(false));
-        let st = stop.clone();
+        let (g, st) = (got.clone(), stop.clone());
         let thread = std::thread::spawn(move || {
-            let mut got = Vec::new();
             let mut b = vec![0u8; 65536];
             loop {
                 match s.recv(&mut b) {
-                    Ok(n) => got.push(b[..n].to_vec()),
-                    Err(_) if st.load(Ordering::Relaxed) => return got,
+                    Ok(n) => g.lock().unwrap().push(b[..n].to_vec()),
+                    Err(_) if st.load(Ordering::Relaxed) => return,
                     Err(_) => {}
                 }
             }
         });
-        Self { port, stop, thread }
+        Self {
+            port,
+            got,
+            stop,
+            thread,
+        }
     }
 
-    /// Everything received; the sender has finished when this is called (the run returned), so
+    /// What it has received so far.
+    fn received(&self) -> Vec<Vec<u8>> {
+        self.got.lock().unwrap().clone()
+    }
+
+    /// Everything received; the sender has finished when this is called (the run ended), so
     /// a quiet socket after the stop flag means nothing more is coming.
     fn finish(self) -> Vec<Vec<u8>> {
         self.stop.store(true, Ordering::Relaxed);
-        self.thread.join().unwrap()
+        self.thread.join().unwrap();
+        std::mem::take(&mut self.got.lock().unwrap())
     }
 }
 
@@ -164,21 +173,10 @@ fn run_logged(tag: &str, traffic: &str, nat: &str) -> (Value, Vec<Vec<u8>>) {
          log_ipfix = \"127.0.0.1:{}\"\n{nat}\n",
         c.port
     );
-    let path = tmp_dir(tag).join("nat-log.toml");
+    let path = tmp_dir(&format!("nat-log-{tag}")).join("nat-log.toml");
     std::fs::write(&path, cfg).unwrap();
-    let out = Command::new(env!("CARGO_BIN_EXE_dataplane"))
-        .arg("run")
-        .arg(&path)
-        .args(["--json", "-q"])
-        .output()
-        .unwrap();
-    let msgs = c.finish();
-    assert!(
-        out.status.success(),
-        "{}",
-        String::from_utf8_lossy(&out.stderr)
-    );
-    (serde_json::from_slice(&out.stdout).unwrap(), msgs)
+    let summary = run_to_end(&[&path]);
+    (summary, c.finish())
 }
 
 fn count(v: &Value, path: &str) -> u64 {
@@ -266,7 +264,35 @@ fn every_session_create_and_delete_is_logged_and_decodes() {
         assert_eq!(*owner.entry(*o).or_insert(inside), inside, "{o:?} shared");
     }
 
-    tshark_agrees(&msgs, &recs, &tmp_dir("sessions").join("export.pcap"));
+    // tshark's cflow dissector reads the same session records.
+    tshark_agrees(
+        &msgs,
+        &tmp_dir("nat-log-sessions-tshark").join("export.pcap"),
+        &[
+            "cflow.nat_event",
+            "cflow.srcaddr",
+            "cflow.srcport",
+            "cflow.post_natsource_ipv4_address",
+            "cflow.post_naptsource_transport_port",
+            "cflow.dstaddr",
+            "cflow.dstport",
+            "cflow.protocol",
+        ],
+        recs.iter()
+            .map(|(_, r)| {
+                vec![
+                    r[&NAT_EVENT].to_string(),
+                    ip(r[&SRC_ADDR]),
+                    r[&SRC_PORT].to_string(),
+                    ip(r[&POST_NAT_SRC_ADDR]),
+                    r[&POST_NAPT_SRC_PORT].to_string(),
+                    ip(r[&DST_ADDR]),
+                    r[&DST_PORT].to_string(),
+                    r[&PROTO].to_string(),
+                ]
+            })
+            .collect(),
+    );
 }
 
 /// Writes the messages as UDP datagrams to port 4739 in a pcap (raw IPv4 link type).
@@ -345,43 +371,18 @@ fn tshark_fields(msgs: &[Vec<u8>], pcap: &Path, fields: &[&str]) -> Option<Vec<V
     Some(rows)
 }
 
-/// tshark's cflow dissector must read the same session records as the in-test decoder.
-fn tshark_agrees(msgs: &[Vec<u8>], recs: &[(u16, Record)], pcap: &Path) {
-    let fields = [
-        "cflow.nat_event",
-        "cflow.srcaddr",
-        "cflow.srcport",
-        "cflow.post_natsource_ipv4_address",
-        "cflow.post_naptsource_transport_port",
-        "cflow.dstaddr",
-        "cflow.dstport",
-        "cflow.protocol",
-    ];
-    let Some(from_tshark) = tshark_fields(msgs, pcap, &fields) else {
+/// tshark's cflow dissector reads `fields` of the messages (written to `pcap`) as the in-test
+/// decoder gives them (`rows`, one per record); nothing to check without tshark.
+fn tshark_agrees(msgs: &[Vec<u8>], pcap: &Path, fields: &[&str], rows: Vec<Vec<String>>) {
+    let Some(from_tshark) = tshark_fields(msgs, pcap, fields) else {
         return;
     };
-    let ip = |v: u64| Ipv4Addr::from(v as u32).to_string();
-    let from_decoder: Vec<Vec<String>> = recs
-        .iter()
-        .map(|(_, r)| {
-            vec![
-                r[&NAT_EVENT].to_string(),
-                ip(r[&SRC_ADDR]),
-                r[&SRC_PORT].to_string(),
-                ip(r[&POST_NAT_SRC_ADDR]),
-                r[&POST_NAPT_SRC_PORT].to_string(),
-                ip(r[&DST_ADDR]),
-                r[&DST_PORT].to_string(),
-                r[&PROTO].to_string(),
-            ]
-        })
-        .collect();
-    assert_eq!(
-        from_tshark.len(),
-        from_decoder.len(),
-        "records tshark decoded"
-    );
-    assert_eq!(from_tshark, from_decoder);
+    assert_eq!(from_tshark.len(), rows.len(), "records tshark decoded");
+    assert_eq!(from_tshark, rows);
+}
+
+fn ip(v: u64) -> String {
+    Ipv4Addr::from(v as u32).to_string()
 }
 
 /// A NAT with 7 outside ports and 200 flows runs out of ports: exhaustion is logged (natEvent
@@ -485,37 +486,31 @@ fn port_blocks_are_logged_once_per_block() {
     subs.dedup();
     assert_eq!(subs.len(), owner.len());
 
-    tshark_agrees_on_blocks(&msgs, &recs, &tmp_dir("blocks").join("export.pcap"));
-}
-
-/// tshark reads the same port block records.
-fn tshark_agrees_on_blocks(msgs: &[Vec<u8>], recs: &[(u16, Record)], pcap: &Path) {
-    let fields = [
-        "cflow.nat_event",
-        "cflow.srcaddr",
-        "cflow.post_natsource_ipv4_address",
-        "cflow.port_range_start",
-        "cflow.port_range_end",
-        "cflow.port_range_num_ports",
-    ];
-    let Some(from_tshark) = tshark_fields(msgs, pcap, &fields) else {
-        return;
-    };
-    let ip = |v: u64| Ipv4Addr::from(v as u32).to_string();
-    let from_decoder: Vec<Vec<String>> = recs
-        .iter()
-        .map(|(_, r)| {
-            vec![
-                r[&NAT_EVENT].to_string(),
-                ip(r[&SRC_ADDR]),
-                ip(r[&POST_NAT_SRC_ADDR]),
-                r[&PORT_RANGE_START].to_string(),
-                r[&PORT_RANGE_END].to_string(),
-                r[&PORT_RANGE_PORTS].to_string(),
-            ]
-        })
-        .collect();
-    assert_eq!(from_tshark, from_decoder);
+    // tshark reads the same port block records.
+    tshark_agrees(
+        &msgs,
+        &tmp_dir("nat-log-blocks-tshark").join("export.pcap"),
+        &[
+            "cflow.nat_event",
+            "cflow.srcaddr",
+            "cflow.post_natsource_ipv4_address",
+            "cflow.port_range_start",
+            "cflow.port_range_end",
+            "cflow.port_range_num_ports",
+        ],
+        recs.iter()
+            .map(|(_, r)| {
+                vec![
+                    r[&NAT_EVENT].to_string(),
+                    ip(r[&SRC_ADDR]),
+                    ip(r[&POST_NAT_SRC_ADDR]),
+                    r[&PORT_RANGE_START].to_string(),
+                    r[&PORT_RANGE_END].to_string(),
+                    r[&PORT_RANGE_PORTS].to_string(),
+                ]
+            })
+            .collect(),
+    );
 }
 
 /// A worker whose traffic has stopped still sends its last records within `log_flush_ms`: the
@@ -524,63 +519,30 @@ fn tshark_agrees_on_blocks(msgs: &[Vec<u8>], recs: &[(u16, Record)], pcap: &Path
 /// this test times out.)
 #[test]
 fn an_idle_worker_sends_its_last_records_while_the_run_goes_on() {
-    let s = UdpSocket::bind("127.0.0.1:0").unwrap();
-    s.set_read_timeout(Some(Duration::from_millis(50))).unwrap();
-    let port = s.local_addr().unwrap().port();
-    let got = Arc::new(std::sync::Mutex::new(Vec::<Vec<u8>>::new()));
-    let stop = Arc::new(AtomicBool::new(false));
-    let listener = {
-        let (got, stop) = (got.clone(), stop.clone());
-        std::thread::spawn(move || {
-            let mut b = vec![0u8; 65536];
-            while !stop.load(Ordering::Relaxed) {
-                if let Ok(n) = s.recv(&mut b) {
-                    got.lock().unwrap().push(b[..n].to_vec());
-                }
-            }
-        })
-    };
+    let c = Collector::start();
     let cfg = format!(
         "[run]\nworkers = 1\npackets = 300\nclock = \"wall\"\nstop_when_idle = false\n\n\
          [datapath]\nmode = \"nic-inline\"\nsplit_offset = 64\ntx_inline = 64\nburst = 32\n\n\
          [vnic]\nrx_ring = 1024\ntx_ring = 1024\nnicmem = \"256KiB\"\n\n\
          [traffic]\nframe_size = 128\nrate_gbps = 0.01\nflows = 300\ndst_ip_count = 1\n\n\
          [[pipeline]]\nname = \"nat\"\nnat_ip = \"10.0.0.1\"\nflows = 8192\n\
-         log_ipfix = \"127.0.0.1:{port}\"\nlog_flush_ms = 50\n"
+         log_ipfix = \"127.0.0.1:{}\"\nlog_flush_ms = 50\n",
+        c.port
     );
-    let path = tmp_dir("idle").join("nat-idle.toml");
+    let path = tmp_dir("nat-log-idle").join("nat-idle.toml");
     std::fs::write(&path, cfg).unwrap();
-    let mut child = Command::new(env!("CARGO_BIN_EXE_dataplane"))
-        .arg("run")
-        .arg(&path)
-        .args(["-q", "--set", "run.telemetry=false"])
-        .stdout(std::process::Stdio::null())
-        .stderr(std::process::Stdio::null())
-        .spawn()
-        .unwrap();
+    let mut run = Run::start("nat-log-idle", &[path.to_str().unwrap(), "-q"]);
     // Every create arrives while the run is still going (it never ends by itself).
-    let t0 = std::time::Instant::now();
-    let creates = loop {
-        let n = decode(&got.lock().unwrap())
+    let creates = || {
+        decode(&c.received())
             .iter()
             .filter(|(id, r)| *id == 256 && r[&NAT_EVENT] == 4)
-            .count();
-        if n >= 300 || t0.elapsed() > Duration::from_secs(120) {
-            break n;
-        }
-        assert!(
-            child.try_wait().unwrap().is_none(),
-            "the run ended by itself"
-        );
-        std::thread::sleep(Duration::from_millis(50));
+            .count()
     };
-    let running = child.try_wait().unwrap().is_none();
-    let _ = Command::new("kill")
-        .args(["-s", "INT", &child.id().to_string()])
-        .status();
-    let _ = child.wait();
-    stop.store(true, Ordering::Relaxed);
-    listener.join().unwrap();
-    assert!(running);
-    assert_eq!(creates, 300, "every create sent by the idle worker");
+    run.wait_for("/nmdp/summary", |_| creates() >= 300);
+    run.signal("INT");
+    let (st, _, err) = run.finish();
+    assert_eq!(st.code(), Some(0), "{err}");
+    assert_eq!(creates(), 300, "every create sent by the idle worker");
+    c.finish();
 }

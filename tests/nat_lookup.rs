@@ -2,52 +2,42 @@
 //! `dataplane run`, and every outside endpoint its frames left with mapped back to one
 //! subscriber by `dataplane nat-lookup`'s arithmetic, from the config alone.
 
+mod common;
+
 use std::collections::{HashMap, HashSet};
 use std::net::Ipv4Addr;
-use std::path::PathBuf;
+use std::path::{Path, PathBuf};
 use std::process::Command;
 
+use common::{pcap_frames, run_to_end, tmp_dir};
 use nfs::nat::DeterministicPlan;
 
 fn config() -> PathBuf {
-    PathBuf::from(env!("CARGO_MANIFEST_DIR")).join("configs/nat-deterministic.toml")
+    common::config("nat-deterministic.toml")
 }
 
 /// `(source address, source port)` of every frame of a pcap (Ethernet, IPv4 without options).
-fn sources(pcap: &std::path::Path) -> Vec<(Ipv4Addr, u16)> {
-    let d = std::fs::read(pcap).unwrap();
-    let mut out = Vec::new();
-    let mut at = 24;
-    while at + 16 <= d.len() {
-        let caplen = u32::from_le_bytes(d[at + 8..at + 12].try_into().unwrap()) as usize;
-        let f = &d[at + 16..at + 16 + caplen];
-        let src = Ipv4Addr::from(u32::from_be_bytes(f[26..30].try_into().unwrap()));
-        out.push((src, u16::from_be_bytes([f[34], f[35]])));
-        at += 16 + caplen;
-    }
-    out
+fn sources(pcap: &Path) -> Vec<(Ipv4Addr, u16)> {
+    pcap_frames(pcap)
+        .iter()
+        .map(|f| {
+            let src = Ipv4Addr::from(u32::from_be_bytes(f[26..30].try_into().unwrap()));
+            (src, u16::from_be_bytes([f[34], f[35]]))
+        })
+        .collect()
 }
 
 #[test]
 fn every_outside_endpoint_of_a_deterministic_run_maps_back_to_one_subscriber() {
-    let dir = std::env::temp_dir().join(format!("nmdp-det-{}", std::process::id()));
-    std::fs::create_dir_all(&dir).unwrap();
+    let dir = tmp_dir("det");
     let pcap = dir.join("out.pcap");
-    let o = Command::new(env!("CARGO_BIN_EXE_dataplane"))
-        .args([
-            "run",
-            config().to_str().unwrap(),
-            "--packets",
-            "5000",
-            "--json",
-            "-q",
-        ])
-        .arg("--tx-pcap")
-        .arg(&pcap)
-        .output()
-        .unwrap();
-    assert!(o.status.success(), "{}", String::from_utf8_lossy(&o.stderr));
-    let s: serde_json::Value = serde_json::from_slice(&o.stdout).unwrap();
+    let s = run_to_end(&[
+        config().to_str().unwrap(),
+        "--packets",
+        "5000",
+        "--tx-pcap",
+        pcap.to_str().unwrap(),
+    ]);
     let nat = &s["nfs"]["nat"];
     assert_eq!(nat["dropped"], 0, "{nat}");
     assert!(nat.get("log").is_none(), "nothing to log");

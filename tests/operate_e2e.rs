@@ -3,30 +3,20 @@
 //! `dataplane ctl` while traffic flows.
 //!
 //! Each test starts the CLI in its own process group with its own telemetry prefix and its own
-//! runtime directory (`RUNTIME_DIRECTORY`, which nmdp and `dpdk-telemetry.py` both honour), so
-//! tests run in parallel without meeting. Tests that need a system tool (`dpdk-telemetry.py`
+//! runtime directory (`RUNTIME_DIRECTORY`, which nmdp and `dpdk-telemetry.py` both honour;
+//! tests/common/mod.rs), so tests run in parallel without meeting. Tests that need a system tool (`dpdk-telemetry.py`
 //! from Debian's dpdk-dev, `promtool` from prometheus) skip when it is missing, unless
 //! `NMDP_REQUIRE_TOOLS=1` (as `.ci/run` sets), which makes a missing tool a failure.
 
+mod common;
+
 use std::io::{Read, Write};
-use std::os::unix::process::CommandExt;
 use std::path::{Path, PathBuf};
-use std::process::{Child, Command, ExitStatus, Stdio};
-use std::sync::{Arc, Mutex};
+use std::process::{Command, Stdio};
 use std::time::{Duration, Instant};
 
-use dataplane::telemetry::client::TelemetryClient;
+use common::{PATIENCE, Run, config, n, pcap_frames, run_to_end, tmp_dir};
 use serde_json::Value;
-
-/// How long anything a test waits for may take before the test fails (generous: the machine is
-/// shared and the binary is a debug build).
-const PATIENCE: Duration = Duration::from_secs(120);
-
-fn config(name: &str) -> PathBuf {
-    PathBuf::from(env!("CARGO_MANIFEST_DIR"))
-        .join("configs")
-        .join(name)
-}
 
 /// A system tool, or `None` (the test skips) when it is not installed and not required.
 fn tool(name: &str) -> Option<PathBuf> {
@@ -43,143 +33,6 @@ fn tool(name: &str) -> Option<PathBuf> {
         eprintln!("skipped: {name} is not installed");
     }
     found
-}
-
-/// A `dataplane run` in its own process group, with its stdout and stderr collected.
-struct Run {
-    child: Child,
-    out: Arc<Mutex<Vec<u8>>>,
-    err: Arc<Mutex<Vec<u8>>>,
-    rt: PathBuf,
-    prefix: String,
-}
-
-fn collect(mut r: impl Read + Send + 'static) -> Arc<Mutex<Vec<u8>>> {
-    let buf = Arc::new(Mutex::new(Vec::new()));
-    let b = buf.clone();
-    std::thread::spawn(move || {
-        let mut chunk = [0u8; 4096];
-        while let Ok(n) = r.read(&mut chunk) {
-            if n == 0 {
-                break;
-            }
-            b.lock().unwrap().extend_from_slice(&chunk[..n]);
-        }
-    });
-    buf
-}
-
-impl Run {
-    /// Starts `dataplane run <args>` with telemetry prefix `name` (made unique).
-    fn start(name: &str, args: &[&str]) -> Run {
-        let prefix = format!("e2e-{name}-{}", std::process::id());
-        let rt = std::env::temp_dir().join(format!("nmdp-rt-{prefix}"));
-        let _ = std::fs::remove_dir_all(&rt);
-        std::fs::create_dir_all(&rt).unwrap();
-        let mut child = Command::new(env!("CARGO_BIN_EXE_dataplane"))
-            .arg("run")
-            .args(args)
-            .arg("--set")
-            .arg(format!("run.telemetry_prefix=\"{prefix}\""))
-            .env("RUNTIME_DIRECTORY", &rt)
-            .stdin(Stdio::null())
-            .stdout(Stdio::piped())
-            .stderr(Stdio::piped())
-            .process_group(0)
-            .spawn()
-            .expect("dataplane starts");
-        let out = collect(child.stdout.take().unwrap());
-        let err = collect(child.stderr.take().unwrap());
-        Run {
-            child,
-            out,
-            err,
-            rt,
-            prefix,
-        }
-    }
-
-    fn stderr(&self) -> String {
-        String::from_utf8_lossy(&self.err.lock().unwrap()).into_owned()
-    }
-
-    fn socket(&self) -> PathBuf {
-        self.rt
-            .join("dpdk")
-            .join(&self.prefix)
-            .join("dpdk_telemetry.v2")
-    }
-
-    /// A client of the run's telemetry socket, once it is up.
-    fn client(&mut self) -> TelemetryClient {
-        let t0 = Instant::now();
-        loop {
-            if let Ok(c) = TelemetryClient::connect(&self.socket()) {
-                return c;
-            }
-            if let Ok(Some(st)) = self.child.try_wait() {
-                panic!(
-                    "the run ended ({st}) before its socket was up:\n{}",
-                    self.stderr()
-                );
-            }
-            assert!(t0.elapsed() < PATIENCE, "no socket:\n{}", self.stderr());
-            std::thread::sleep(Duration::from_millis(50));
-        }
-    }
-
-    /// Asks `cmd` until `done` holds for its reply's value; returns that value.
-    fn wait_for(&mut self, cmd: &str, done: impl Fn(&Value) -> bool) -> Value {
-        let mut c = self.client();
-        let name = cmd.split(',').next().unwrap().to_string();
-        let t0 = Instant::now();
-        loop {
-            let v = c.request(cmd).expect("a reply")[&name].clone();
-            if done(&v) {
-                return v;
-            }
-            assert!(
-                t0.elapsed() < PATIENCE,
-                "{cmd} never got there: {v}\n{}",
-                self.stderr()
-            );
-            std::thread::sleep(Duration::from_millis(50));
-        }
-    }
-
-    /// Sends signal `sig` (`INT`, `TERM`) to the run.
-    fn signal(&self, sig: &str) {
-        let st = Command::new("kill")
-            .args(["-s", sig, &self.child.id().to_string()])
-            .status()
-            .unwrap();
-        assert!(st.success());
-    }
-
-    /// Waits for the run to end: its status, stdout and stderr.
-    fn finish(mut self) -> (ExitStatus, String, String) {
-        let t0 = Instant::now();
-        let st = loop {
-            if let Some(st) = self.child.try_wait().unwrap() {
-                break st;
-            }
-            if t0.elapsed() > PATIENCE {
-                let _ = self.child.kill();
-                panic!("the run did not end:\n{}", self.stderr());
-            }
-            std::thread::sleep(Duration::from_millis(20));
-        };
-        // The collecting threads see the pipes close.
-        std::thread::sleep(Duration::from_millis(100));
-        let out = String::from_utf8_lossy(&self.out.lock().unwrap()).into_owned();
-        let err = self.stderr();
-        let _ = std::fs::remove_dir_all(&self.rt);
-        (st, out, err)
-    }
-}
-
-fn n(v: &Value) -> u64 {
-    v.as_u64().unwrap_or_else(|| panic!("not a count: {v}"))
 }
 
 /// Every received packet was transmitted or dropped with a reason (the NIC's own drops,
@@ -248,30 +101,18 @@ fn stop_signals_end_the_run_with_a_complete_summary() {
 /// file's packet count.
 #[test]
 fn duration_on_the_command_line_replaces_the_configs_packet_count() {
-    let dir = std::env::temp_dir().join(format!("nmdp-dur-{}", std::process::id()));
-    std::fs::create_dir_all(&dir).unwrap();
+    let dir = tmp_dir("dur");
     let cfg = dir.join("c.toml");
     let text = std::fs::read_to_string(config("default.toml")).unwrap();
     assert!(text.contains("packets = 2000000"));
     std::fs::write(&cfg, text.replace("packets = 2000000", "packets = 20000")).unwrap();
-    let out = Command::new(env!("CARGO_BIN_EXE_dataplane"))
-        .args([
-            "run",
-            cfg.to_str().unwrap(),
-            "--duration",
-            "3",
-            "--json",
-            "-q",
-        ])
-        .args(["--set", "run.telemetry=false"])
-        .output()
-        .unwrap();
-    assert!(
-        out.status.success(),
-        "{}",
-        String::from_utf8_lossy(&out.stderr)
-    );
-    let s: Value = serde_json::from_slice(&out.stdout).unwrap();
+    let s = run_to_end(&[
+        cfg.to_str().unwrap(),
+        "--duration",
+        "3",
+        "--set",
+        "run.telemetry=false",
+    ]);
     assert_eq!(s["stopped_by"], "duration");
     assert!(
         s["elapsed_s"].as_f64().unwrap() >= 3.0,
@@ -516,38 +357,19 @@ fn prometheus_metrics_pass_promtool_and_rise_during_a_run() {
     assert!(first.contains("nmdp_drops_total{worker=\"0\",reason=\"not_for_vip\"} 0"));
 }
 
-/// Runs `dataplane ctl` against `run`; status, stdout, stderr.
-fn ctl(run: &Run, args: &[&str]) -> (i32, String, String) {
-    let o = Command::new(env!("CARGO_BIN_EXE_dataplane"))
-        .args(["ctl", "--prefix", &run.prefix])
-        .args(args)
-        .env("RUNTIME_DIRECTORY", &run.rt)
-        .output()
-        .unwrap();
-    (
-        o.status.code().unwrap_or(-1),
-        String::from_utf8_lossy(&o.stdout).into_owned(),
-        String::from_utf8_lossy(&o.stderr).into_owned(),
-    )
-}
-
 /// Flows (source address and port, destination port) to the backend each of their frames went
 /// to, from a pcap of the LB's output (Ethernet, IPv4 without options).
 fn flow_backends(pcap: &Path) -> Vec<((u32, u16, u16), u32)> {
-    let d = std::fs::read(pcap).unwrap();
-    let mut out = Vec::new();
-    let mut at = 24;
-    while at + 16 <= d.len() {
-        let caplen = u32::from_le_bytes(d[at + 8..at + 12].try_into().unwrap()) as usize;
-        let f = &d[at + 16..at + 16 + caplen];
-        let src = u32::from_be_bytes(f[26..30].try_into().unwrap());
-        let dst = u32::from_be_bytes(f[30..34].try_into().unwrap());
-        let sport = u16::from_be_bytes(f[34..36].try_into().unwrap());
-        let dport = u16::from_be_bytes(f[36..38].try_into().unwrap());
-        out.push(((src, sport, dport), dst));
-        at += 16 + caplen;
-    }
-    out
+    pcap_frames(pcap)
+        .iter()
+        .map(|f| {
+            let src = u32::from_be_bytes(f[26..30].try_into().unwrap());
+            let dst = u32::from_be_bytes(f[30..34].try_into().unwrap());
+            let sport = u16::from_be_bytes(f[34..36].try_into().unwrap());
+            let dport = u16::from_be_bytes(f[36..38].try_into().unwrap());
+            ((src, sport, dport), dst)
+        })
+        .collect()
 }
 
 /// Draining one of three Maglev backends while traffic flows: no new flow reaches it, its
@@ -555,9 +377,7 @@ fn flow_backends(pcap: &Path) -> Vec<((u32, u16, u16), u32)> {
 /// much of the table moved.
 #[test]
 fn draining_one_of_three_backends_during_a_run() {
-    let dir = std::env::temp_dir().join(format!("nmdp-drain-{}", std::process::id()));
-    std::fs::create_dir_all(&dir).unwrap();
-    let pcap = dir.join("out.pcap");
+    let pcap = Run::dir_of("drain").join("out.pcap");
     // 30 000 flows, revisited round after round, at about 60 000 frames/s of 64 B.
     let mut run = Run::start(
         "drain",
@@ -584,7 +404,7 @@ fn draining_one_of_three_backends_during_a_run() {
         ],
     );
     run.wait_for("/nmdp/summary", |s| n(&s["packets_rx"]) > 10_000);
-    let (code, out, err) = ctl(&run, &["lb", "drain", "10.180.250.6"]);
+    let (code, out, err) = run.ctl(&["lb", "drain", "10.180.250.6"]);
     assert_eq!(code, 0, "{err}");
     assert!(
         out.contains("state: draining") && out.contains("weight: 0"),
@@ -603,7 +423,7 @@ fn draining_one_of_three_backends_during_a_run() {
         "{moved} of the table moved"
     );
     // Right after the drain: what the drained backend had.
-    let (code, table, _) = ctl(&run, &["--json", "lb", "backends"]);
+    let (code, table, _) = run.ctl(&["--json", "lb", "backends"]);
     assert_eq!(code, 0);
     let b: Value = serde_json::from_str(&table).unwrap();
     let b = &b["/nmdp/lb/backends"];
@@ -650,7 +470,6 @@ fn draining_one_of_three_backends_during_a_run() {
         let flows = seen.values().filter(|&&x| x == ip).count() as u64;
         assert_eq!(flows, n(&b["new_flows"]), "{addr}");
     }
-    std::fs::remove_dir_all(&dir).unwrap();
 }
 
 /// With a group that may read the socket, its members read but may not change the run: a
@@ -704,7 +523,7 @@ fn other_users_may_read_but_not_change_a_run() {
     let e = String::from_utf8_lossy(&o.stderr);
     assert!(e.contains("refused"), "{e}");
     // The run's own user may.
-    let (code, out, err) = ctl(&run, &["lb", "drain", "10.180.250.6"]);
+    let (code, out, err) = run.ctl(&["lb", "drain", "10.180.250.6"]);
     assert_eq!(code, 0, "{err}");
     assert!(out.contains("draining"));
     run.signal("TERM");
@@ -718,9 +537,7 @@ fn other_users_may_read_but_not_change_a_run() {
 /// count.
 #[test]
 fn nat_sessions_are_listed_while_it_runs() {
-    let dir = std::env::temp_dir().join(format!("nmdp-sessions-{}", std::process::id()));
-    std::fs::create_dir_all(&dir).unwrap();
-    let pcap = dir.join("out.pcap");
+    let pcap = Run::dir_of("sessions").join("out.pcap");
     let mut run = Run::start(
         "sessions",
         &[
@@ -744,15 +561,15 @@ fn nat_sessions_are_listed_while_it_runs() {
         ],
     );
     run.wait_for("/nmdp/summary", |s| n(&s["packets_tx"]) == 20_000);
-    let (code, out, err) = ctl(&run, &["--json", "nat", "sessions", "1000"]);
+    let (code, out, err) = run.ctl(&["--json", "nat", "sessions", "1000"]);
     assert_eq!(code, 0, "{err}");
     let all: Value = serde_json::from_str(&out).unwrap();
     let all = &all["/nmdp/nat/sessions"];
-    let (code, out, err) = ctl(&run, &["--json", "nat", "sessions", "7"]);
+    let (code, out, err) = run.ctl(&["--json", "nat", "sessions", "7"]);
     assert_eq!(code, 0, "{err}");
     let some: Value = serde_json::from_str(&out).unwrap();
     let some = &some["/nmdp/nat/sessions"];
-    let (code, _, err) = ctl(&run, &["nat", "sessions", "many"]);
+    let (code, _, err) = run.ctl(&["nat", "sessions", "many"]);
     assert_eq!(code, 1);
     assert!(err.contains("not a number of sessions"), "{err}");
     run.signal("INT");
@@ -801,12 +618,11 @@ fn nat_sessions_are_listed_while_it_runs() {
     }
     let listed: std::collections::HashSet<String> = outside.into_iter().collect();
     assert_eq!(listed, sent);
-    std::fs::remove_dir_all(&dir).unwrap();
 }
 
 /// The NAT's pool as `dataplane ctl --json nat pool` shows it: address -> (state, sessions).
 fn nat_pool(run: &Run) -> std::collections::HashMap<String, (String, u64)> {
-    let (code, out, err) = ctl(run, &["--json", "nat", "pool"]);
+    let (code, out, err) = run.ctl(&["--json", "nat", "pool"]);
     assert_eq!(code, 0, "{err}");
     let v: Value = serde_json::from_str(&out).unwrap();
     let p = &v["/nmdp/nat/pool"];
@@ -869,11 +685,11 @@ fn nat_address_added_at_run_time_gets_new_sessions() {
     let before = nat_pool(&run);
     assert_eq!(before.len(), 5, "{before:?}");
     assert_eq!(before["10.0.0.9"], ("off".to_string(), 0));
-    let (code, _, err) = ctl(&run, &["nat", "pool", "add", "10.0.0.8"]);
+    let (code, _, err) = run.ctl(&["nat", "pool", "add", "10.0.0.8"]);
     assert_eq!(code, 1);
     assert!(err.contains("spare_ips"), "{err}");
     let at_add: u64 = before.values().map(|v| v.1).sum();
-    let (code, out, err) = ctl(&run, &["nat", "pool", "add", "10.0.0.9"]);
+    let (code, out, err) = run.ctl(&["nat", "pool", "add", "10.0.0.9"]);
     assert_eq!(code, 0, "{err}");
     assert!(
         out.contains("state: active") && out.contains("was: off"),
@@ -894,7 +710,7 @@ fn nat_address_added_at_run_time_gets_new_sessions() {
     }
     // Removing an old address ends its sessions (at least those listed a moment ago).
     let listed = after["10.0.0.1"].1;
-    let (code, out, err) = ctl(&run, &["--json", "nat", "pool", "remove", "10.0.0.1"]);
+    let (code, out, err) = run.ctl(&["--json", "nat", "pool", "remove", "10.0.0.1"]);
     assert_eq!(code, 0, "{err}");
     let r: Value = serde_json::from_str(&out).unwrap();
     let r = &r["/nmdp/nat/pool/remove"];

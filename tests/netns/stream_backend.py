@@ -1,6 +1,7 @@
 """A backend for long-lived connections (scripts/scale-out-demo.sh): answers each line a client
 sends with its own name and the line, on as many connections as clients open, for as long as
-they stay open.
+they stay open. With NAME "-" it answers with the address the connection came from instead (a
+server behind NATs: which outside address, so which NAT instance, carries it).
 
 Usage: python3 stream_backend.py NAME PORT
 """
@@ -12,8 +13,9 @@ NAME, PORT = sys.argv[1].encode(), int(sys.argv[2])
 
 class Handler(socketserver.StreamRequestHandler):
     def handle(self):
+        name = self.client_address[0].encode() if NAME == b"-" else NAME
         for line in self.rfile:
-            self.wfile.write(NAME + b" " + line)
+            self.wfile.write(name + b" " + line)
             self.wfile.flush()
 
 

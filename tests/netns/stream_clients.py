@@ -4,9 +4,10 @@ backend's name and the line) until SECONDS have passed. The demo writes the time
 it tests (an instance killed or drained) into MARK as seconds since the epoch. Prints JSON:
 per connection the backend that answered before the mark, the one after, whether it was still
 transferring at the end (an answer in the last 3 s, no error), and the longest gap between
-answers; and the totals.
+answers; and the totals. With SOURCES (addresses separated by commas), connection i is opened
+from the (i mod len)-th of them (the subscribers behind a NAT).
 
-Usage: python3 stream_clients.py VIP PORT N SECONDS MARK [INTERVAL]
+Usage: python3 stream_clients.py VIP PORT N SECONDS MARK [INTERVAL [SOURCES]]
 """
 import json
 import os
@@ -18,6 +19,7 @@ import time
 VIP, PORT, N, SECONDS, MARK = sys.argv[1], int(sys.argv[2]), int(sys.argv[3]), float(
     sys.argv[4]), sys.argv[5]
 INTERVAL = float(sys.argv[6]) if len(sys.argv) > 6 else 0.2
+SOURCES = sys.argv[7].split(",") if len(sys.argv) > 7 else [""]
 start = time.time()
 end = start + SECONDS
 conns = [{"answers": [], "error": None, "opened": False} for _ in range(N)]
@@ -26,7 +28,8 @@ conns = [{"answers": [], "error": None, "opened": False} for _ in range(N)]
 def run(i):
     c = conns[i]
     try:
-        s = socket.create_connection((VIP, PORT), timeout=10)
+        s = socket.create_connection((VIP, PORT), timeout=10,
+                                     source_address=(SOURCES[i % len(SOURCES)], 0))
         c["opened"] = True
         f = s.makefile("rb")
         seq = 0
