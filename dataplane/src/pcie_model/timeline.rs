@@ -635,6 +635,7 @@ impl Timelines {
     /// time order; the read's latency is then `start`, plus its wait and serialisation on the up
     /// link, RTT0 and adders, plus its wait and serialisation on the down link. Unloaded this is
     /// exactly `start + RTT0 + ser_up(Rq) + ser_down(Rc)`, like [`Timelines::dma_read`].
+    #[inline]
     pub fn dma_read_booked(
         &mut self,
         book_at: Ps,
