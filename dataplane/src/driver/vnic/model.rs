@@ -65,16 +65,15 @@
 //! cacheline write which may cause costly read-modify-copy in memory transaction", disabled by
 //! default and not among the paper's artifact flags in `docs/reference/pcie-nic-model.md` §3),
 //! as does the Linux mlx5 driver's end padding (commit f32f5bd2eb7e: "to avoid RMWs on the last
-//! cache line"). The NFs' own state adds its
-//! reads and the write-backs of the lines they dirty (`host.cycles.nf_dram_writes`), each a
-//! random line that holds DRAM as long as `64 / host.dram_random_fraction` sequential bytes
-//! (random 64 B accesses sustain a quarter of DRAM's sequential bandwidth). Tx reads
-//! that miss pay the miss latency adder, and in virtual time the core a DRAM access instead of an
-//! LLC hit for each header line DDIO lost; a lost CQE line costs DRAM traffic but no stall, as
-//! the CQ ring is read in order and the L2 streamer prefetches such a stream (Intel 64 and IA-32
-//! Architectures Optimization Reference Manual, "L2 streamer"). Every DRAM access the
-//! core makes (those header misses and the NFs' own flow-table reads, `host.cycles.nf_dram_reads`)
-//! costs the *loaded* DRAM latency: the queue measures its DRAM utilisation on the host-memory
+//! cache line"). The NFs' own state adds its reads and the write-backs of the lines they dirty
+//! (`host.cycles.nf_dram_writes`), each a random line that holds DRAM as long as `64 /
+//! host.dram_random_fraction` sequential bytes (random 64 B accesses sustain a quarter of DRAM's
+//! sequential bandwidth). Tx reads that miss pay the miss latency adder, and in virtual time the
+//! core a DRAM access instead of an LLC hit for each header line DDIO lost; a lost CQE line costs
+//! DRAM traffic but no stall, as the CQ ring is read in order and the L2 streamer prefetches such
+//! a stream (Intel 64 and IA-32 Architectures Optimization Reference Manual, "L2 streamer").
+//! Every DRAM access the core makes (those header misses and the NFs' own flow-table reads,
+//! `host.cycles.nf_dram_reads`) costs the *loaded* DRAM latency: the queue measures its DRAM utilisation on the host-memory
 //! timeline and reads the latency off the profile's published loaded-latency curve
 //! (`MemoryContention` below, [`crate::pcie_model::dram`]). So host and split modes, whose payloads
 //! leak to DRAM, slow their cores down twice: by the misses and by the latency every other DRAM
@@ -513,11 +512,11 @@ impl PortModel {
     /// on a mixed port (`vnic.nicmem_queues`) a nicmem queue holds a round-robin turn it mostly
     /// leaves idle, and the mean of the queues' use of their own shares understated the link
     /// (67.9 % against 77.7 % in the paper's Fig. 13 setup at one nicmem queue of seven). The
-    /// bottleneck is the most
-    /// utilised saturated (>= [`SATURATED`]) internal resource (PCIe, DMA engine, nicmem, host
-    /// memory, CPU); if none is saturated, `wire_tx` when the transmit wire is; else `none`. Wire
-    /// Rx is the offered load, not a bottleneck, and an internal resource with no headroom is
-    /// named even when the wire is also full (the paper's "PCIe out 99.8 %").
+    /// bottleneck is the most utilised saturated (>= [`SATURATED`]) internal resource (PCIe, DMA
+    /// engine, nicmem, host memory, CPU); if none is saturated, `wire_tx` when the transmit wire
+    /// is; else `none`. Wire Rx is the offered load, not a bottleneck, and an internal resource
+    /// with no headroom is named even when the wire is also full (the paper's
+    /// "PCIe out 99.8 %").
     pub fn summarize(reports: &[QueueModelReport]) -> Self {
         let mut counters = NicCounters::default();
         for r in reports {
