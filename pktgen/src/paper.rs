@@ -139,7 +139,8 @@ pub struct PaperRow {
     pub line_pct: f64,
     /// Median latency, us.
     pub p50_us: f64,
-    /// PCIe upstream utilisation, 0..1.
+    /// PCIe upstream utilisation of the whole link, 0..1 (the run summary's
+    /// `pcie.upstream_util`: upstream bytes against the link's capacity).
     pub pcie_up: f64,
     /// DDIO hit fraction, 0..1.
     pub ddio_hit: f64,
@@ -174,7 +175,7 @@ impl PaperRow {
                 0.0
             },
             p50_us: r.latency_p50_ns.unwrap_or(0) as f64 / 1000.0,
-            pcie_up: link_up_util(&num).unwrap_or_else(|| num(&["pcie", "upstream_util"], 0.0)),
+            pcie_up: num(&["pcie", "upstream_util"], 0.0),
             ddio_hit: num(&["hostmem", "ddio_hit_rate"], 1.0),
             dram_util: num(&["hostmem", "util"], 0.0),
         }
@@ -187,17 +188,6 @@ impl PaperRow {
             .find(|(k, _)| k == key)
             .map(|(_, v)| v.as_str())
     }
-}
-
-/// PCIe upstream utilisation of the whole link: upstream bytes against the link's capacity over
-/// the run's virtual time. The summary's `upstream_util` is the mean of the queues' utilisations
-/// of their own shares, which is the link's only while every queue's share is in proportion to
-/// its traffic (a mixed port's nicmem queue holds a round-robin turn it mostly leaves idle).
-fn link_up_util(num: &dyn Fn(&[&str], f64) -> f64) -> Option<f64> {
-    let bytes = num(&["pcie", "upstream_bytes"], -1.0);
-    let gbps = num(&["pcie", "capacity_gbps"], -1.0);
-    let ns = num(&["virtual_time_ns"], -1.0);
-    (bytes >= 0.0 && gbps > 0.0 && ns > 0.0).then(|| bytes * 8.0 / (gbps * ns))
 }
 
 /// A figure's rows.

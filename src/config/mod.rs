@@ -982,10 +982,22 @@ impl RunConfig {
     /// `[host.cycles.nf_dram_reads]` (canonical names; a function not listed reads none), which
     /// a virtual-time run charges at the loaded DRAM latency.
     pub fn nf_dram_reads(&self, profile: &HardwareProfile) -> u32 {
+        self.pipeline_sum(&profile.host.cycles.nf_dram_reads)
+    }
+
+    /// Cache lines per packet of the pipeline's own state its functions dirty under the
+    /// profile's `[host.cycles.nf_dram_writes]` (canonical names; a function not listed writes
+    /// none), which a virtual-time run books as DRAM write-backs.
+    pub fn nf_dram_writes(&self, profile: &HardwareProfile) -> u32 {
+        self.pipeline_sum(&profile.host.cycles.nf_dram_writes)
+    }
+
+    /// The sum of a per-function profile table over the pipeline's functions.
+    fn pipeline_sum(&self, table: &dataplane::pcie_model::profile::NfCycles) -> u32 {
         self.pipeline
             .iter()
             .filter_map(|e| nfs::lookup(e.get("name")?.as_str()?))
-            .filter_map(|spec| profile.host.cycles.nf_dram_reads.get(spec.name))
+            .filter_map(|spec| table.get(spec.name))
             .fold(0u32, |a, n| a.saturating_add(*n))
     }
 
@@ -1014,14 +1026,16 @@ impl RunConfig {
         // A measured NF cost already includes the memory accesses the NFs made on this machine,
         // so only the profile's cost adds the NFs' DRAM reads at the loaded latency (a run passes
         // the profile's total as `measured` too; the source decides, not its presence).
-        let (nf_cycles, nf_dram_reads) = match (self.run.clock, measured) {
+        let (nf_cycles, nf_dram_reads, nf_dram_writes) = match (self.run.clock, measured) {
             (ClockMode::Virtual, Some(m)) if self.run.nf_cycles == NfCyclesSource::Measured => {
-                (m, 0)
+                (m, 0, 0)
             }
-            (ClockMode::Virtual, _) => {
-                (self.nf_cycles(path, profile)?, self.nf_dram_reads(profile))
-            }
-            (ClockMode::Wall, _) => (0, 0),
+            (ClockMode::Virtual, _) => (
+                self.nf_cycles(path, profile)?,
+                self.nf_dram_reads(profile),
+                self.nf_dram_writes(profile),
+            ),
+            (ClockMode::Wall, _) => (0, 0, 0),
         };
         let f = &v.faults;
         if f.link_down_every > 0 && offered_gbps.is_some() {
@@ -1059,6 +1073,7 @@ impl RunConfig {
                 offered_gbps,
                 nf_cycles,
                 nf_dram_reads,
+                nf_dram_writes,
                 frame_hint: self.frame_hint(),
             }),
             steering: Vec::new(),

@@ -359,6 +359,12 @@ pub struct HostProfile {
     /// DIMMs run at the Xeon Silver 4216's 2400 MT/s) \[derived; Intel ARK\]. The memory
     /// contention model reads DRAM utilisation against it.
     pub dram_bandwidth_gbyte_s: f64,
+    /// The share of that bandwidth DRAM sustains for random 64 B accesses: 14.4 GB/s of random
+    /// 64 B reads against 60 GB/s sequential on one socket, 0.24 [KV-Direct]; the nicmem paper's
+    /// "fewer than 10 random reads per packet saturate DRAM" [nicmem §3.3] is the same effect. A
+    /// random line (an NF's flow-table access) holds the DRAM timeline as long as `64 /
+    /// dram_random_fraction` sequential bytes; packet buffers and completion rings move in runs.
+    pub dram_random_fraction: f64,
     /// Extra DMA-read latency on an LLC miss at an idle memory system, ns (40) [pcie-bench
     /// data]; under load it grows with [`HostProfile::dram_loaded_latency`].
     pub dram_latency_adder_ns: u64,
@@ -383,6 +389,7 @@ impl Default for HostProfile {
             llc_ways: 11,
             ddio_ways: 2,
             dram_bandwidth_gbyte_s: 76.8,
+            dram_random_fraction: 0.24,
             dram_latency_adder_ns: 40,
             dram_loaded_latency: super::dram::SILVER_MLC_LOADED_LATENCY.to_vec(),
             cpu_ghz: 2.1,
@@ -419,6 +426,11 @@ pub struct CycleModel {
     /// lookups at the paper's 10 M flows, far beyond the LLC), each charged the loaded DRAM
     /// latency; a function not listed reads none.
     pub nf_dram_reads: NfCycles,
+    /// `[host.cycles.nf_dram_writes]`: cache lines per packet of each NF's own state it dirties
+    /// (a flow entry's last-seen time or counter, updated per packet) in a table far beyond the
+    /// LLC, so each is written back to DRAM when evicted; booked as DRAM traffic, not as core
+    /// cycles (a store retires through the store buffer); a function not listed writes none.
+    pub nf_dram_writes: NfCycles,
 }
 
 impl Default for CycleModel {
@@ -431,6 +443,7 @@ impl Default for CycleModel {
             meta_lines: 2,
             nf: default_nf_cycles(),
             nf_dram_reads: default_nf_table("nf_dram_reads"),
+            nf_dram_writes: default_nf_table("nf_dram_writes"),
         }
     }
 }
@@ -740,6 +753,12 @@ impl HardwareProfile {
             check(v.is_finite() && v > 0.0, key, "> 0", v)?;
         }
         check(h.cores >= 1, "host.cores", ">= 1", h.cores)?;
+        check(
+            h.dram_random_fraction > 0.0 && h.dram_random_fraction <= 1.0,
+            "host.dram_random_fraction",
+            "0 < x <= 1",
+            h.dram_random_fraction,
+        )?;
         super::dram::LoadedLatency::new(&h.dram_loaded_latency)
             .map_err(|e| format!("invalid `host.dram_loaded_latency`: {e}"))?;
         Ok(())
@@ -859,6 +878,12 @@ mod tests {
         assert!(e.contains("nic.pcie.mps") && e.contains("4096"), "{e}");
         let e = HardwareProfile::from_toml_str("[nic.pcie]\ngen = 6").unwrap_err();
         assert!(e.contains("nic.pcie.gen"), "{e}");
+        for bad in ["0.0", "1.5"] {
+            let e =
+                HardwareProfile::from_toml_str(&format!("[host]\ndram_random_fraction = {bad}"))
+                    .unwrap_err();
+            assert!(e.contains("host.dram_random_fraction"), "{e}");
+        }
         let e = HardwareProfile::from_toml_str("[nic.nicmem]\ncapacity = \"4MB\"").unwrap_err();
         assert!(e.contains("MiB"), "{e}");
         let e = HardwareProfile::from_toml_str("[host]\nddio_ways = 12").unwrap_err();

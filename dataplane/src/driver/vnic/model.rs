@@ -54,11 +54,26 @@
 //! DDIO and memory contention: the host bytes of Rx buffers in flight (the Rx ring's entries
 //! and the packets in software, times the host bytes per packet, summed over the queues sharing
 //! the LLC) give the hit fraction of [`DdioModel`] (the paper's leaky DMA: ring size × queues ×
-//! buffer bytes against the DDIO ways). Misses cost a DRAM write-back and re-read per packet
-//! (booked on the host-memory timeline), Tx reads the miss latency adder, and in virtual time the
-//! core a DRAM access instead of an LLC hit for each header line DDIO lost. Every DRAM access the
-//! core makes (those header misses and the NFs' own flow-table reads, `host.cycles.nf_dram_reads`)
-//! costs the *loaded* DRAM latency: the queue measures its DRAM utilisation on the host-memory
+//! buffer bytes against the DDIO ways). Each entry's completion is written through DDIO too and
+//! counts in those bytes (a 64 B CQE, or its eighth of a compressed slot). A missed packet costs
+//! DRAM traffic, booked on the host-memory timeline: the write-back of its host bytes and of its
+//! completion line when DDIO evicts them, their re-read (the NIC's Tx read, the core's reads of
+//! the header and of the CQE), and a 64 B read for each DMA write that ends inside a cache line
+//! (1496 B of a 1500 B frame: 23 lines and 24 B) when that line is no longer in the LLC: a
+//! partial-line write must merge with the line's old contents. DPDK's mlx5 guide says so of its
+//! `rxq_pkt_pad_en` option (pad an Rx packet to the end of its cache line: "avoiding partial
+//! cacheline write which may cause costly read-modify-copy in memory transaction", disabled by
+//! default and not among the paper's artifact flags in `docs/reference/pcie-nic-model.md` §3),
+//! as does the Linux mlx5 driver's end padding (commit f32f5bd2eb7e: "to avoid RMWs on the last
+//! cache line"). The NFs' own state adds its reads and the write-backs of the lines they dirty
+//! (`host.cycles.nf_dram_writes`), each a random line that holds DRAM as long as `64 /
+//! host.dram_random_fraction` sequential bytes (random 64 B accesses sustain a quarter of DRAM's
+//! sequential bandwidth). Tx reads that miss pay the miss latency adder, and in virtual time the
+//! core a DRAM access instead of an LLC hit for each header line DDIO lost; a lost CQE line costs
+//! DRAM traffic but no stall, as the CQ ring is read in order and the L2 streamer prefetches such
+//! a stream (Intel 64 and IA-32 Architectures Optimization Reference Manual, "L2 streamer").
+//! Every DRAM access the core makes (those header misses and the NFs' own flow-table reads,
+//! `host.cycles.nf_dram_reads`) costs the *loaded* DRAM latency: the queue measures its DRAM utilisation on the host-memory
 //! timeline and reads the latency off the profile's published loaded-latency curve
 //! (`MemoryContention` below, [`crate::pcie_model::dram`]). So host and split modes, whose payloads
 //! leak to DRAM, slow their cores down twice: by the misses and by the latency every other DRAM
@@ -129,6 +144,10 @@ pub struct VnicTiming {
     /// DRAM reads per packet of the NFs' own state (flow tables), charged in virtual mode at
     /// the loaded DRAM latency (`host.cycles.nf_dram_reads` of the pipeline's functions).
     pub nf_dram_reads: u32,
+    /// Cache lines per packet of the NFs' own state they dirty and the LLC later writes back
+    /// (`host.cycles.nf_dram_writes`: a flow entry updated per packet in a table far beyond the
+    /// LLC), booked on the DRAM timeline in virtual mode; a store does not stall the core.
+    pub nf_dram_writes: u32,
     /// The traffic's typical frame size in bytes with FCS, when known: weighs the shares of the
     /// link a port's queues get when they run different modes (`vnic.nicmem_queues`); `None`
     /// takes the largest frame.
@@ -142,6 +161,7 @@ impl Default for VnicTiming {
             offered_gbps: None,
             nf_cycles: 0,
             nf_dram_reads: 0,
+            nf_dram_writes: 0,
             frame_hint: None,
         }
     }
@@ -219,7 +239,9 @@ pub struct NicCounters {
     pub host_data_read: u64,
     /// Packet-data bytes the NIC wrote to host memory.
     pub host_data_written: u64,
-    /// DRAM bytes caused by DDIO misses (write-back plus re-read), timed runs only.
+    /// DRAM bytes caused by DDIO misses, timed runs only: the write-back and re-read of a missed
+    /// packet's host bytes and of its completion, and the read-for-ownership of each partial last
+    /// line its DMA writes merged into (see the module docs).
     pub dram_bytes: u64,
     /// Payload bytes the NIC read from nicmem.
     pub nicmem_bytes_read: u64,
@@ -416,6 +438,9 @@ pub struct TimedReport {
     pub dram_latency_ns: f64,
     /// This queue's share of the offered load, Gb/s (`None`: pulled).
     pub offered_gbps: Option<f64>,
+    /// Usable capacity of the port's whole PCIe link per direction, bits/s (not this queue's
+    /// share): the port's PCIe utilisation is its bytes against it ([`PortModel::summarize`]).
+    pub link_bps: f64,
 }
 
 /// What a queue reports when it is dropped.
@@ -481,11 +506,17 @@ pub const SATURATED: f64 = 0.95;
 
 impl PortModel {
     /// Sums queue reports. Utilisation is busy time over the common interval, averaged over the
-    /// queues (each queue owns a 1/queues share of every resource). The bottleneck is the most
-    /// utilised saturated (>= [`SATURATED`]) internal resource (PCIe, DMA engine, nicmem, host
-    /// memory, CPU); if none is saturated, `wire_tx` when the transmit wire is; else `none`. Wire
-    /// Rx is the offered load, not a bottleneck, and an internal resource with no headroom is
-    /// named even when the wire is also full (the paper's "PCIe out 99.8 %").
+    /// queues (each queue owns a 1/queues share of every resource), except for the PCIe link:
+    /// its utilisation per direction is the port's bytes against the whole link's capacity over
+    /// the interval. The two agree while every queue's share is in proportion to its traffic;
+    /// on a mixed port (`vnic.nicmem_queues`) a nicmem queue holds a round-robin turn it mostly
+    /// leaves idle, and the mean of the queues' use of their own shares understated the link
+    /// (67.9 % against 77.7 % in the paper's Fig. 13 setup at one nicmem queue of seven). The
+    /// bottleneck is the most utilised saturated (>= [`SATURATED`]) internal resource (PCIe, DMA
+    /// engine, nicmem, host memory, CPU); if none is saturated, `wire_tx` when the transmit wire
+    /// is; else `none`. Wire Rx is the offered load, not a bottleneck, and an internal resource
+    /// with no headroom is named even when the wire is also full (the paper's
+    /// "PCIe out 99.8 %").
     pub fn summarize(reports: &[QueueModelReport]) -> Self {
         let mut counters = NicCounters::default();
         for r in reports {
@@ -515,10 +546,22 @@ impl PortModel {
         out.interval_ps = dt;
         let n = timed.len() as f64;
         let denom = dt as f64 * n;
+        let link_bps = timed[0].link_bps;
+        let pcie = out.counters.pcie();
         for (i, k) in ResourceKind::ALL.iter().enumerate() {
-            let busy: f64 = timed.iter().map(|t| t.busy_ps[i]).sum();
-            out.utilization
-                .push((k.as_str(), if denom > 0.0 { busy / denom } else { 0.0 }));
+            let link_bytes = match k {
+                ResourceKind::PcieUp => Some(pcie.up_bytes),
+                ResourceKind::PcieDown => Some(pcie.down_bytes),
+                _ => None,
+            };
+            let u = match link_bytes {
+                Some(b) => link_utilization(b, link_bps, dt),
+                None => {
+                    let busy: f64 = timed.iter().map(|t| t.busy_ps[i]).sum();
+                    if denom > 0.0 { busy / denom } else { 0.0 }
+                }
+            };
+            out.utilization.push((k.as_str(), u));
         }
         if out.virtual_clock {
             let busy: f64 = timed.iter().map(|t| t.cpu_busy_ps as f64).sum();
@@ -595,6 +638,24 @@ impl PortModel {
     }
 }
 
+/// 1 when a DMA write of `n` bytes from a line-aligned start ends inside a cache line (a
+/// partial last line), else 0.
+#[inline]
+fn partial_line(n: u32) -> u64 {
+    u64::from(!u64::from(n).is_multiple_of(CACHE_LINE))
+}
+
+/// Utilisation of a link of `link_bps` bits/s that moved `bytes` in `interval_ps`: 0 without
+/// time or capacity.
+fn link_utilization(bytes: u64, link_bps: f64, interval_ps: Ps) -> f64 {
+    let secs = interval_ps as f64 * 1e-12;
+    if secs > 0.0 && link_bps > 0.0 {
+        bytes as f64 * 8.0 / (link_bps * secs)
+    } else {
+        0.0
+    }
+}
+
 /// Model time over which a queue measures its DRAM utilisation (20 µs: a few dozen packets of a
 /// queue at line rate, short against a trial).
 const DRAM_WINDOW_PS: Ps = 20_000_000;
@@ -628,7 +689,9 @@ struct MemoryContention {
     header_lines: f64,
     meta_lines: f64,
     nf_reads: f64,
-    /// DRAM bytes the NFs read per packet.
+    /// DRAM bytes the NFs move per packet, their reads and the write-backs of the lines they
+    /// dirty, as the sequential bytes that hold DRAM as long (random lines:
+    /// `host.dram_random_fraction`).
     nf_dram_bytes: u64,
     /// DMA-read adder on an LLC miss at an idle memory system, ns.
     idle_adder_ns: f64,
@@ -647,7 +710,11 @@ struct MemoryContention {
 }
 
 impl MemoryContention {
-    fn new(prof: &HardwareProfile, nf_dram_reads: u32) -> Result<Self, String> {
+    fn new(
+        prof: &HardwareProfile,
+        nf_dram_reads: u32,
+        nf_dram_writes: u32,
+    ) -> Result<Self, String> {
         let h = &prof.host;
         let curve = LoadedLatency::new(&h.dram_loaded_latency)
             .map_err(|e| format!("host.dram_loaded_latency: {e}"))?;
@@ -659,7 +726,10 @@ impl MemoryContention {
             header_lines: f64::from(h.cycles.header_lines),
             meta_lines: f64::from(h.cycles.meta_lines),
             nf_reads: f64::from(nf_dram_reads),
-            nf_dram_bytes: u64::from(nf_dram_reads) * CACHE_LINE,
+            nf_dram_bytes: ((u64::from(nf_dram_reads) + u64::from(nf_dram_writes)) as f64
+                * CACHE_LINE as f64
+                / h.dram_random_fraction)
+                .round() as u64,
             idle_adder_ns: h.dram_latency_adder_ns as f64,
             win_start: 0,
             win_busy: 0.0,
@@ -707,14 +777,18 @@ struct DdioPeers {
     other: u64,
     other_mode: DatapathMode,
     split_offset: u64,
+    /// Host bytes one Rx completion occupies (a CQE, or its share of a compressed slot).
+    cqe_bytes: u64,
 }
 
 impl DdioPeers {
-    /// Host bytes per entry summed over the port's queues, this queue's packets holding `host`
-    /// bytes each and all packets being `len` bytes long.
+    /// Bytes DMA writes leave in the LLC per entry, summed over the port's queues: this queue's
+    /// packets holding `host` bytes each, all packets being `len` bytes long, and each entry's
+    /// completion (written through DDIO like the data).
     fn port_bytes(&self, host: u64, len: u64) -> u64 {
         host * self.same
             + self.other * host_bytes_per_packet(self.other_mode, len, self.split_offset)
+            + (self.same + self.other) * self.cqe_bytes
     }
 }
 
@@ -727,6 +801,8 @@ pub(crate) struct Timing {
     pace: Option<Cost>,
     offered_gbps: Option<f64>,
     up: Cost,
+    /// Usable capacity of the port's whole PCIe link per direction, bits/s.
+    link_bps: f64,
     cycle: Cost,
     pkt_cycles: u64,
     doorbell_cycles: u64,
@@ -766,6 +842,8 @@ pub(crate) struct Timing {
     /// The port's queues sharing the LLC: how many run this queue's mode, how many the other
     /// (with `vnic.nicmem_queues` a nicmem port's last queues run `split`), and the other mode.
     ddio_peers: DdioPeers,
+    /// Host bytes one Rx completion occupies ([`DdioPeers`]).
+    cqe_bytes: u64,
     /// The port's cores' LLC-resident state: `host.cycles.meta_lines` per Rx and Tx ring entry
     /// of every queue, bytes ([`DdioModel::core_hit`]).
     core_bytes: u64,
@@ -1071,6 +1149,7 @@ impl Timing {
             ddio_hit: 1.0 - self.miss_ppm as f64 / 1e6,
             dram_latency_ns: self.mem.latency_ns,
             offered_gbps: self.offered_gbps,
+            link_bps: self.link_bps,
         }
     }
 }
@@ -1134,7 +1213,7 @@ fn queue_fraction(p: &ModelParams<'_>, frame: u32) -> f64 {
 
 /// The LLC's view of the port from queue `p` (see [`DdioPeers`]): of `q` queues the first `k`
 /// run the port's mode, the rest `split`.
-fn ddio_peers(p: &ModelParams<'_>, q: u32, k: u32) -> DdioPeers {
+fn ddio_peers(p: &ModelParams<'_>, q: u32, k: u32, cqe_bytes: u64) -> DdioPeers {
     let (nic, split) = (u64::from(k), u64::from(q - k));
     let mixed = p.port_mode.uses_nicmem() && split > 0;
     let (same, other, other_mode) = match (mixed, p.mode == p.port_mode) {
@@ -1147,6 +1226,7 @@ fn ddio_peers(p: &ModelParams<'_>, q: u32, k: u32) -> DdioPeers {
         other,
         other_mode,
         split_offset: p.split_offset as u64,
+        cqe_bytes,
     }
 }
 
@@ -1290,6 +1370,13 @@ impl NicModel {
                 let tl = Timelines::from_profile(&sp)?;
                 let link = PcieLink::from_profile(&sp.nic.pcie)?;
                 let cyc = &prof.host.cycles;
+                // A completion's host bytes: a CQE, or an eighth of a compressed slot.
+                let cqe_bytes = u64::from(d.cqe_size)
+                    / u64::from(if d.cqe_compression {
+                        d.mini_cqes_per_slot.max(1)
+                    } else {
+                        1
+                    });
                 let cq = p.rx_ring.next_power_of_two();
                 let txn = p.tx_ring.next_power_of_two().max(16);
                 let hist = Histogram::new_with_bounds(1, 60_000_000_000, 3)
@@ -1304,9 +1391,10 @@ impl NicModel {
                         .map(|g| Cost::per_byte_at_gbps(g / f64::from(q))),
                     offered_gbps: vt.offered_gbps.map(|g| g / f64::from(q)),
                     up: Cost::per_byte_at_bps(link.capacity_bps()),
+                    link_bps: PcieLink::from_profile(&prof.nic.pcie)?.capacity_bps() as f64,
                     cycle: Cost::per_op_at_rate(prof.host.cpu_ghz * 1e9),
                     pkt_cycles: u64::from(cyc.driver_per_packet) + u64::from(vt.nf_cycles),
-                    mem: MemoryContention::new(prof, vt.nf_dram_reads)?,
+                    mem: MemoryContention::new(prof, vt.nf_dram_reads, vt.nf_dram_writes)?,
                     doorbell_cycles: u64::from(cyc.doorbell),
                     burst_cycles_div: u64::from(prof.nic.descriptors.tx_burst.max(1)),
                     now: 0,
@@ -1327,7 +1415,8 @@ impl NicModel {
                     lat_misses: 0,
                     cqe_mini: 0,
                     ddio: DdioModel::from_profile(&prof.host),
-                    ddio_peers: ddio_peers(p, q, k),
+                    ddio_peers: ddio_peers(p, q, k, cqe_bytes),
+                    cqe_bytes,
                     core_bytes: (p.rx_ring + p.tx_ring) as u64
                         * u64::from(q)
                         * u64::from(cyc.meta_lines)
@@ -1460,9 +1549,12 @@ impl NicModel {
                 .reserve(at, u64::from(nic_payload));
         }
         if t.miss_ppm > 0 {
-            // Write-back and re-read of the missed share of the packet's host bytes.
+            // The missed share of: the write-back and re-read of the packet's host bytes and of
+            // its completion, and the DRAM read of each partial last line the DMA write merges
+            // into (its buffer's line is no longer in the LLC).
             let host = u64::from(hl) + u64::from(host_payload);
-            t.dram_acc += 2 * host * t.miss_ppm;
+            let rmw = CACHE_LINE * (partial_line(hl) + partial_line(host_payload));
+            t.dram_acc += (2 * (host + t.cqe_bytes) + rmw) * t.miss_ppm;
             let b = t.dram_acc / 1_000_000;
             t.dram_acc %= 1_000_000;
             if b > 0 {
@@ -1846,7 +1938,7 @@ mod memory_tests {
     use super::*;
 
     fn contention(nf_reads: u32) -> MemoryContention {
-        MemoryContention::new(&HardwareProfile::default(), nf_reads).unwrap()
+        MemoryContention::new(&HardwareProfile::default(), nf_reads, 0).unwrap()
     }
 
     #[test]
@@ -1903,6 +1995,120 @@ mod memory_tests {
         // Seven split queues, or seven nicmem ones: 1/7 each.
         assert!((frac(DatapathMode::Split, 0) - 1.0 / 7.0).abs() < 1e-12);
         assert_eq!(frac(DatapathMode::NicInline, 7), 1.0 / 7.0);
+    }
+
+    /// A host-mode queue whose every packet DDIO lost, its DRAM bytes so far after `rx`.
+    fn missed_dram_bytes(mode: DatapathMode, rx: &[(u32, u32, u32)]) -> u64 {
+        let profile = HardwareProfile::default();
+        let timing = VnicTiming::default();
+        let mut m = NicModel::new(&ModelParams {
+            profile: &profile,
+            mode,
+            port_mode: mode,
+            queues: 1,
+            nicmem_queues: 1,
+            split_offset: 64,
+            tx_inline: 0,
+            max_frame: 1514,
+            rx_ring: 64,
+            tx_ring: 64,
+            timing: Some(&timing),
+        })
+        .unwrap();
+        m.t.as_deref_mut().unwrap().miss_ppm = 1_000_000;
+        for &(hl, hp, np) in rx {
+            m.rx_timed(0, hl, hp, np);
+        }
+        m.c.dram_bytes
+    }
+
+    #[test]
+    fn a_lost_packet_costs_its_bytes_its_completion_and_a_partial_lines_merge() {
+        // 1500 B frame, 1496 B DMA'd: write-back and re-read of the data and of the 64 B CQE,
+        // and the read-for-ownership of the last line (1496 = 23 x 64 + 24).
+        let whole = 2 * (1496 + 64) + 64;
+        assert_eq!(
+            missed_dram_bytes(DatapathMode::Host, &[(1496, 0, 0)]),
+            whole
+        );
+        // split: a full 64 B header line, then the payload ends inside a line: the same.
+        assert_eq!(
+            missed_dram_bytes(DatapathMode::Split, &[(64, 1432, 0)]),
+            whole
+        );
+        // A DMA that ends on a line boundary merges nothing.
+        assert_eq!(
+            missed_dram_bytes(DatapathMode::Host, &[(1472, 0, 0)]),
+            2 * (1472 + 64)
+        );
+        // nmNFV: only the header line and the CQE live in host memory.
+        assert_eq!(
+            missed_dram_bytes(DatapathMode::NicInline, &[(64, 0, 1432)]),
+            2 * (64 + 64)
+        );
+        // A 60 B frame is one partial line.
+        assert_eq!(
+            missed_dram_bytes(DatapathMode::NicInline, &[(60, 0, 0)]),
+            2 * (60 + 64) + 64
+        );
+    }
+
+    #[test]
+    fn the_nfs_dirty_lines_are_written_back() {
+        let p = HardwareProfile::default();
+        // Two reads and one written-back line per packet: three lines of DRAM traffic, but
+        // only the reads stall the core.
+        let rw = MemoryContention::new(&p, 2, 1).unwrap();
+        let r = MemoryContention::new(&p, 2, 0).unwrap();
+        // Random lines hold DRAM as long as 64 / 0.24 = 267 sequential bytes each.
+        assert_eq!(p.host.dram_random_fraction, 0.24);
+        assert_eq!(rw.nf_dram_bytes, 800);
+        assert_eq!(r.nf_dram_bytes, 533);
+        assert_eq!(rw.var_milli, r.var_milli);
+        // The profiles' NAT and LB update a flow entry per packet.
+        assert_eq!(p.host.cycles.nf_dram_writes.get("nat"), Some(&1));
+        assert_eq!(p.host.cycles.nf_dram_writes.get("lb"), Some(&1));
+    }
+
+    #[test]
+    fn a_mixed_ports_pcie_figure_is_its_bytes_against_the_link() {
+        // Two queues over 1 ms on a 100 Gb/s link: one moved 10 MB on a 90 % share (busy 889
+        // us), the other 0.1 MB on a 50 % round-robin turn it mostly left idle (busy 16 us). The
+        // link carried 10.1 MB in 1 ms: 80.8 %, not the mean of the shares' use (45.2 %).
+        let report = |up: u64, share: f64| {
+            let mut c = NicCounters::default();
+            c.items[Item::RxData as usize].up_bytes = up;
+            let busy = up as f64 * 8.0 / (100e9 * share) * 1e12;
+            let mut busy_ps = [0.0; 7];
+            let up_at = ResourceKind::ALL
+                .iter()
+                .position(|k| *k == ResourceKind::PcieUp);
+            busy_ps[up_at.unwrap()] = busy;
+            QueueModelReport {
+                counters: c,
+                timed: Some(TimedReport {
+                    virtual_clock: true,
+                    start_ps: 0,
+                    end_ps: 1_000_000_000,
+                    busy_ps,
+                    cpu_busy_ps: 0,
+                    latency_ns: Histogram::new_with_bounds(1, 60_000_000_000, 3).unwrap(),
+                    latency_exact: LatencyExact::default(),
+                    read_stalls: 0,
+                    ddio_hit: 1.0,
+                    dram_latency_ns: 0.0,
+                    offered_gbps: None,
+                    link_bps: 100e9,
+                }),
+            }
+        };
+        let m = PortModel::summarize(&[report(10_000_000, 0.9), report(100_000, 0.5)]);
+        assert!(
+            (m.util("pcie_up") - 0.808).abs() < 1e-9,
+            "{}",
+            m.util("pcie_up")
+        );
+        assert_eq!(m.util("pcie_down"), 0.0);
     }
 
     #[test]
