@@ -374,6 +374,10 @@ impl RunControl {
 
 /// Runs one worker to completion on the calling thread, publishing its counters to
 /// `shared.live` and answering `shared.mailbox` between bursts.
+///
+/// A worker whose queues are all DPDK queues and that has no slow path runs a copy of the loop
+/// made for the DPDK queue type (its Rx and Tx inlined into the loop); any other runs the loop
+/// over `dyn Queue`.
 pub fn run_worker(
     worker: u16,
     workers: u16,
@@ -382,6 +386,86 @@ pub fn run_worker(
     shared: &WorkerShared,
 ) -> WorkerReport {
     let WorkerSetup {
+        queues,
+        chain,
+        egress,
+        burst,
+        slow,
+    } = setup;
+    #[cfg(feature = "dpdk")]
+    if slow.is_none()
+        && queues
+            .iter()
+            .all(|q| (&**q as &dyn std::any::Any).is::<crate::driver::dpdk::DpdkQueue>())
+    {
+        let mut dpdk = Vec::with_capacity(queues.len());
+        for q in queues {
+            let q: Box<dyn std::any::Any> = q;
+            match q.downcast::<crate::driver::dpdk::DpdkQueue>() {
+                Ok(q) => dpdk.push(q),
+                Err(_) => unreachable!("every queue was checked to be a DPDK queue"),
+            }
+        }
+        let setup = LoopSetup {
+            queues: dpdk,
+            chain,
+            egress,
+            burst,
+            slow,
+        };
+        return run_loop(worker, workers, setup, control, shared);
+    }
+    let setup = LoopSetup::<dyn Queue> {
+        queues,
+        chain,
+        egress,
+        burst,
+        slow,
+    };
+    run_loop(worker, workers, setup, control, shared)
+}
+
+/// The queue type a worker's loop is compiled for: `dyn Queue` (queues of any driver, calls
+/// through the trait object, the slow path allowed), or one driver's own queue type, whose
+/// `rx_burst` and `tx_burst` the compiler then inlines into the loop: no call through a trait
+/// object per burst, and the burst's state stays in registers from Rx to Tx.
+trait LoopQueue: Queue {
+    /// The queues as trait objects, for the slow path; `None` for a concrete queue type (such a
+    /// loop runs only for workers without a slow path).
+    fn as_dyn(queues: &mut [Box<Self>]) -> Option<&mut [Box<dyn Queue>]>;
+}
+
+impl LoopQueue for dyn Queue {
+    fn as_dyn(queues: &mut [Box<Self>]) -> Option<&mut [Box<dyn Queue>]> {
+        Some(queues)
+    }
+}
+
+#[cfg(feature = "dpdk")]
+impl LoopQueue for crate::driver::dpdk::DpdkQueue {
+    fn as_dyn(_: &mut [Box<Self>]) -> Option<&mut [Box<dyn Queue>]> {
+        None
+    }
+}
+
+/// [`WorkerSetup`] with the queues as the loop's queue type.
+struct LoopSetup<Q: LoopQueue + ?Sized> {
+    queues: Vec<Box<Q>>,
+    chain: NfChain,
+    egress: Option<u16>,
+    burst: usize,
+    slow: Option<SlowPath>,
+}
+
+/// [`run_worker`]'s loop over queues of type `Q`.
+fn run_loop<Q: LoopQueue + ?Sized>(
+    worker: u16,
+    workers: u16,
+    setup: LoopSetup<Q>,
+    control: &RunControl,
+    shared: &WorkerShared,
+) -> WorkerReport {
+    let LoopSetup {
         queues,
         mut chain,
         egress,
@@ -416,7 +500,7 @@ pub fn run_worker(
     let mut clock = LoopClock::new(start);
     let live = &shared.live;
     let publish = |state: WorkerState,
-                   queues: &[Box<dyn Queue>],
+                   queues: &[Box<Q>],
                    drops: &DropCounts,
                    busy_ns: u64,
                    now: Instant,
@@ -484,9 +568,10 @@ pub fn run_worker(
         }
         if let Some(slow) = out.slow.as_mut()
             && slow.wants_poll()
+            && let Some(queues) = Q::as_dyn(&mut out.queues)
         {
             let mut io = PortIo {
-                queues: &mut out.queues,
+                queues,
                 tx: &mut out.tx,
                 drops: &mut out.drops,
             };
@@ -549,8 +634,10 @@ pub fn run_worker(
         }
         dispatch(&mut released, &mut out, 0);
     }
-    if let Some(slow) = out.slow.as_mut() {
-        slow.finish(&mut out.queues, &mut out.drops);
+    if let Some(slow) = out.slow.as_mut()
+        && let Some(queues) = Q::as_dyn(&mut out.queues)
+    {
+        slow.finish(queues, &mut out.drops);
     }
     for q in &mut out.queues {
         q.flush();
@@ -601,9 +688,9 @@ pub fn run_worker(
 /// A worker's queues and what the run loop sorts a processed burst into: per-port Tx bursts,
 /// the drop and slow-path bursts, drops by reason, and the slow path. One place for what
 /// [`dispatch`] and [`sort_and_send`] work on, borrowed once per burst.
-struct Outputs {
+struct Outputs<Q: LoopQueue + ?Sized> {
     /// The worker's queue on each port (index = port id).
-    queues: Vec<Box<dyn Queue>>,
+    queues: Vec<Box<Q>>,
     /// Per-port Tx bursts of the sorting pass (index = port id).
     tx: Vec<Burst>,
     /// Packets the sorting pass drops, freed together.
@@ -621,7 +708,7 @@ struct Outputs {
 /// reason, freed through queue `free_on`; slow-path drops go to the slow path when the run has
 /// one). The fast path is inlined into the loop; the sorting pass is a call of its own.
 #[inline(always)]
-fn dispatch(burst: &mut Burst, out: &mut Outputs, free_on: usize) {
+fn dispatch<Q: LoopQueue + ?Sized>(burst: &mut Burst, out: &mut Outputs<Q>, free_on: usize) {
     if let Some(p) = burst.single_tx_port()
         && let Some(q) = out.queues.get_mut(p as usize)
     {
@@ -633,7 +720,7 @@ fn dispatch(burst: &mut Burst, out: &mut Outputs, free_on: usize) {
 
 /// [`dispatch`] of a burst whose verdicts name more than one port or a drop.
 #[inline(never)]
-fn sort_and_send(burst: &mut Burst, out: &mut Outputs, free_on: usize) {
+fn sort_and_send<Q: LoopQueue + ?Sized>(burst: &mut Burst, out: &mut Outputs<Q>, free_on: usize) {
     let Outputs {
         queues,
         tx,
@@ -665,6 +752,7 @@ fn sort_and_send(burst: &mut Burst, out: &mut Outputs, free_on: usize) {
     burst.disown();
     if let Some(slow) = slow
         && !punted.is_empty()
+        && let Some(queues) = Q::as_dyn(queues)
     {
         let mut io = PortIo { queues, tx, drops };
         slow.take(punted, &mut io);
@@ -676,7 +764,11 @@ fn sort_and_send(burst: &mut Burst, out: &mut Outputs, free_on: usize) {
 }
 
 /// Hands every non-empty per-port list to its port's queue.
-fn send_all(tx: &mut [Burst], queues: &mut [Box<dyn Queue>], drops: &mut DropCounts) {
+fn send_all<Q: LoopQueue + ?Sized>(
+    tx: &mut [Burst],
+    queues: &mut [Box<Q>],
+    drops: &mut DropCounts,
+) {
     for (p, list) in tx.iter_mut().enumerate() {
         if !list.is_empty() {
             queues[p].tx_burst(list, drops);
@@ -685,7 +777,12 @@ fn send_all(tx: &mut [Burst], queues: &mut [Box<dyn Queue>], drops: &mut DropCou
 }
 
 /// A worker's answer to one request of its mailbox.
-fn answer(r: Request, queues: &[Box<dyn Queue>], chain: &mut NfChain, ctx: &NfContext) -> Reply {
+fn answer<Q: LoopQueue + ?Sized>(
+    r: Request,
+    queues: &[Box<Q>],
+    chain: &mut NfChain,
+    ctx: &NfContext,
+) -> Reply {
     match r {
         Request::Counters => Reply::Counters(
             chain
