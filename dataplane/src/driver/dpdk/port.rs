@@ -247,6 +247,7 @@ impl DpdkPort {
         let events = PortEvents::register(
             port_id,
             name,
+            q,
             events::lsc_capable(info),
             reconfigure(cfg, port_id, name, &plan),
         )?;
