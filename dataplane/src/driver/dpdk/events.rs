@@ -35,28 +35,26 @@
 //! with acquire ordering: every burst on the port either happens before the reset or after it.
 
 use std::ffi::{c_int, c_void};
-use std::sync::atomic::{AtomicBool, AtomicU64, Ordering};
+use std::sync::Arc;
+use std::sync::atomic::{AtomicU64, Ordering};
 
 use dpdk_sys as sys;
 
 use super::eal::control_lock;
 use super::error::{DpdkError, strerror};
 use super::mempool::QueuePools;
+use crate::port::LinkState;
 
 /// Sets a port up again after a reset over the pools it already has (configure, queue setup,
 /// start).
 pub(crate) type Reconfigure = Box<dyn Fn(&[QueuePools]) -> Result<(), DpdkError> + Send + Sync>;
 
-/// What a port's event callbacks saw and what its worker did about it (all monotonic but
-/// `link_up`).
+/// What a port's event callbacks saw and what its worker did about it (all monotonic but the
+/// link's status).
 #[derive(Debug, Default)]
 pub(crate) struct EventCounts {
-    /// The link is up (as last reported).
-    link_up: AtomicBool,
-    /// Times the link went down.
-    link_down: AtomicU64,
-    /// Times the link came up.
-    link_up_events: AtomicU64,
+    /// The link as last reported, and its changes (shared with the operator's surfaces).
+    link: Arc<LinkState>,
     /// Reset events the PMD raised.
     reset_events: AtomicU64,
     /// Reset events the worker has dealt with.
@@ -72,12 +70,7 @@ pub(crate) struct EventCounts {
 impl EventCounts {
     /// Notes a link status report.
     fn link(&self, up: bool) {
-        let was = self.link_up.swap(up, Ordering::Relaxed);
-        if was && !up {
-            self.link_down.fetch_add(1, Ordering::Relaxed);
-        } else if !was && up {
-            self.link_up_events.fetch_add(1, Ordering::Relaxed);
-        }
+        self.link.report(up);
     }
 }
 
@@ -208,16 +201,16 @@ impl PortEvents {
         let mut ev = Self {
             port_id,
             name: name.to_string(),
-            counts: Box::default(),
+            counts: Box::new(EventCounts {
+                link: Arc::new(LinkState::new(link_is_up(port_id))),
+                ..EventCounts::default()
+            }),
             reconfigure,
             lsc,
             idle_polls: AtomicU64::new(0),
             registered: [false; 2],
             pause: Pause::new(queues),
         };
-        ev.counts
-            .link_up
-            .store(link_is_up(port_id), Ordering::Relaxed);
         let arg = ev.arg();
         for (i, &e) in EVENTS.iter().enumerate() {
             // SAFETY: a valid port; `on_event` matches `rte_eth_dev_cb_fn`; `arg` points at the
@@ -363,6 +356,11 @@ impl PortEvents {
         p.state.load(Ordering::Acquire) & 1 != 0
     }
 
+    /// The port's link as last reported (for the operator's surfaces).
+    pub(crate) fn link_state(&self) -> Arc<LinkState> {
+        self.counts.link.clone()
+    }
+
     /// Counts `n` frames a queue standing aside for a reset dropped.
     #[cold]
     pub(crate) fn reset_tx_dropped(&self, n: u64) {
@@ -382,9 +380,9 @@ impl PortEvents {
         let c = &self.counts;
         let get = |a: &AtomicU64| a.load(Ordering::Relaxed);
         [
-            ("link_up", u64::from(c.link_up.load(Ordering::Relaxed))),
-            ("link_down_events", get(&c.link_down)),
-            ("link_up_events", get(&c.link_up_events)),
+            ("link_up", u64::from(c.link.is_up())),
+            ("link_down_events", c.link.down_events()),
+            ("link_up_events", c.link.up_events()),
             ("reset_events", get(&c.reset_events)),
             ("device_resets", get(&c.resets)),
             ("reset_failures", get(&c.reset_failures)),

@@ -415,6 +415,12 @@ impl PortStatsHandle {
         pool_stats(&self.shared)
     }
 
+    /// The port's link as last reported, readable from any thread while the run goes on (the
+    /// health check and the metrics endpoint).
+    pub fn link_state(&self) -> Arc<crate::port::LinkState> {
+        self.shared.events.link_state()
+    }
+
     /// Port name.
     pub fn name(&self) -> &str {
         &self.shared.name
