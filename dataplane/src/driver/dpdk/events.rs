@@ -18,7 +18,8 @@
 //! hundred empty polls. Both show in the port's extended statistics
 //! (`link_up`, `link_down_events`, `link_up_events`, `reset_events`, `device_resets`,
 //! `reset_failures`, `reset_tx_drops`), hence in the run summary's `xstats` and EAL's telemetry
-//! of the port, and [`PortEvents::link`] gives them to the operator's health check.
+//! of the port; [`PortEvents::link_state`] shares the link with the operator's health check and
+//! metrics.
 //!
 //! A port with several queue pairs is polled by several workers, each owning its queues, and
 //! none of them may be inside an Rx or Tx burst while the port is stopped and set up again. So
