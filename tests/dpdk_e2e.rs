@@ -494,3 +494,106 @@ fn shipped_dpdk_run_configs_run_clean() {
         assert_pools_back(&s);
     }
 }
+
+/// Operators see a DPDK port's link: `dataplane ctl health` of a run on a `net_tap` port is
+/// healthy while the tap is up, unhealthy (exit 1, the port named) once `ip link set <tap>
+/// down` takes it down, and healthy again when it comes back; the metrics endpoint reports the
+/// link and counts the change. A separate process (its own EAL and telemetry socket); needs
+/// root for the tap.
+#[test]
+fn operators_see_a_dpdk_ports_link_go_down_and_up() {
+    if dataplane::unix::effective_uid() != 0 {
+        eprintln!("skipped: operators_see_a_dpdk_ports_link_go_down_and_up needs root (net_tap)");
+        return;
+    }
+    let id = std::process::id() % 10_000;
+    let (prefix, iface) = (format!("e2e-link{id}"), format!("nmdplk{id}"));
+    let rt = tmp("link-rt");
+    std::fs::create_dir_all(&rt).unwrap();
+    let metrics = format!("127.0.0.1:{}", 20_000 + id % 20_000);
+    let mut child = std::process::Command::new(env!("CARGO_BIN_EXE_dataplane"))
+        .arg("run")
+        .arg(root().join("configs/dpdk-null.toml"))
+        .args([
+            "--duration",
+            "120",
+            "-q",
+            "--set",
+            "dpdk.worker_cores=[]",
+            "--set",
+        ])
+        .arg(format!(
+            "dpdk.eal_args=[\"-l\",\"0\",\"--no-huge\",\"-m\",\"256\",\"--no-pci\",\
+             \"--no-shconf\",\"--file-prefix={prefix}\",\"--log-level=*:error\"]"
+        ))
+        .arg("--set")
+        .arg(format!(
+            "dpdk.ports=[{{devargs=\"net_tap_lk{id},iface={iface}\"}},\
+             {{devargs=\"net_null_lk{id},size=64,copy=0\"}}]"
+        ))
+        .args(["--set", &format!("run.telemetry_prefix=\"{prefix}\"")])
+        .args(["--set", &format!("run.metrics=\"{metrics}\"")])
+        .env("RUNTIME_DIRECTORY", &rt)
+        .stdout(std::process::Stdio::null())
+        .stderr(std::process::Stdio::piped())
+        .spawn()
+        .unwrap();
+    let health = || {
+        let o = std::process::Command::new(env!("CARGO_BIN_EXE_dataplane"))
+            .args(["ctl", "--prefix", &prefix, "health"])
+            .env("RUNTIME_DIRECTORY", &rt)
+            .output()
+            .unwrap();
+        (
+            o.status.code(),
+            String::from_utf8_lossy(&o.stdout).into_owned(),
+        )
+    };
+    let metric = |name: &str| -> Option<f64> {
+        use std::io::{Read, Write};
+        let mut s = std::net::TcpStream::connect(&metrics).ok()?;
+        s.write_all(b"GET /metrics HTTP/1.0\r\n\r\n").ok()?;
+        let mut body = String::new();
+        s.read_to_string(&mut body).ok()?;
+        let series = format!("{name}{{port=\"0\"}} ");
+        body.lines()
+            .find_map(|l| l.strip_prefix(series.as_str()))
+            .and_then(|v| v.trim().parse().ok())
+    };
+    let wait = |what: &dyn Fn() -> bool| {
+        let deadline = std::time::Instant::now() + std::time::Duration::from_secs(60);
+        while std::time::Instant::now() < deadline {
+            if what() {
+                return true;
+            }
+            std::thread::sleep(std::time::Duration::from_millis(100));
+        }
+        false
+    };
+    let ip = |state: &str| {
+        let ok = std::process::Command::new("ip")
+            .args(["link", "set", &iface, state])
+            .status()
+            .is_ok_and(|s| s.success());
+        assert!(ok, "ip link set {iface} {state}");
+    };
+    let up = wait(&|| health().0 == Some(0));
+    ip("down");
+    let down = wait(&|| {
+        let (rc, out) = health();
+        rc == Some(1) && out.contains("port 0") && out.contains("down")
+    });
+    let counted = metric("nmdp_port_link_up") == Some(0.0)
+        && metric("nmdp_port_link_down_events_total") == Some(1.0);
+    ip("up");
+    let again = wait(&|| health().0 == Some(0));
+    let up_counted = metric("nmdp_port_link_up_events_total") == Some(1.0);
+    let _ = child.kill();
+    let out = child.wait_with_output().unwrap();
+    let err = String::from_utf8_lossy(&out.stderr);
+    assert!(up, "healthy while the tap is up: {err}");
+    assert!(down, "unhealthy with the tap down: {err}");
+    assert!(counted, "the metrics report the link down and count it");
+    assert!(again, "healthy again with the tap up: {err}");
+    assert!(up_counted, "the metrics count the link coming up");
+}

@@ -4,6 +4,8 @@
 //! out its queue pairs ([`Port::take_queues`]); each worker thread owns one [`Queue`] per port and
 //! calls `rx_burst` / `tx_burst` on it without locks. Counters are kept per queue and summed.
 
+use std::sync::atomic::{AtomicBool, AtomicU64, Ordering};
+
 use crate::burst::Burst;
 use crate::verdict::DropCounts;
 
@@ -22,6 +24,53 @@ pub struct Capabilities {
     pub max_frame: usize,
     /// Number of queue pairs.
     pub queues: u16,
+}
+
+/// A port's link as its driver last learned it, and the changes it saw. Shared between the
+/// driver, which reports what it learns (DPDK: the PMD's link-state events and the worker's
+/// reads of the link status), and the operator's surfaces, which read it from their own
+/// threads without asking the workers: the health check counts a port whose link is down as
+/// unhealthy, the metrics endpoint exports it.
+#[derive(Debug, Default)]
+pub struct LinkState {
+    up: AtomicBool,
+    down_events: AtomicU64,
+    up_events: AtomicU64,
+}
+
+impl LinkState {
+    /// A link that is `up` now, with no change seen yet.
+    pub fn new(up: bool) -> Self {
+        Self {
+            up: AtomicBool::new(up),
+            ..Self::default()
+        }
+    }
+
+    /// Notes a status report: counts a change from the last one.
+    pub fn report(&self, up: bool) {
+        let was = self.up.swap(up, Ordering::Relaxed);
+        if was && !up {
+            self.down_events.fetch_add(1, Ordering::Relaxed);
+        } else if !was && up {
+            self.up_events.fetch_add(1, Ordering::Relaxed);
+        }
+    }
+
+    /// Whether the link is up (as last reported).
+    pub fn is_up(&self) -> bool {
+        self.up.load(Ordering::Relaxed)
+    }
+
+    /// Times the link went down.
+    pub fn down_events(&self) -> u64 {
+        self.down_events.load(Ordering::Relaxed)
+    }
+
+    /// Times the link came up.
+    pub fn up_events(&self) -> u64 {
+        self.up_events.load(Ordering::Relaxed)
+    }
 }
 
 /// Per-queue counters (all monotonic).

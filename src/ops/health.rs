@@ -2,7 +2,8 @@
 //! that announce an instance's VIPs or NAT pool while it is healthy (docs/scale-out.md).
 //!
 //! A run is **healthy** when every port is up (a kernel interface behind an AF_PACKET or TAP
-//! link administratively up and running; other links have no state of their own), every
+//! link administratively up and running, a DPDK port whose link its PMD reports up; other
+//! links have no state of their own), every
 //! worker is polling (its heartbeat, the uptime it publishes every
 //! [`dataplane::runloop::PUBLISH_EVERY`] loop iterations, advanced within
 //! `run.health_stall_s`), and no queue is stalled (over a window of `run.health_stall_s`, a
@@ -16,10 +17,11 @@
 //! The tracking is fed by the supervision loop's samples of the workers' published counters
 //! ([`Health::sample`]), so asking costs the workers nothing.
 
-use std::sync::Mutex;
+use std::sync::{Arc, Mutex};
 use std::time::{Duration, Instant};
 
 use dataplane::link::kernel::{KernelLinkSpec, interface_state};
+use dataplane::port::LinkState;
 use dataplane::runloop::{LiveSnapshot, WorkerState};
 
 /// What the run says it is ([`Report::status`]).
@@ -189,11 +191,13 @@ impl Health {
     }
 
     /// The verdict at `now` from the workers' latest publications `snaps` and the ports'
-    /// links (`None`: a link without a state of its own).
+    /// links: the kernel interfaces behind them (`links`) and the links their drivers report
+    /// (`reported`; `None` in either: nothing of that kind).
     pub fn report(
         &self,
         snaps: &[LiveSnapshot],
         links: &[Option<KernelLinkSpec>],
+        reported: &[Option<Arc<LinkState>>],
         port_names: &[String],
         now: Instant,
     ) -> Report {
@@ -201,7 +205,10 @@ impl Health {
         let mut reasons = Vec::new();
         let ports: Vec<PortHealth> = (0..port_names.len())
             .map(|p| {
-                let h = port_health(links.get(p).and_then(Option::as_ref));
+                let h = match reported.get(p).and_then(Option::as_ref) {
+                    Some(l) => reported_health(l),
+                    None => port_health(links.get(p).and_then(Option::as_ref)),
+                };
                 if !h.ok {
                     reasons.push(format!("port {p} ({}): {}", port_names[p], h.link));
                 }
@@ -271,6 +278,14 @@ impl Health {
             drain_remaining_ms: drain
                 .map(|d| d.deadline.saturating_duration_since(now).as_millis() as u64),
         }
+    }
+}
+
+/// The health of a port whose driver reports its link (DPDK: as its PMD last reported it).
+fn reported_health(link: &LinkState) -> PortHealth {
+    PortHealth {
+        link: if link.is_up() { "up" } else { "down" }.into(),
+        ok: link.is_up(),
     }
 }
 
@@ -344,16 +359,16 @@ mod tests {
             ]
         };
         h.sample(&beat(1, 1), ms(t0, 10));
-        let r = h.report(&beat(2, 1), &[None], &names, ms(t0, 1500));
+        let r = h.report(&beat(2, 1), &[None], &[], &names, ms(t0, 1500));
         assert_eq!(r.status, Status::Healthy, "{r:?}");
         assert_eq!(r.heartbeat_age_ms, vec![0, 1490]);
         // Worker 0 goes on beating; worker 1 has not for 2 s.
-        let r = h.report(&beat(3, 1), &[None], &names, ms(t0, 2010));
+        let r = h.report(&beat(3, 1), &[None], &[], &names, ms(t0, 2010));
         assert_eq!(r.status, Status::Unhealthy);
         assert_eq!(r.reasons.len(), 1, "{r:?}");
         assert!(r.reasons[0].starts_with("worker 1: not polling"), "{r:?}");
         // It beats again: healthy.
-        let r = h.report(&beat(4, 2), &[None], &names, ms(t0, 2020));
+        let r = h.report(&beat(4, 2), &[None], &[], &names, ms(t0, 2020));
         assert_eq!(r.status, Status::Healthy, "{r:?}");
     }
 
@@ -373,21 +388,45 @@ mod tests {
         // First window: receiving and dropping some (busy, not stalled).
         h.sample(&at(1, q(100, 5, 100, 0)), ms(t0, 2000));
         assert_eq!(
-            h.report(&at(2, q(100, 5, 100, 0)), &[None], &names, ms(t0, 2100))
-                .status,
+            h.report(
+                &at(2, q(100, 5, 100, 0)),
+                &[None],
+                &[],
+                &names,
+                ms(t0, 2100)
+            )
+            .status,
             Status::Healthy
         );
         // Second window: drops rise, nothing received: stalled Rx.
-        let r = h.report(&at(3, q(100, 900, 100, 0)), &[None], &names, ms(t0, 4000));
+        let r = h.report(
+            &at(3, q(100, 900, 100, 0)),
+            &[None],
+            &[],
+            &names,
+            ms(t0, 4000),
+        );
         assert_eq!(r.status, Status::Unhealthy);
         assert!(r.reasons[0].contains("queue 0: Rx stalled"), "{r:?}");
         // Third: receiving again, and the Tx ring full while nothing leaves: stalled Tx.
-        let r = h.report(&at(4, q(500, 900, 100, 7)), &[None], &names, ms(t0, 6000));
+        let r = h.report(
+            &at(4, q(500, 900, 100, 7)),
+            &[None],
+            &[],
+            &names,
+            ms(t0, 6000),
+        );
         assert_eq!(r.status, Status::Unhealthy);
         assert_eq!(r.reasons.len(), 1, "{r:?}");
         assert!(r.reasons[0].contains("Tx stalled"), "{r:?}");
         // An idle queue (nothing dropped, nothing received) is not stalled.
-        let r = h.report(&at(5, q(500, 900, 100, 7)), &[None], &names, ms(t0, 8000));
+        let r = h.report(
+            &at(5, q(500, 900, 100, 7)),
+            &[None],
+            &[],
+            &names,
+            ms(t0, 8000),
+        );
         assert_eq!(r.status, Status::Healthy, "{r:?}");
     }
 
@@ -398,7 +437,7 @@ mod tests {
         let names = ["afpacket:nmdp-none0".to_string()];
         let gone = [Some(KernelLinkSpec::AfPacket("nmdp-none0".into()))];
         let run = [snap(1, QueueStats::default(), WorkerState::Running)];
-        let r = h.report(&run, &gone, &names, ms(t0, 10));
+        let r = h.report(&run, &gone, &[], &names, ms(t0, 10));
         assert_eq!(r.status, Status::Unhealthy);
         assert!(
             r.reasons[0].starts_with("port 0 (afpacket:nmdp-none0): gone"),
@@ -409,11 +448,30 @@ mod tests {
         // A second drain keeps the start and takes the earlier deadline.
         let d2 = h.start_drain(ms(t0, 200), Some(Duration::from_secs(5)));
         assert_eq!((d2.started, d2.deadline), (ms(t0, 100), ms(t0, 5200)));
-        let r = h.report(&run, &gone, &names, ms(t0, 1200));
+        let r = h.report(&run, &gone, &[], &names, ms(t0, 1200));
         assert_eq!(r.status, Status::Draining);
         assert_eq!(r.drain_remaining_ms, Some(4000));
         let stopping = [snap(2, QueueStats::default(), WorkerState::Draining)];
-        let r = h.report(&stopping, &[None], &names, ms(t0, 1300));
+        let r = h.report(&stopping, &[None], &[], &names, ms(t0, 1300));
         assert_eq!(r.status, Status::Stopping);
+    }
+
+    #[test]
+    fn a_port_whose_driver_reports_its_link_down_is_unhealthy() {
+        let t0 = Instant::now();
+        let h = Health::new(1, 1, STALL, Duration::from_secs(30), t0);
+        let names = ["net_null0".to_string()];
+        let link = Arc::new(LinkState::new(true));
+        let run = [snap(1, QueueStats::default(), WorkerState::Running)];
+        let r = h.report(&run, &[None], &[Some(link.clone())], &names, ms(t0, 10));
+        assert_eq!(r.status, Status::Healthy, "{r:?}");
+        assert_eq!(r.ports[0].link, "up");
+        link.report(false);
+        let r = h.report(&run, &[None], &[Some(link.clone())], &names, ms(t0, 20));
+        assert_eq!(r.status, Status::Unhealthy);
+        assert_eq!(r.reasons, vec!["port 0 (net_null0): down".to_string()]);
+        link.report(true);
+        let r = h.report(&run, &[None], &[Some(link)], &names, ms(t0, 30));
+        assert_eq!(r.status, Status::Healthy, "{r:?}");
     }
 }

@@ -250,6 +250,32 @@ pub fn render(view: &RunView) -> String {
         &[],
         view.start.elapsed().as_secs_f64(),
     );
+    for (p, link) in view.info.reported_links.iter().enumerate() {
+        let Some(link) = link else { continue };
+        let ps = p.to_string();
+        let labels = [("port", ps.as_str())];
+        e.add(
+            "nmdp_port_link_up",
+            "gauge",
+            "1 while the port's link is up, as its driver last reported it",
+            &labels,
+            f64::from(u8::from(link.is_up())),
+        );
+        e.add(
+            "nmdp_port_link_down_events_total",
+            "counter",
+            "Times the port's link went down",
+            &labels,
+            link.down_events() as f64,
+        );
+        e.add(
+            "nmdp_port_link_up_events_total",
+            "counter",
+            "Times the port's link came up",
+            &labels,
+            link.up_events() as f64,
+        );
+    }
     let snaps = view.snapshots();
     for (w, s) in snaps.iter().enumerate() {
         let ws = w.to_string();

@@ -40,6 +40,9 @@ pub struct RunInfo {
     /// The kernel interface behind each port, by port id (`None`: a link without a state of
     /// its own), for the health check.
     pub links: Vec<Option<dataplane::link::kernel::KernelLinkSpec>>,
+    /// The link each port's driver reports, by port id (`None`: its driver reports none), for
+    /// the health check and the metrics.
+    pub reported_links: Vec<Option<Arc<dataplane::port::LinkState>>>,
     /// `run.health_stall_s`.
     pub health_stall: Duration,
     /// `run.instance_drain_s`.
@@ -163,6 +166,7 @@ impl RunView {
         self.health.report(
             &self.snapshots(),
             &self.info.links,
+            &self.info.reported_links,
             &self.info.ports,
             Instant::now(),
         )

@@ -255,7 +255,9 @@ pub fn run(cfg: &RunConfig, d: &DpdkSection, opts: &RunOptions) -> Result<Value,
         })
         .collect::<Result<Vec<_>, RunError>>()?;
     let names = handles.iter().map(|h| h.name().to_string()).collect();
-    let prepared = Workers::prepare(&setups, run_info(cfg, "dpdk", names));
+    let mut info = run_info(cfg, "dpdk", names);
+    info.reported_links = handles.iter().map(|h| Some(h.link_state())).collect();
+    let prepared = Workers::prepare(&setups, info);
     let serving = serve(cfg, opts, &prepared.0, true)?;
     let eal_telemetry = eal_telemetry(cfg, d, opts, &prepared.0)?;
     let running = Workers::spawn(

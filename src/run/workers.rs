@@ -266,6 +266,7 @@ pub fn run_info(
         mode: cfg.datapath.mode.as_str(),
         ports,
         links: Vec::new(),
+        reported_links: Vec::new(),
         health_stall: Duration::from_secs_f64(cfg.run.health_stall_s),
         instance_drain: Duration::from_secs_f64(cfg.run.instance_drain_s),
         pipeline: cfg

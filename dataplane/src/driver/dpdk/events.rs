@@ -17,36 +17,45 @@
 //! no callback), so the worker also reads that status, a copy without a PMD call, every few
 //! hundred empty polls. Both show in the port's extended statistics
 //! (`link_up`, `link_down_events`, `link_up_events`, `reset_events`, `device_resets`,
-//! `reset_failures`), hence in the run summary's `xstats` and EAL's telemetry of the port.
+//! `reset_failures`, `reset_tx_drops`), hence in the run summary's `xstats` and EAL's telemetry
+//! of the port; [`PortEvents::link_state`] shares the link with the operator's health check and
+//! metrics.
 //!
-//! Only a port with one queue pair is set up again by its worker: with several, other workers
-//! poll and send on the port's other queues while it would be reconfigured, so the reset is
-//! counted in `reset_failures` with a message instead, and the run goes on without that port's
-//! traffic.
+//! A port with several queue pairs is polled by several workers, each owning its queues, and
+//! none of them may be inside an Rx or Tx burst while the port is stopped and set up again. So
+//! the reset is a hand-off that never blocks a thread (a worker that waited for another could
+//! wait for ever: two ports resetting at once, each coordinator waiting for a worker that is the
+//! other's coordinator): queue 0's worker asks the other queues to stand aside
+//! ([`PortEvents::paused`], one atomic load per burst while nothing is asked); each other queue,
+//! at the start of its next burst, acknowledges and then neither receives (its polls return
+//! nothing) nor sends (its frames are freed and counted, `tx_full` and `reset_tx_drops`) until
+//! the port is back. Queue 0's worker resets the port on the first empty poll after every other
+//! queue has acknowledged (a queue that is gone counts as acknowledged), then lets them go on.
+//! The acknowledgement is a store with release ordering made after the queue's last burst, and
+//! the port coming back a store with release ordering made after the last set-up call, each read
+//! with acquire ordering: every burst on the port either happens before the reset or after it.
 
 use std::ffi::{c_int, c_void};
-use std::sync::atomic::{AtomicBool, AtomicU64, Ordering};
+use std::sync::Arc;
+use std::sync::atomic::{AtomicU64, Ordering};
 
 use dpdk_sys as sys;
 
 use super::eal::control_lock;
 use super::error::{DpdkError, strerror};
 use super::mempool::QueuePools;
+use crate::port::LinkState;
 
 /// Sets a port up again after a reset over the pools it already has (configure, queue setup,
 /// start).
 pub(crate) type Reconfigure = Box<dyn Fn(&[QueuePools]) -> Result<(), DpdkError> + Send + Sync>;
 
-/// What a port's event callbacks saw and what its worker did about it (all monotonic but
-/// `link_up`).
+/// What a port's event callbacks saw and what its worker did about it (all monotonic but the
+/// link's status).
 #[derive(Debug, Default)]
 pub(crate) struct EventCounts {
-    /// The link is up (as last reported).
-    link_up: AtomicBool,
-    /// Times the link went down.
-    link_down: AtomicU64,
-    /// Times the link came up.
-    link_up_events: AtomicU64,
+    /// The link as last reported, and its changes (shared with the operator's surfaces).
+    link: Arc<LinkState>,
     /// Reset events the PMD raised.
     reset_events: AtomicU64,
     /// Reset events the worker has dealt with.
@@ -55,17 +64,14 @@ pub(crate) struct EventCounts {
     resets: AtomicU64,
     /// Resets that could not be recovered.
     reset_failures: AtomicU64,
+    /// Frames the other queues dropped while they stood aside for a reset.
+    reset_tx_drops: AtomicU64,
 }
 
 impl EventCounts {
     /// Notes a link status report.
     fn link(&self, up: bool) {
-        let was = self.link_up.swap(up, Ordering::Relaxed);
-        if was && !up {
-            self.link_down.fetch_add(1, Ordering::Relaxed);
-        } else if !was && up {
-            self.link_up_events.fetch_add(1, Ordering::Relaxed);
-        }
+        self.link.report(up);
     }
 }
 
@@ -89,6 +95,39 @@ pub(crate) struct PortEvents {
     idle_polls: AtomicU64,
     /// The events whose callbacks are registered.
     registered: [bool; 2],
+    /// The reset hand-off of a port with several queues (see the module docs).
+    pause: Pause,
+}
+
+/// The reset hand-off between queue 0's worker and the other queues' workers.
+#[derive(Debug)]
+struct Pause {
+    /// The hand-off's round (the first is 1) times two, plus one while queue 0's worker asks
+    /// the other queues to stand aside; written only by that worker. One atomic, so a queue
+    /// that saw a round asked can never later see an older state.
+    state: AtomicU64,
+    /// Per queue: the last round it stood aside in, or [`GONE`] (queue 0's entry is unused).
+    acks: Box<[AtomicU64]>,
+}
+
+/// A queue that no longer exists: it stands aside in every round.
+const GONE: u64 = u64::MAX;
+
+impl Pause {
+    fn new(queues: u16) -> Self {
+        Self {
+            state: AtomicU64::new(0),
+            acks: (0..queues.max(1)).map(|_| AtomicU64::new(0)).collect(),
+        }
+    }
+
+    /// Whether every queue but 0 has stood aside in `round` (or is gone).
+    fn all_aside(&self, round: u64) -> bool {
+        self.acks[1..].iter().all(|a| {
+            let v = a.load(Ordering::Acquire);
+            v == round || v == GONE
+        })
+    }
 }
 
 impl std::fmt::Debug for PortEvents {
@@ -150,27 +189,29 @@ unsafe extern "C" fn on_event(
 }
 
 impl PortEvents {
-    /// Registers the callbacks of started port `port_id` (named `name`; `lsc`: its PMD keeps the
-    /// link status by interrupt), which `reconfigure` sets up again after a reset, and notes
-    /// whether its link is up now.
+    /// Registers the callbacks of started port `port_id` (named `name`, with `queues` queue
+    /// pairs; `lsc`: its PMD keeps the link status by interrupt), which `reconfigure` sets up
+    /// again after a reset, and notes whether its link is up now.
     pub(crate) fn register(
         port_id: u16,
         name: &str,
+        queues: u16,
         lsc: bool,
         reconfigure: Reconfigure,
     ) -> Result<Self, DpdkError> {
         let mut ev = Self {
             port_id,
             name: name.to_string(),
-            counts: Box::default(),
+            counts: Box::new(EventCounts {
+                link: Arc::new(LinkState::new(link_is_up(port_id))),
+                ..EventCounts::default()
+            }),
             reconfigure,
             lsc,
             idle_polls: AtomicU64::new(0),
             registered: [false; 2],
+            pause: Pause::new(queues),
         };
-        ev.counts
-            .link_up
-            .store(link_is_up(port_id), Ordering::Relaxed);
         let arg = ev.arg();
         for (i, &e) in EVENTS.iter().enumerate() {
             // SAFETY: a valid port; `on_event` matches `rte_eth_dev_cb_fn`; `arg` points at the
@@ -233,38 +274,48 @@ impl PortEvents {
         }
     }
 
-    /// Resets the port and sets it up again (one recovery covers every reset raised so far).
+    /// Resets the port and sets it up again (one recovery covers every reset raised so far);
+    /// with several queues, first asks the others to stand aside and returns until they all
+    /// have (see the module docs).
     #[cold]
     #[inline(never)]
     fn recover(&self, raised: u64, pools: &[QueuePools]) {
+        let p = &self.pause;
+        // Only this thread writes the state.
+        let state = p.state.load(Ordering::Relaxed);
+        if pools.len() > 1 {
+            if state & 1 == 0 {
+                p.state.store(state + 3, Ordering::Release);
+                return;
+            }
+            if !p.all_aside(state >> 1) {
+                return;
+            }
+        }
         self.counts.resets_handled.store(raised, Ordering::Relaxed);
         let c = &self.counts;
-        if pools.len() > 1 {
-            c.reset_failures.fetch_add(1, Ordering::Relaxed);
-            eprintln!(
-                "error: port {}: the device reset; a port with {} queues is not set up again \
-                 while other workers use it: its traffic stops (restart the run)",
-                self.name,
-                pools.len()
-            );
-            return;
-        }
-        let _g = control_lock();
-        // SAFETY: a valid port, polled only by this thread (one queue pair); stop and reset
-        // release the mbufs in its rings to their pools, which stay alive (`pools`).
-        let rc = unsafe {
-            sys::rte_eth_dev_stop(self.port_id);
-            sys::rte_eth_dev_reset(self.port_id)
+        let result = {
+            let _g = control_lock();
+            // SAFETY: a valid port; no thread is inside a burst on it: queue 0 is polled by this
+            // thread, every other queue has stood aside (or there is none). Stop and reset
+            // release the mbufs in its rings to their pools, which stay alive (`pools`).
+            let rc = unsafe {
+                sys::rte_eth_dev_stop(self.port_id);
+                sys::rte_eth_dev_reset(self.port_id)
+            };
+            if rc != 0 && rc != -libc::ENOTSUP {
+                Err(DpdkError::Port(format!(
+                    "rte_eth_dev_reset({}): {}",
+                    self.name,
+                    strerror(-rc)
+                )))
+            } else {
+                (self.reconfigure)(pools)
+            }
         };
-        let result = if rc != 0 && rc != -libc::ENOTSUP {
-            Err(DpdkError::Port(format!(
-                "rte_eth_dev_reset({}): {}",
-                self.name,
-                strerror(-rc)
-            )))
-        } else {
-            (self.reconfigure)(pools)
-        };
+        // The other queues go on: with the port set up again, or, if that failed, on a port
+        // that delivers and takes nothing (their bursts then find it stopped, which is safe).
+        p.state.store(state & !1, Ordering::Release);
         match result {
             Ok(()) => {
                 c.resets.fetch_add(1, Ordering::Relaxed);
@@ -280,17 +331,63 @@ impl PortEvents {
         }
     }
 
+    /// Whether queue `queue` must stand aside for a reset of the port now (the check at the
+    /// start of each of its bursts; see the module docs): false, after one atomic load, unless
+    /// queue 0's worker asked. Queue 0 never stands aside (its worker does the reset).
+    #[inline(always)]
+    pub(crate) fn paused(&self, queue: u16) -> bool {
+        self.pause.state.load(Ordering::Acquire) & 1 != 0 && queue != 0 && self.stand_aside(queue)
+    }
+
+    /// [`PortEvents::paused`] when a hand-off is asked: `queue` stands aside in the round asked
+    /// (it is outside any burst now, and its last burst happens before the reset), then says
+    /// whether a round is still asked. Once it has stood aside it goes on only after seeing the
+    /// round over, a state written after the port was set up again.
+    #[cold]
+    #[inline(never)]
+    fn stand_aside(&self, queue: u16) -> bool {
+        let p = &self.pause;
+        let asked = p.state.load(Ordering::Acquire);
+        if asked & 1 == 0 {
+            return false;
+        }
+        if let Some(a) = p.acks.get(usize::from(queue)) {
+            a.store(asked >> 1, Ordering::Release);
+        }
+        p.state.load(Ordering::Acquire) & 1 != 0
+    }
+
+    /// The port's link as last reported (for the operator's surfaces).
+    pub(crate) fn link_state(&self) -> Arc<LinkState> {
+        self.counts.link.clone()
+    }
+
+    /// Counts `n` frames a queue standing aside for a reset dropped.
+    #[cold]
+    pub(crate) fn reset_tx_dropped(&self, n: u64) {
+        self.counts.reset_tx_drops.fetch_add(n, Ordering::Relaxed);
+    }
+
+    /// Queue `queue` is gone (its handle dropped): it stands aside in every later hand-off, so
+    /// a reset does not wait for it.
+    pub(crate) fn leave(&self, queue: u16) {
+        if let Some(a) = self.pause.acks.get(usize::from(queue)) {
+            a.store(GONE, Ordering::Release);
+        }
+    }
+
     /// The counters, named as the port's extended statistics.
-    pub(crate) fn xstats(&self) -> [(&'static str, u64); 6] {
+    pub(crate) fn xstats(&self) -> [(&'static str, u64); 7] {
         let c = &self.counts;
         let get = |a: &AtomicU64| a.load(Ordering::Relaxed);
         [
-            ("link_up", u64::from(c.link_up.load(Ordering::Relaxed))),
-            ("link_down_events", get(&c.link_down)),
-            ("link_up_events", get(&c.link_up_events)),
+            ("link_up", u64::from(c.link.is_up())),
+            ("link_down_events", c.link.down_events()),
+            ("link_up_events", c.link.up_events()),
             ("reset_events", get(&c.reset_events)),
             ("device_resets", get(&c.resets)),
             ("reset_failures", get(&c.reset_failures)),
+            ("reset_tx_drops", get(&c.reset_tx_drops)),
         ]
     }
 
@@ -313,7 +410,7 @@ mod tests {
     use super::*;
     use crate::burst::Burst;
     use crate::driver::dpdk::{DpdkPort, DpdkPortConfig, test_eal};
-    use crate::port::Port;
+    use crate::port::{Port, Queue};
     use crate::verdict::DropCounts;
 
     fn xstat(port: &DpdkPort, name: &str) -> u64 {
@@ -367,6 +464,159 @@ mod tests {
         q.free_burst(&mut burst);
         assert_eq!(q.rx_burst(&mut burst), 0);
         assert_eq!(xstat(&port, "device_resets"), 1, "one reset, one recovery");
+    }
+
+    /// A `net_ring` port with `queues` queue pairs (each loops its Tx back to its own Rx).
+    fn ring_port(tag: &str, queues: u16) -> DpdkPort {
+        DpdkPort::open(&DpdkPortConfig {
+            devargs: format!("net_ring_{tag}{}", std::process::id() % 10_000),
+            rx_desc: 64,
+            tx_desc: 64,
+            queues,
+            ..DpdkPortConfig::default()
+        })
+        .expect("net_ring port")
+    }
+
+    /// Sends `n` frames on `q` and polls until they come back (`net_ring` loops them);
+    /// returns how many did.
+    fn round_trip(q: &mut Box<dyn Queue>, n: usize) -> usize {
+        let mut burst = Burst::with_capacity(32);
+        let frame = [0x5au8; 60];
+        for _ in 0..n {
+            assert!(q.push_frame(&mut burst, &frame));
+        }
+        let mut drops = DropCounts::default();
+        let sent = q.tx_burst(&mut burst, &mut drops);
+        q.free_burst(&mut burst);
+        let mut got = 0;
+        for _ in 0..100 {
+            got += q.rx_burst(&mut burst);
+            q.free_burst(&mut burst);
+            if got >= sent {
+                break;
+            }
+        }
+        got
+    }
+
+    /// A reset of a port with two queue pairs, its queues polled in turn on one thread: queue
+    /// 0's worker asks queue 1 to stand aside and waits (polls, never blocks) until it has;
+    /// queue 1 sends nothing meanwhile (its frames are counted drops); then the port is reset
+    /// once and both queues carry frames again.
+    #[test]
+    fn a_reset_of_a_multi_queue_port_waits_for_every_queue() {
+        test_eal();
+        let mut port = ring_port("mq", 2);
+        let mut qs = port.take_queues();
+        let mut q1 = qs.pop().expect("queue 1");
+        let mut q0 = qs.pop().expect("queue 0");
+        assert_eq!(round_trip(&mut q1, 4), 4, "queue 1 carries frames");
+        let mut burst = Burst::with_capacity(32);
+        port.shared()
+            .events
+            .raise(sys::rte_eth_event_type_RTE_ETH_EVENT_INTR_RESET);
+        assert_eq!(q0.rx_burst(&mut burst), 0);
+        assert_eq!(q0.rx_burst(&mut burst), 0);
+        assert_eq!(
+            xstat(&port, "device_resets"),
+            0,
+            "not while queue 1 may be in a burst"
+        );
+        assert_eq!(round_trip(&mut q1, 4), 0, "queue 1 stands aside");
+        assert_eq!(xstat(&port, "reset_tx_drops"), 4);
+        assert_eq!(q1.stats().tx_full, 4);
+        assert_eq!(q0.rx_burst(&mut burst), 0);
+        assert_eq!(
+            xstat(&port, "device_resets"),
+            1,
+            "reset once queue 1 stood aside"
+        );
+        assert_eq!(xstat(&port, "reset_failures"), 0);
+        assert_eq!(
+            round_trip(&mut q1, 4),
+            4,
+            "queue 1 carries frames after the reset"
+        );
+        assert_eq!(round_trip(&mut q0, 4), 4, "queue 0 too");
+        assert_eq!(xstat(&port, "device_resets"), 1, "one reset, one recovery");
+    }
+
+    /// The same with queue 1 on its own thread, sending and receiving all the time: the reset
+    /// happens between its bursts (a reset under a burst would tear the rings down under it),
+    /// and its traffic resumes afterwards.
+    #[test]
+    fn a_reset_hands_off_between_workers() {
+        use std::sync::Arc;
+        use std::sync::atomic::AtomicBool;
+        test_eal();
+        let mut port = ring_port("mt", 2);
+        let mut qs = port.take_queues();
+        let mut q1 = qs.pop().expect("queue 1");
+        let mut q0 = qs.pop().expect("queue 0");
+        let done = Arc::new(AtomicBool::new(false));
+        let back = Arc::new(AtomicU64::new(0));
+        let worker = {
+            let (done, back) = (done.clone(), back.clone());
+            std::thread::spawn(move || {
+                while !done.load(Ordering::Relaxed) {
+                    let n = round_trip(&mut q1, 8);
+                    back.fetch_add(n as u64, Ordering::Relaxed);
+                }
+            })
+        };
+        let wait = |what: &mut dyn FnMut() -> bool| {
+            for _ in 0..10_000 {
+                if what() {
+                    return true;
+                }
+                std::thread::sleep(std::time::Duration::from_millis(1));
+            }
+            false
+        };
+        assert!(
+            wait(&mut || back.load(Ordering::Relaxed) > 0),
+            "queue 1 runs"
+        );
+        port.shared()
+            .events
+            .raise(sys::rte_eth_event_type_RTE_ETH_EVENT_INTR_RESET);
+        let mut burst = Burst::with_capacity(32);
+        assert!(
+            wait(&mut || {
+                q0.rx_burst(&mut burst);
+                q0.free_burst(&mut burst);
+                xstat(&port, "device_resets") == 1
+            }),
+            "the reset is done once queue 1 stood aside"
+        );
+        let after = back.load(Ordering::Relaxed);
+        assert!(
+            wait(&mut || back.load(Ordering::Relaxed) > after + 64),
+            "queue 1 carries frames after the reset"
+        );
+        done.store(true, Ordering::Relaxed);
+        worker.join().expect("queue 1's worker");
+        assert_eq!(xstat(&port, "reset_failures"), 0);
+        assert_eq!(round_trip(&mut q0, 4), 4, "queue 0 carries frames");
+    }
+
+    /// A queue whose handle is gone does not hold a reset up.
+    #[test]
+    fn a_gone_queue_does_not_hold_a_reset() {
+        test_eal();
+        let mut port = ring_port("gone", 3);
+        let mut qs = port.take_queues();
+        qs.truncate(1);
+        let mut q0 = qs.pop().expect("queue 0");
+        port.shared()
+            .events
+            .raise(sys::rte_eth_event_type_RTE_ETH_EVENT_INTR_RESET);
+        let mut burst = Burst::with_capacity(32);
+        assert_eq!(q0.rx_burst(&mut burst), 0, "asks");
+        assert_eq!(q0.rx_burst(&mut burst), 0, "finds every other queue gone");
+        assert_eq!(xstat(&port, "device_resets"), 1);
+        assert_eq!(round_trip(&mut q0, 4), 4);
     }
 
     /// Link down and up on a `net_tap` port, done from the kernel side with `ip link` (needs

@@ -247,6 +247,7 @@ impl DpdkPort {
         let events = PortEvents::register(
             port_id,
             name,
+            q,
             events::lsc_capable(info),
             reconfigure(cfg, port_id, name, &plan),
         )?;
@@ -412,6 +413,12 @@ impl PortStatsHandle {
     /// Counters of every mempool of the port.
     pub fn pool_stats(&self) -> Vec<MempoolStats> {
         pool_stats(&self.shared)
+    }
+
+    /// The port's link as last reported, readable from any thread while the run goes on (the
+    /// health check and the metrics endpoint).
+    pub fn link_state(&self) -> Arc<crate::port::LinkState> {
+        self.shared.events.link_state()
     }
 
     /// Port name.

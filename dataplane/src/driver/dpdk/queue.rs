@@ -596,6 +596,10 @@ impl Queue for DpdkQueue {
         if self.stop.is_stopped() || self.stats.rx_packets >= self.rx_limit {
             return 0;
         }
+        // Another queue's worker is resetting the port (`events.rs`): stand aside.
+        if self.shared.events.paused(self.queue) {
+            return 0;
+        }
         if !burst.adopt(&self.owner) {
             return 0;
         }
@@ -654,6 +658,14 @@ impl Queue for DpdkQueue {
             self.stats.tx_foreign += k as u64;
             drops.add(DropReason::TX_INVALID, k as u64);
             pkts.clear();
+            return 0;
+        }
+        if self.shared.events.paused(self.queue) {
+            // The port is being reset (`events.rs`): nothing can be sent until it is back.
+            self.free_burst(pkts);
+            self.stats.tx_full += k as u64;
+            drops.add(DropReason::TX_FULL, k as u64);
+            self.shared.events.reset_tx_dropped(k as u64);
             return 0;
         }
         if pkts.reshaped() {
@@ -818,6 +830,8 @@ fn port_xstats(port: u16, name: &str) -> Vec<(String, u64)> {
 impl Drop for DpdkQueue {
     fn drop(&mut self) {
         self.flush_free();
+        // A port reset no longer waits for this queue to stand aside.
+        self.shared.events.leave(self.queue);
     }
 }
 

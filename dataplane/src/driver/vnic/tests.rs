@@ -1116,3 +1116,83 @@ fn link_down_needs_pulled_frames() {
     let e = VnicPort::new("t", 0, cfg, link).err().expect("refused");
     assert!(e.to_string().contains("link_down_every"), "{e}");
 }
+
+/// io-fwd until idle after a first burst was posted by hand; returns the stats and the frames
+/// delivered.
+fn finish(q: &mut VnicQueue, sink: &CollectSink) -> (crate::port::QueueStats, u64) {
+    let mut burst = Burst::with_capacity(32);
+    let mut drops = DropCounts::default();
+    for _ in 0..64 {
+        q.rx_burst(&mut burst);
+        q.tx_burst(&mut burst, &mut drops);
+        q.flush();
+        if q.idle() {
+            break;
+        }
+    }
+    (q.stats(), sink.frames.lock().unwrap().len() as u64)
+}
+
+/// The `vnic_desc` fuzz input that lost a frame without a counter: host mode, four 38 B frames,
+/// the header ring's next Rx descriptor rewritten (byte count 0x2600_0000, key 0, address 0)
+/// and the last Tx WQE's control segment overwritten so that it reads as a NOP (opcode 0, one
+/// segment). The NIC completed the NOP and sent nothing, so the packet posted there vanished;
+/// it is now refused with an error completion, a descriptor error.
+#[test]
+fn a_send_corrupted_into_a_nop_is_a_descriptor_error() {
+    let frames: Vec<Vec<u8>> = (0..4u8)
+        .map(|i| (0..38u8).map(|j| j.wrapping_add(i)).collect())
+        .collect();
+    let cfg = VnicConfig {
+        mode: DatapathMode::Host,
+        rx_ring: 16,
+        tx_ring: 64,
+        cache_size: 8,
+        ..VnicConfig::default()
+    };
+    let (mut p, sink) = port(cfg, frames);
+    let mut q = p.take_vnic_queues().pop().unwrap();
+    let mut rx = [0u8; SEG];
+    rx[0] = 0x26;
+    assert!(q.corrupt_next_rx_wqe(RxRingId::Header, |w| *w = rx));
+    let mut burst = Burst::with_capacity(32);
+    assert_eq!(
+        q.rx_burst(&mut burst),
+        3,
+        "the corrupt Rx descriptor refused one"
+    );
+    assert_eq!(q.tx_post(&mut burst, &mut DropCounts::default()), 3);
+    let nop = [0, 0x0c, 0x1a, 0, 0, 0, 0, 1, 0, 0, 0, 0, 0, 0, 0, 0];
+    assert!(q.corrupt_last_tx_seg(0, |w| *w = nop));
+    q.tx_doorbell();
+    let (s, delivered) = finish(&mut q, &sink);
+    drop(q);
+    assert_eq!(delivered, 2, "{s:?}");
+    assert_eq!(s.desc_errors, 2, "one Rx, one Tx: {s:?}");
+    assert_eq!(p.pools()[0].header.stats().in_use, 0);
+}
+
+/// A WQE the NIC cannot parse in the middle of the ring: it cannot tell where the next WQE
+/// starts, so it flushes every WQE posted behind it; each packet flushed is a descriptor error,
+/// not only the WQE that failed.
+#[test]
+fn a_flush_counts_every_frame_it_loses() {
+    for mode in DatapathMode::ALL {
+        let (p, mut q, sink) = one_frame_queue(mode);
+        let mut burst = Burst::with_capacity(2);
+        assert_eq!(q.rx_burst(&mut burst), 2);
+        assert_eq!(q.tx_post(&mut burst, &mut DropCounts::default()), 2);
+        assert!(q.corrupt_last_tx_seg(0, |w| w[3] = 0x7f));
+        assert_eq!(q.rx_burst(&mut burst), 2);
+        assert_eq!(q.tx_post(&mut burst, &mut DropCounts::default()), 2);
+        q.tx_doorbell();
+        let (s, delivered) = finish(&mut q, &sink);
+        drop(q);
+        assert_eq!(delivered, 1, "{mode}: {s:?}");
+        assert_eq!(
+            s.desc_errors, 3,
+            "{mode}: the failed WQE and the two behind it: {s:?}"
+        );
+        assert_eq!(p.pools()[0].header.stats().in_use, 0, "{mode}");
+    }
+}

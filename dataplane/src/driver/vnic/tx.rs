@@ -46,7 +46,8 @@ const NO_PKT: u32 = u32::MAX;
 pub(crate) struct TxOutcome {
     /// Frames put on the wire.
     pub frames: u64,
-    /// WQEs completed in error.
+    /// Descriptor errors: one per WQE completed in error, or per packet a failed WQE lost when
+    /// that is more (see [`TxRing::nic_wqe`]).
     pub errors: u64,
 }
 
@@ -562,14 +563,14 @@ impl TxRing {
             }
             // The WQE at `ci` is not common (or the common path did not accept it): the general
             // parse.
-            let (consumed, len, failed) =
+            let (consumed, len, errors) =
                 self.nic_wqe::<TIMED>(ci, table, pd, l, &mut out[off..], m, ready);
             if let Some(len) = len {
                 lens[k] = len as u32;
                 k += 1;
                 off += batch_step(len);
             }
-            res.errors += u64::from(failed);
+            res.errors += errors;
             ci = ci.wrapping_add(consumed);
         }
         self.nic_ci = ci;
@@ -582,8 +583,9 @@ impl TxRing {
 
     /// The NIC processes the WQE at `at` (the general parse: any opcode and segment count,
     /// every error case), gathering a frame into `stage` (at least [`MAX_WIRE_FRAME`] bytes).
-    /// Returns the WQEBBs consumed, the frame's length if one was gathered, and whether the WQE
-    /// completed in error.
+    /// Returns the WQEBBs consumed, the frame's length if one was gathered, and the descriptor
+    /// errors: none when the WQE completed well, else one per packet whose frame it lost (a
+    /// flush of the WQEs behind it loses theirs too), at least one.
     #[allow(clippy::too_many_arguments)]
     #[inline(never)]
     fn nic_wqe<const TIMED: bool>(
@@ -595,7 +597,7 @@ impl TxRing {
         stage: &mut [u8],
         m: &mut NicModel,
         ready: Ps,
-    ) -> (u32, Option<usize>, bool) {
+    ) -> (u32, Option<usize>, u64) {
         let size = (self.mask + 1) as usize;
         let avail = self.pi.wrapping_sub(at);
         let slot = (at & self.mask) as usize;
@@ -636,8 +638,14 @@ impl TxRing {
                     }
                 }
                 (r.map(|_| ()), nbb)
-            } else if ctrl.opcode == OPCODE_NOP && ds == 1 {
+            } else if ctrl.opcode == OPCODE_NOP && ds == 1 && !self.holds_packet(at) {
                 (Ok(()), 1)
+            } else if ctrl.opcode == OPCODE_NOP && ds == 1 {
+                // A NOP where the driver posted a send (its bytes corrupted): hardware would
+                // complete it and send nothing; the model, which knows the slot holds a packet,
+                // refuses it so the frame is counted, as it refuses data segments outside the
+                // packet's buffers.
+                (Err(syndrome::LOCAL_QP_OPERATION), 1)
             } else {
                 // The NIC cannot tell where the next WQE starts: flush everything posted in
                 // error, as a send queue in error state does.
@@ -649,7 +657,33 @@ impl TxRing {
         if TIMED {
             m.tx_done(done, consumed);
         }
-        (consumed, frame, result.is_err())
+        // One error per packet whose frame the failed WQE or the flush took (mlx5 writes a flush
+        // error completion for each WQE behind a failed one), at least one for the WQE itself.
+        let errors = if result.is_err() {
+            self.packets_posted(at, consumed).max(1)
+        } else {
+            0
+        };
+        (consumed, frame, errors)
+    }
+
+    /// Whether the driver posted a packet with the WQE starting at `at`.
+    fn holds_packet(&self, at: u32) -> bool {
+        let s = self.slots[(at & self.mask) as usize];
+        s.at == at && s.hdr != NO_PKT
+    }
+
+    /// Packets posted with the WQEs that start in the `n` WQEBBs from `at`.
+    #[cold]
+    fn packets_posted(&self, at: u32, n: u32) -> u64 {
+        let (mut pos, mut packets) = (at, 0);
+        while pos.wrapping_sub(at) < n {
+            let s = self.slots[(pos & self.mask) as usize];
+            let start = s.at == pos;
+            packets += u64::from(start && s.hdr != NO_PKT);
+            pos = pos.wrapping_add(if start { u32::from(s.nbb.max(1)) } else { 1 });
+        }
+        packets
     }
 
     /// NIC side: the DMA read of the WQE at the NIC's position, or of the frame it points at,
