@@ -1196,3 +1196,27 @@ fn a_flush_counts_every_frame_it_loses() {
         assert_eq!(p.pools()[0].header.stats().in_use, 0, "{mode}");
     }
 }
+
+/// A send whose control segment lost its data segment (two segments: control and Ethernet, no
+/// inline bytes): nothing to send, so an error completion and a counted descriptor error, not a
+/// 0-byte frame on the wire and a packet gone without a counter.
+#[test]
+fn a_send_with_nothing_to_send_is_a_descriptor_error() {
+    let (p, mut q, sink) = one_frame_queue(DatapathMode::Host);
+    let mut burst = Burst::with_capacity(2);
+    assert_eq!(q.rx_burst(&mut burst), 2);
+    assert_eq!(q.tx_post(&mut burst, &mut DropCounts::default()), 2);
+    assert!(q.corrupt_last_tx_seg(0, |w| w[7] = 2));
+    assert_eq!(q.rx_burst(&mut burst), 2);
+    assert_eq!(q.tx_post(&mut burst, &mut DropCounts::default()), 2);
+    q.tx_doorbell();
+    let (s, delivered) = finish(&mut q, &sink);
+    drop(q);
+    assert_eq!(delivered, 3, "{s:?}");
+    assert!(
+        sink.frames.lock().unwrap().iter().all(|f| !f.is_empty()),
+        "no empty frame on the wire"
+    );
+    assert_eq!(s.desc_errors, 1, "the send with nothing to send: {s:?}");
+    assert_eq!(p.pools()[0].header.stats().in_use, 0);
+}

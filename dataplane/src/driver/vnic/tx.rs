@@ -1371,6 +1371,8 @@ unsafe fn gather_common(
     };
     // SAFETY (both calls): segments `data_at` and `data_at + 1` are below `ds`.
     match ds - data_at {
+        // Nothing to send: the general parse refuses it (see `gather`).
+        0 if inl == 0 => return None,
         0 => {}
         1 => unsafe { common_seg(w.add(data_at * SEG), s, l, stage, &mut g)? },
         2 => unsafe {
@@ -1533,6 +1535,12 @@ unsafe fn gather<const TIMED: bool>(
             m.tx_host_read(ready, d.byte_count);
         }
         len += n;
+    }
+    if len == 0 {
+        // Neither inline bytes nor a data segment: nothing to send. The driver never posts
+        // such a send, so its bytes were damaged; an error completion (hardware's local length
+        // error), so the packet posted there is counted, never a 0-byte frame on the wire.
+        err = syndrome::LOCAL_LENGTH;
     }
     if err != 0 {
         if !TIMED {
