@@ -565,6 +565,11 @@ struct GoalState {
     expansions: u32,
     hint_upper: Option<f64>,
     hint_lower: Option<f64>,
+    /// The load this goal measured last in this phase: measured again while it is Undecided
+    /// between the bounds, so the controller never leaves a load half-measured behind.
+    pending: Option<f64>,
+    /// Loads below the goal's Upper Bound tried in this phase while it had no Lower Bound.
+    descents: u32,
     done: bool,
 }
 
@@ -796,6 +801,8 @@ pub fn mlr_search(
             expansions: 0,
             hint_upper: None,
             hint_lower: None,
+            pending: None,
+            descents: 0,
             done: false,
         })
         .collect();
@@ -851,11 +858,22 @@ pub fn mlr_search(
                 false
             }
         };
+        // A load is measured until it is decided (at most the target's duration sum of its
+        // trials) before the controller moves on: stepping past an Undecided load left a trail
+        // of half-measured loads, and the next decision came from stale bounds.
+        let pending = st.pending.filter(|&p| {
+            db.classify(p, goal, t.trial_s, t.sum_s) == Class::Undecided
+                && lower.is_none_or(|l| p > l)
+                && upper.is_none_or(|u| p < u)
+        });
         let next = match (upper, lower) {
+            _ if let Some(p) = pending => p,
             (None, Some(l)) if same(l, max) || l >= max => {
                 // Settled at the maximum load: confirm it with the goal's own target.
                 if !finish(st, &db) {
                     st.phase = last_phase;
+                    st.pending = None;
+                    st.descents = 0;
                     st.hint_upper = None;
                     st.hint_lower = Some(l);
                 }
@@ -879,6 +897,8 @@ pub fn mlr_search(
                 if same(u, min) || u <= min {
                     if !finish(st, &db) {
                         st.phase = last_phase;
+                        st.pending = None;
+                        st.descents = 0;
                         st.hint_upper = Some(u);
                         st.hint_lower = None;
                     }
@@ -887,8 +907,15 @@ pub fn mlr_search(
                 let hint = st
                     .hint_lower
                     .filter(|&h| h < u && db.classify(h, goal, t.trial_s, t.sum_s) != Class::Upper);
+                st.descents += 1;
                 match hint {
                     Some(h) => h,
+                    // In the last phase a load below the Upper Bound already failed too: the
+                    // earlier phases' bounds were wrong, so try the minimum load next. If it
+                    // fails, the goal ends there (no Lower Bound) after at most the duration
+                    // sum at that load, instead of a duration sum at each step of a descent;
+                    // if it passes, bisection from it takes as many loads as the descent would.
+                    None if st.phase >= last_phase && st.descents >= 2 => min,
                     None => {
                         let fr = db
                             .last_at(u, t.trial_s)
@@ -907,12 +934,21 @@ pub fn mlr_search(
                 if w <= t.width * (1.0 + 1e-9) {
                     if !finish(st, &db) {
                         st.phase += 1;
+                        st.pending = None;
+                        st.descents = 0;
                         st.hint_upper = Some(u);
                         st.hint_lower = Some(l);
                     }
                     continue 'search;
                 }
-                ((l + u) / 2.0).max(u * (1.0 - t.width))
+                // Bisection; once the bounds are within twice the width, the load that meets
+                // the width if it is a Lower Bound. (Always stepping one width below the upper
+                // bound walked down a wide interval in width-sized steps, a duration sum each.)
+                if w > 2.0 * t.width {
+                    (l + u) / 2.0
+                } else {
+                    u * (1.0 - t.width)
+                }
             }
         };
         if db.records.len() as u32 >= cfg.max_trials {
@@ -920,6 +956,7 @@ pub fn mlr_search(
             break;
         }
         let phase = st.phase;
+        st.pending = Some(next);
         let rec = m.record(&db, next, t.trial_s, gi, phase)?;
         db.records.push(rec);
         let (u, l) = db.bounds(goal, &t);
