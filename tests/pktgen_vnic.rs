@@ -229,6 +229,26 @@ fn cli_rfc2544_json_is_identical_across_runs() {
     }
     let (ok, _, err) = pktgen(&["rfc2544", "--dut", "configs/default.toml", "--tests", "ndr"]);
     assert!(!ok && err.contains("back-to-back"), "{err}");
+    // Real-time priority is for wall-clock trials only, and within SCHED_FIFO's range; both are
+    // refused before any trial runs.
+    let (ok, _, err) = pktgen(&[
+        "rfc2544",
+        "--dut",
+        "configs/io-fwd.toml",
+        "--rt-priority",
+        "50",
+    ]);
+    assert!(!ok && err.contains("--clock wall"), "{err}");
+    let (ok, _, err) = pktgen(&[
+        "rfc2544",
+        "--dut",
+        "configs/io-fwd.toml",
+        "--clock",
+        "wall",
+        "--rt-priority",
+        "100",
+    ]);
+    assert!(!ok && err.contains("allowed 1..=99"), "{err}");
 }
 
 #[test]

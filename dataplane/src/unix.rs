@@ -230,6 +230,19 @@ mod tests {
     use super::*;
     use std::io::{Read, Write};
 
+    /// Priorities outside SCHED_FIFO's range are refused before the kernel is asked, with the
+    /// range named; the calling thread's policy is unchanged.
+    #[test]
+    fn realtime_priority_out_of_range_is_refused() {
+        for p in [0, 100, -1] {
+            let e = set_realtime_fifo(p).unwrap_err();
+            assert_eq!(e.kind(), io::ErrorKind::InvalidInput);
+            assert!(e.to_string().contains("allowed 1..=99"), "{e}");
+        }
+        // SAFETY: sched_getscheduler takes a pid (0: the calling thread) and reads nothing.
+        assert_eq!(unsafe { libc::sched_getscheduler(0) }, libc::SCHED_OTHER);
+    }
+
     /// Messages keep their boundaries, and the peer is this process's user.
     #[test]
     fn seqpacket_messages_and_peer_credentials() {

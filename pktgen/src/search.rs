@@ -32,7 +32,12 @@
 //!     trial up to the Goal Duration Sum), classified by the same Appendix A logic, so
 //!     short-trial answers only guide it and are never reported; the first load after a
 //!     high-loss trial is the forwarding rate seen there (FRMOL, §1.1), then expanding steps,
-//!     then bisection aimed at the width. The first trial of a search is a discarded warm-up
+//!     then bisection aimed at the width. A load is measured until it is decided (at most the
+//!     target's duration sum of trials there) before the controller moves on, and in the last
+//!     phase, once a second load below the Upper Bound has failed with no Lower Bound, the next
+//!     load is the Min Load: a DUT whose minimum load fails (a noisy, shared machine in wall
+//!     time) ends the goal there within one duration sum, irregular, with no Lower Bound and no
+//!     Conditional Throughput, instead of a duration sum at each step down. The first trial of a search is a discarded warm-up
 //!     at the maximum load (as CSIT does), unless the DUT starts every trial fresh
 //!     ([`Dut::keeps_state_between_trials`]).
 //!   - **Measurer** (§4.9.1): the [`Dut`]. A repeatable DUT (a deterministic simulation,
@@ -506,6 +511,12 @@ pub struct MaxLoadLoss {
     pub loss_ratio: f64,
     /// Where the frames were lost.
     pub attribution: LossAttribution,
+    /// The rate the generator achieved, frames/s: below `load_pps` when it could not offer the
+    /// maximum load (a tester on the same cores in wall time), and then the loss ratio is that
+    /// of the load actually offered.
+    pub achieved_pps: f64,
+    /// The generator fell short of the maximum load (see `achieved_pps`).
+    pub generator_limited: bool,
 }
 
 /// The outcome of a search: RFC 9971's Search Result (§4.8.5) and the trials behind it.
@@ -990,6 +1001,8 @@ pub fn mlr_search(
             duration_s: rec.duration_s,
             loss_ratio: rec.result.loss_ratio(),
             attribution: rec.result.attribution.clone(),
+            achieved_pps: rec.result.achieved_pps,
+            generator_limited: rec.result.generator_limited(settings.rate_tolerance),
         })
     } else {
         None

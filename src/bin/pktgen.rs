@@ -580,11 +580,20 @@ fn rfc2544(a: Rfc2544Args) -> Result<(), String> {
                 }
                 if let Some(m) = &r.loss_at_max_load {
                     say(format!(
-                        "{label}: loss at the maximum load ({}, {:.1} % of line, {} s trial): {:.4} %{}",
+                        "{label}: loss at the maximum load ({}, {:.1} % of line, {} s trial): {:.4} %{}{}",
                         mpps(m.load_pps),
                         m.load_pps / line * 100.0,
                         m.duration_s,
                         m.loss_ratio * 100.0,
+                        if m.generator_limited {
+                            format!(
+                                " of the frames sent (the generator offered only {}: \
+                                 generator-limited, so this is the loss at that load)",
+                                mpps(m.achieved_pps)
+                            )
+                        } else {
+                            String::new()
+                        },
                         m.attribution
                             .dominant()
                             .map_or(String::new(), |d| format!(", mostly at {d}")),
