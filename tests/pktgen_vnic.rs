@@ -229,6 +229,26 @@ fn cli_rfc2544_json_is_identical_across_runs() {
     }
     let (ok, _, err) = pktgen(&["rfc2544", "--dut", "configs/default.toml", "--tests", "ndr"]);
     assert!(!ok && err.contains("back-to-back"), "{err}");
+    // Real-time priority is for wall-clock trials only, and within SCHED_FIFO's range; both are
+    // refused before any trial runs.
+    let (ok, _, err) = pktgen(&[
+        "rfc2544",
+        "--dut",
+        "configs/io-fwd.toml",
+        "--rt-priority",
+        "50",
+    ]);
+    assert!(!ok && err.contains("--clock wall"), "{err}");
+    let (ok, _, err) = pktgen(&[
+        "rfc2544",
+        "--dut",
+        "configs/io-fwd.toml",
+        "--clock",
+        "wall",
+        "--rt-priority",
+        "100",
+    ]);
+    assert!(!ok && err.contains("allowed 1..=99"), "{err}");
 }
 
 #[test]
@@ -649,9 +669,18 @@ fn cli_rfc2544_says_when_trials_were_generator_limited() {
     // The text report (stdout without --json).
     let line = out
         .lines()
-        .find(|l| l.contains("generator-limited"))
+        .find(|l| l.contains("generator-limited") && l.contains("of these trials"))
         .unwrap_or_else(|| panic!("no generator-limited line in: {out}"));
     assert!(line.starts_with("64 B: "), "{line}");
+    // The loss at the maximum load is that of the load the generator could offer, and says so.
+    let at_max = out
+        .lines()
+        .find(|l| l.contains("loss at the maximum load"))
+        .unwrap_or_else(|| panic!("no loss at the maximum load in: {out}"));
+    assert!(
+        at_max.contains("offered only 5.0000 Mpps: generator-limited"),
+        "{at_max}"
+    );
     let n: u32 = line["64 B: ".len()..]
         .split_whitespace()
         .next()

@@ -1,7 +1,8 @@
 //! The few Unix calls the run's operation surface needs and `std` does not offer: handlers for
 //! SIGINT and SIGTERM, `SOCK_SEQPACKET` sockets (DPDK's telemetry protocol is spoken over them,
-//! and its client refuses a stream socket), and the credentials of a socket's peer (to refuse
-//! commands that change state to other users).
+//! and its client refuses a stream socket), the credentials of a socket's peer (to refuse
+//! commands that change state to other users), and the real-time scheduling policy a
+//! wall-clock measurement may ask for on a shared machine.
 //!
 //! This is FFI to libc: each call is one small safe function with its `unsafe` block and
 //! `// SAFETY:` comment here, and nowhere else.
@@ -84,6 +85,41 @@ pub fn thread_cpu_time() -> std::time::Duration {
         return std::time::Duration::ZERO;
     }
     std::time::Duration::new(ts.tv_sec as u64, ts.tv_nsec as u32)
+}
+
+/// Puts the calling thread under `SCHED_FIFO` at `priority` (1..=99); threads it starts
+/// afterwards inherit the policy. For wall-clock measurements on a shared machine: a real-time
+/// thread is not preempted by ordinary ones, so a busy neighbour no longer takes the worker's
+/// core away for tens of milliseconds. A spinning real-time thread holds its core until the
+/// kernel's real-time throttling (`/proc/sys/kernel/sched_rt_runtime_us`, by default 0.95 s of
+/// every 1 s) lets other threads run, so callers keep such runs short. Needs root or
+/// `CAP_SYS_NICE` (or an `RLIMIT_RTPRIO` of at least `priority`): the error says so.
+pub fn set_realtime_fifo(priority: i32) -> io::Result<()> {
+    if !(1..=99).contains(&priority) {
+        return Err(io::Error::new(
+            io::ErrorKind::InvalidInput,
+            format!("real-time priority {priority}; allowed 1..=99"),
+        ));
+    }
+    let param = libc::sched_param {
+        sched_priority: priority,
+    };
+    // SAFETY: sched_setscheduler reads one sched_param from `param`, a valid borrow for the
+    // call; pid 0 is the calling thread; the result is checked.
+    let rc = unsafe { libc::sched_setscheduler(0, libc::SCHED_FIFO, &param) };
+    if rc != 0 {
+        let e = io::Error::last_os_error();
+        let hint = if e.raw_os_error() == Some(libc::EPERM) {
+            " (needs root or CAP_SYS_NICE, or `ulimit -r` of at least the priority)"
+        } else {
+            ""
+        };
+        return Err(io::Error::new(
+            e.kind(),
+            format!("sched_setscheduler(SCHED_FIFO, priority {priority}): {e}{hint}"),
+        ));
+    }
+    Ok(())
 }
 
 /// The process's effective user id.
@@ -193,6 +229,19 @@ pub fn peer_uid(s: &UnixStream) -> io::Result<u32> {
 mod tests {
     use super::*;
     use std::io::{Read, Write};
+
+    /// Priorities outside SCHED_FIFO's range are refused before the kernel is asked, with the
+    /// range named; the calling thread's policy is unchanged.
+    #[test]
+    fn realtime_priority_out_of_range_is_refused() {
+        for p in [0, 100, -1] {
+            let e = set_realtime_fifo(p).unwrap_err();
+            assert_eq!(e.kind(), io::ErrorKind::InvalidInput);
+            assert!(e.to_string().contains("allowed 1..=99"), "{e}");
+        }
+        // SAFETY: sched_getscheduler takes a pid (0: the calling thread) and reads nothing.
+        assert_eq!(unsafe { libc::sched_getscheduler(0) }, libc::SCHED_OTHER);
+    }
 
     /// Messages keep their boundaries, and the peer is this process's user.
     #[test]

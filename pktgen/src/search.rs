@@ -32,7 +32,12 @@
 //!     trial up to the Goal Duration Sum), classified by the same Appendix A logic, so
 //!     short-trial answers only guide it and are never reported; the first load after a
 //!     high-loss trial is the forwarding rate seen there (FRMOL, §1.1), then expanding steps,
-//!     then bisection aimed at the width. The first trial of a search is a discarded warm-up
+//!     then bisection aimed at the width. A load is measured until it is decided (at most the
+//!     target's duration sum of trials there) before the controller moves on, and in the last
+//!     phase, once a second load below the Upper Bound has failed with no Lower Bound, the next
+//!     load is the Min Load: a DUT whose minimum load fails (a noisy, shared machine in wall
+//!     time) ends the goal there within one duration sum, irregular, with no Lower Bound and no
+//!     Conditional Throughput, instead of a duration sum at each step down. The first trial of a search is a discarded warm-up
 //!     at the maximum load (as CSIT does), unless the DUT starts every trial fresh
 //!     ([`Dut::keeps_state_between_trials`]).
 //!   - **Measurer** (§4.9.1): the [`Dut`]. A repeatable DUT (a deterministic simulation,
@@ -506,6 +511,12 @@ pub struct MaxLoadLoss {
     pub loss_ratio: f64,
     /// Where the frames were lost.
     pub attribution: LossAttribution,
+    /// The rate the generator achieved, frames/s: below `load_pps` when it could not offer the
+    /// maximum load (a tester on the same cores in wall time), and then the loss ratio is that
+    /// of the load actually offered.
+    pub achieved_pps: f64,
+    /// The generator fell short of the maximum load (see `achieved_pps`).
+    pub generator_limited: bool,
 }
 
 /// The outcome of a search: RFC 9971's Search Result (§4.8.5) and the trials behind it.
@@ -565,6 +576,11 @@ struct GoalState {
     expansions: u32,
     hint_upper: Option<f64>,
     hint_lower: Option<f64>,
+    /// The load this goal measured last in this phase: measured again while it is Undecided
+    /// between the bounds, so the controller never leaves a load half-measured behind.
+    pending: Option<f64>,
+    /// Loads below the goal's Upper Bound tried in this phase while it had no Lower Bound.
+    descents: u32,
     done: bool,
 }
 
@@ -796,6 +812,8 @@ pub fn mlr_search(
             expansions: 0,
             hint_upper: None,
             hint_lower: None,
+            pending: None,
+            descents: 0,
             done: false,
         })
         .collect();
@@ -851,11 +869,22 @@ pub fn mlr_search(
                 false
             }
         };
+        // A load is measured until it is decided (at most the target's duration sum of its
+        // trials) before the controller moves on: stepping past an Undecided load left a trail
+        // of half-measured loads, and the next decision came from stale bounds.
+        let pending = st.pending.filter(|&p| {
+            db.classify(p, goal, t.trial_s, t.sum_s) == Class::Undecided
+                && lower.is_none_or(|l| p > l)
+                && upper.is_none_or(|u| p < u)
+        });
         let next = match (upper, lower) {
+            _ if let Some(p) = pending => p,
             (None, Some(l)) if same(l, max) || l >= max => {
                 // Settled at the maximum load: confirm it with the goal's own target.
                 if !finish(st, &db) {
                     st.phase = last_phase;
+                    st.pending = None;
+                    st.descents = 0;
                     st.hint_upper = None;
                     st.hint_lower = Some(l);
                 }
@@ -879,6 +908,8 @@ pub fn mlr_search(
                 if same(u, min) || u <= min {
                     if !finish(st, &db) {
                         st.phase = last_phase;
+                        st.pending = None;
+                        st.descents = 0;
                         st.hint_upper = Some(u);
                         st.hint_lower = None;
                     }
@@ -887,8 +918,15 @@ pub fn mlr_search(
                 let hint = st
                     .hint_lower
                     .filter(|&h| h < u && db.classify(h, goal, t.trial_s, t.sum_s) != Class::Upper);
+                st.descents += 1;
                 match hint {
                     Some(h) => h,
+                    // In the last phase a load below the Upper Bound already failed too: the
+                    // earlier phases' bounds were wrong, so try the minimum load next. If it
+                    // fails, the goal ends there (no Lower Bound) after at most the duration
+                    // sum at that load, instead of a duration sum at each step of a descent;
+                    // if it passes, bisection from it takes as many loads as the descent would.
+                    None if st.phase >= last_phase && st.descents >= 2 => min,
                     None => {
                         let fr = db
                             .last_at(u, t.trial_s)
@@ -907,12 +945,21 @@ pub fn mlr_search(
                 if w <= t.width * (1.0 + 1e-9) {
                     if !finish(st, &db) {
                         st.phase += 1;
+                        st.pending = None;
+                        st.descents = 0;
                         st.hint_upper = Some(u);
                         st.hint_lower = Some(l);
                     }
                     continue 'search;
                 }
-                ((l + u) / 2.0).max(u * (1.0 - t.width))
+                // Bisection; once the bounds are within twice the width, the load that meets
+                // the width if it is a Lower Bound. (Always stepping one width below the upper
+                // bound walked down a wide interval in width-sized steps, a duration sum each.)
+                if w > 2.0 * t.width {
+                    (l + u) / 2.0
+                } else {
+                    u * (1.0 - t.width)
+                }
             }
         };
         if db.records.len() as u32 >= cfg.max_trials {
@@ -920,6 +967,7 @@ pub fn mlr_search(
             break;
         }
         let phase = st.phase;
+        st.pending = Some(next);
         let rec = m.record(&db, next, t.trial_s, gi, phase)?;
         db.records.push(rec);
         let (u, l) = db.bounds(goal, &t);
@@ -953,6 +1001,8 @@ pub fn mlr_search(
             duration_s: rec.duration_s,
             loss_ratio: rec.result.loss_ratio(),
             attribution: rec.result.attribution.clone(),
+            achieved_pps: rec.result.achieved_pps,
+            generator_limited: rec.result.generator_limited(settings.rate_tolerance),
         })
     } else {
         None

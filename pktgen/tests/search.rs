@@ -236,6 +236,117 @@ fn exceed_ratio_absorbs_noisy_trials_that_fool_a_strict_search() {
     );
 }
 
+/// A search with CSIT's goals (1 s trials, 21 s duration sum, exceed ratio 50 %) against a DUT
+/// that loses a few frames in a share `noise_prob` of its trials at every load, as a worker
+/// thread descheduled on a shared machine does: a 10 Mb/s link, so a trial is 14 880 frames.
+fn noisy_csit_search(noise_prob: f64, seed: u64) -> pktgen::search::SearchResult {
+    let mut dut = SimDut::new(SimDutConfig {
+        line_bps: 1e7,
+        capacity_pps: Some(1e4),
+        noise_prob,
+        noise_frames: 3,
+        seed,
+        ..Default::default()
+    });
+    let cfg = SearchConfig {
+        goals: Preset::Csit.goals(),
+        ..Default::default()
+    };
+    mlr_search(&mut dut, &settings(), &cfg, &mut |_| {}).unwrap()
+}
+
+/// The distinct loads goal `gi` measured in its last phase, and how many trials that phase ran.
+fn last_phase_loads(r: &pktgen::search::SearchResult, gi: usize) -> (Vec<f64>, usize) {
+    let last = r
+        .trials
+        .iter()
+        .filter(|t| t.goal == gi)
+        .map(|t| t.phase)
+        .max();
+    let mut loads: Vec<f64> = Vec::new();
+    let mut n = 0;
+    for t in r
+        .trials
+        .iter()
+        .filter(|t| t.goal == gi && Some(t.phase) == last)
+    {
+        n += 1;
+        if !loads.contains(&t.load_pps) {
+            loads.push(t.load_pps);
+        }
+    }
+    (loads, n)
+}
+
+#[test]
+fn a_coin_flip_dut_never_runs_the_search_out_of_trials() {
+    // 60 % of the trials at any load lose frames: each load takes up to a duration sum (21
+    // trials) to decide, and luck decides it. The controller used to step one width below a
+    // far-off upper bound at a time (a duration sum per 0.5 % step) and to leave Undecided
+    // loads behind; seed 1 ran all 1000 trials of the budget, 89 loads in the last phase.
+    for seed in 1..=6 {
+        let r = noisy_csit_search(0.6, seed);
+        assert!(
+            r.trials.len() < 500,
+            "seed {seed}: {} trials",
+            r.trials.len()
+        );
+        for (gi, g) in r.goals.iter().enumerate() {
+            assert!(
+                !g.irregular.as_deref().unwrap_or("").contains("budget"),
+                "seed {seed}: {g:?}"
+            );
+            // Bisection: about log2(1 / width) loads, plus the descent's three.
+            let (loads, _) = last_phase_loads(&r, gi);
+            assert!(loads.len() <= 14, "seed {seed} goal {gi}: {loads:?}");
+        }
+    }
+}
+
+#[test]
+fn a_failing_minimum_load_ends_the_goal_within_its_duration_sum() {
+    // 70 and 80 % of the trials lose frames at every load, the minimum included: no load has
+    // a Lower Bound. RFC 9971 §4.8.4: the goal's result is irregular (no Relevant Lower Bound,
+    // no Conditional Throughput). The last phase tries the earlier phases' lower bound, one
+    // step below, then the minimum load, which takes at most one duration sum to fail; before,
+    // it walked down to the minimum in doubling steps, a duration sum at each (12 loads).
+    let mut min_failed = 0;
+    for (noise, seed) in (1..=6).flat_map(|s| [(0.7, s), (0.8, s)]) {
+        let r = noisy_csit_search(noise, seed);
+        let g = &r.goals[0];
+        if g.relevant_lower_bound_pps.is_some() {
+            continue;
+        }
+        min_failed += 1;
+        let why = g.irregular.as_deref().unwrap_or("");
+        assert!(why.contains("minimum load failed"), "{noise} {seed}: {g:?}");
+        assert_eq!(g.relevant_upper_bound_pps, Some(r.min_load_pps));
+        assert_eq!(g.conditional_throughput_pps, None);
+        let (loads, n) = last_phase_loads(&r, 0);
+        assert!(loads.len() <= 3, "{noise} {seed}: {loads:?}");
+        assert_eq!(loads.last(), Some(&r.min_load_pps), "{noise} {seed}");
+        let sum = g.goal.duration_sum_s / g.goal.final_trial_duration_s;
+        let at_min = r
+            .trials
+            .iter()
+            .filter(|t| t.goal == 0 && t.load_pps == r.min_load_pps)
+            .filter(|t| t.duration_s >= g.goal.final_trial_duration_s)
+            .count();
+        assert!(
+            at_min as f64 <= sum,
+            "{noise} {seed}: {at_min} trials at the minimum"
+        );
+        assert!(
+            n as f64 <= 3.0 * sum,
+            "{noise} {seed}: {n} trials in the last phase"
+        );
+    }
+    assert!(
+        min_failed >= 10,
+        "{min_failed} of 12 searches found no lower bound"
+    );
+}
+
 #[test]
 fn classic_binary_search_agrees_with_mlrsearch() {
     let mut dut = capacity_dut(SimDutConfig::default());

@@ -177,6 +177,12 @@ struct Rfc2544Args {
     /// Print the results as JSON on stdout (the text report then goes to stderr).
     #[arg(long)]
     json: bool,
+    /// Wall clock only: run the whole test (DUT workers, tester thread) under SCHED_FIFO at this
+    /// priority (1-99; needs root or CAP_SYS_NICE), so ordinary threads of a shared machine no
+    /// longer take the worker's core. Spinning real-time threads hold their cores until the
+    /// kernel's real-time throttling leaves other threads 5 % of the time: keep such runs short.
+    #[arg(long)]
+    rt_priority: Option<i32>,
 }
 
 #[derive(clap::Args)]
@@ -439,6 +445,15 @@ fn rfc2544(a: Rfc2544Args) -> Result<(), String> {
         line_gbps: a.line_gbps,
         clock,
     };
+    if let Some(p) = a.rt_priority {
+        if clock != Some(Clock::Wall) {
+            return Err(format!(
+                "--rt-priority {p}: allowed with --clock wall only (virtual time does not depend \
+                 on how the threads are scheduled)"
+            ));
+        }
+        dataplane::unix::set_realtime_fifo(p).map_err(|e| format!("--rt-priority {p}: {e}"))?;
+    }
     // The final trial duration of the first goal is the trial of the other tests.
     let trial_s = goals[0].final_trial_duration_s;
     let mut out_text: Box<dyn std::io::Write> = if a.json {
@@ -459,6 +474,13 @@ fn rfc2544(a: Rfc2544Args) -> Result<(), String> {
     ));
     for g in &goals {
         say(format!("  goal {}", goal_line(g)));
+    }
+    if let Some(p) = a.rt_priority {
+        say(format!(
+            "  scheduling: SCHED_FIFO priority {p} for every thread of the test (kernel real-time \
+             throttling: {})",
+            rt_throttling()
+        ));
     }
     for mode in &modes {
         let mut sets = a.sets.clone();
@@ -558,11 +580,20 @@ fn rfc2544(a: Rfc2544Args) -> Result<(), String> {
                 }
                 if let Some(m) = &r.loss_at_max_load {
                     say(format!(
-                        "{label}: loss at the maximum load ({}, {:.1} % of line, {} s trial): {:.4} %{}",
+                        "{label}: loss at the maximum load ({}, {:.1} % of line, {} s trial): {:.4} %{}{}",
                         mpps(m.load_pps),
                         m.load_pps / line * 100.0,
                         m.duration_s,
                         m.loss_ratio * 100.0,
+                        if m.generator_limited {
+                            format!(
+                                " of the frames sent (the generator offered only {}: \
+                                 generator-limited, so this is the loss at that load)",
+                                mpps(m.achieved_pps)
+                            )
+                        } else {
+                            String::new()
+                        },
                         m.attribution
                             .dominant()
                             .map_or(String::new(), |d| format!(", mostly at {d}")),
@@ -580,20 +611,38 @@ fn rfc2544(a: Rfc2544Args) -> Result<(), String> {
                         .map_or(String::new(), |w| format!("; no warm-up trial: {w}")),
                 ));
                 if r.generator_limited_trials > 0 {
+                    // With a tester thread a wall-clock trial is generator-limited when the
+                    // tester left the port short of a due frame (src/dut/mod.rs); otherwise by
+                    // the rate that reached the wire.
+                    let tester = r
+                        .trials
+                        .iter()
+                        .any(|t| t.result.dut["wire_thread"]["on"] == true);
+                    let wall = dut.info().clock == "wall";
                     say(format!(
-                        "{label}: {} of these trials reached the wire more than {} % below their \
-                         offered load (generator-limited: the load was not offered, so each \
-                         counts as failed, whatever the DUT lost){}",
+                        "{label}: {} of these trials {} (generator-limited: the load was not \
+                         offered, so each counts as failed, whatever the DUT lost){}",
                         r.generator_limited_trials,
-                        settings.rate_tolerance * 100.0,
-                        if dut.info().clock == "wall" {
-                            "; in wall time the generator runs on this machine's cores beside the DUT (on a \
-                             tester thread of its own, see the DUT's cpu cost line) and falls short \
-                             when they are busy"
+                        if wall && tester {
+                            "had the tester thread leave the port without a frame that was due \
+                             (wire_thread.rx_starved > 0)"
+                                .to_string()
+                        } else {
+                            format!(
+                                "reached the wire more than {} % below their offered load",
+                                settings.rate_tolerance * 100.0
+                            )
+                        },
+                        if wall {
+                            "; in wall time the generator runs on this machine's cores beside the \
+                             DUT and falls short when they are busy"
                         } else {
                             ""
                         },
                     ));
+                }
+                if let Some(line) = worker_absence_line(&r.trials) {
+                    say(format!("{label}: {line}"));
                 }
                 ndr = r.goals[0].relevant_lower_bound_pps;
                 let n_trials = r.trials.len();
@@ -1039,5 +1088,64 @@ fn dpdk_gen(a: DpdkGenArgs) -> Result<(), String> {
         "dpdk-gen {}: this pktgen was built without DPDK; rebuild with \
          `cargo build --release --features dpdk` (needs libdpdk-dev)",
         a.config.display()
+    ))
+}
+
+/// What the kernel's real-time throttling leaves other threads, from
+/// `/proc/sys/kernel/sched_rt_{runtime,period}_us`.
+fn rt_throttling() -> String {
+    let read = |k: &str| {
+        std::fs::read_to_string(format!("/proc/sys/kernel/sched_rt_{k}_us"))
+            .ok()
+            .and_then(|s| s.trim().parse::<i64>().ok())
+    };
+    match (read("runtime"), read("period")) {
+        (Some(r), Some(p)) if r >= 0 && p > 0 => format!(
+            "real-time threads may run {r} us of every {p} us, {:.0} % left to other threads",
+            100.0 * (1.0 - r as f64 / p as f64)
+        ),
+        (Some(-1), _) => "off: real-time threads may hold their cores indefinitely".into(),
+        _ => "unknown (/proc/sys/kernel/sched_rt_runtime_us unreadable)".into(),
+    }
+}
+
+/// Wall clock with a tester thread: how often the worker was away from the port longer than
+/// its Rx ring lasts (`wire_thread.look_gaps`) in the search's trials at its lowest load (at
+/// higher loads the ring lasts less and ordinary scheduling shows); `None` when no trial timed
+/// it.
+fn worker_absence_line(trials: &[pktgen::search::TrialRecord]) -> Option<String> {
+    let lowest = trials
+        .iter()
+        .map(|t| t.load_pps)
+        .fold(f64::INFINITY, f64::min);
+    let timed: Vec<&Value> = trials
+        .iter()
+        .filter(|t| t.load_pps <= lowest)
+        .map(|t| &t.result.dut["wire_thread"])
+        .filter(|w| w["look_gap_limit_ms"].as_f64().is_some_and(|l| l > 0.0))
+        .collect();
+    if timed.is_empty() {
+        return None;
+    }
+    let gaps: u64 = timed.iter().filter_map(|w| w["look_gaps"].as_u64()).sum();
+    let with = timed
+        .iter()
+        .filter(|w| w["look_gaps"].as_u64().unwrap_or(0) > 0)
+        .count();
+    let longest = timed
+        .iter()
+        .filter_map(|w| w["look_gap_max_ms"].as_f64())
+        .fold(0.0, f64::max);
+    let ring = timed
+        .iter()
+        .filter_map(|w| w["look_gap_limit_ms"].as_f64())
+        .fold(0.0, f64::max);
+    Some(format!(
+        "at the lowest load tried ({}) the worker was away from the port longer than its Rx \
+         ring lasts ({ring:.2} ms) {gaps} times, in {with} of {} trials; longest absence \
+         {longest:.1} ms (a descheduled worker: frames due meanwhile meet a full ring, \
+         rx_missed)",
+        mpps(lowest),
+        timed.len()
     ))
 }

@@ -188,8 +188,17 @@ pub fn print_summary(s: &Value, to: &mut dyn std::io::Write) -> std::io::Result<
             match (w["cpu_s"].as_f64(), w["on"].as_bool()) {
                 (Some(c), _) => format!(
                     "; the tester thread (generator and checking sink) used {c:.3} s CPU, \
-                     the port found its queue empty {} times",
-                    w["rx_empty"]
+                     the port found its queue empty {} times{}",
+                    w["rx_empty"],
+                    match w["look_gap_limit_ms"].as_f64() {
+                        Some(ring) if ring > 0.0 => format!(
+                            "; the worker was away from the wire longer than the Rx ring lasts \
+                             ({ring:.2} ms) {} times, longest {:.1} ms",
+                            w["look_gaps"],
+                            w["look_gap_max_ms"].as_f64().unwrap_or(0.0)
+                        ),
+                        _ => String::new(),
+                    }
                 ),
                 (None, Some(false)) if s["workers"] == 1 && s["traffic"].is_object() => {
                     "; the generator and checking sink ran in the worker's thread".to_string()

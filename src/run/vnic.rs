@@ -149,6 +149,18 @@ pub fn run_keeping(opts: &RunOptions, kept: &mut KeptChains) -> Result<Value, Ru
                         cfg.run.clock == ClockMode::Virtual,
                     )
                     .map_err(|e| RunError::Setup(format!("cannot start the tester thread: {e}")))?;
+                    // Wall clock: count the worker's absences longer than the Rx ring lasts at
+                    // the offered load (L1 Gb/s; frame size with FCS, plus 20 B of preamble
+                    // and gap).
+                    if let (ClockMode::Wall, Some(g), Some(f)) =
+                        (cfg.run.clock, offered, cfg.frame_hint())
+                        && g > 0.0
+                    {
+                        let ring_ns = cfg.vnic.rx_ring as f64 * (f64::from(f) + 20.0) * 8.0 / g;
+                        t.counters()
+                            .look_gap_limit_ns
+                            .store(ring_ns as u64, Ordering::Relaxed);
+                    }
                     testers.push(t);
                     l = port_side;
                 }
@@ -454,7 +466,9 @@ fn generator_link(
 /// receive queue full (`rx_full`, it waited), the port found the transmit queue full
 /// (`tx_full`, it waited) or no frame waiting (`rx_empty`: the tester was behind; `rx_starved`:
 /// of these, the looks after the first that a frame followed, each a paced arrival late), and with
-/// `host_times` the testers' CPU seconds (`cpu_s`). Virtual runs leave the counters that depend on
+/// `host_times` the testers' CPU seconds (`cpu_s`) and the worker's absences from the wire:
+/// `look_gaps` (looks more than `look_gap_limit_ms`, the time the Rx ring lasts at the offered
+/// load, apart) and the longest (`look_gap_max_ms`). Virtual runs leave the counters that depend on
 /// thread timing out, so their JSON stays the same on every run.
 fn wire_thread_json(
     testers: &[Arc<dataplane::link::wire::WireCounters>],
@@ -478,10 +492,20 @@ fn wire_thread_json(
     v["rx_frames"] = json!(sum("rx_frames"));
     v["tx_frames"] = json!(sum("tx_frames"));
     if host_times {
-        for k in ["rx_full", "tx_full", "rx_empty", "rx_starved"] {
+        for k in ["rx_full", "tx_full", "rx_empty", "rx_starved", "look_gaps"] {
             v[k] = json!(sum(k));
         }
         v["cpu_s"] = json!(sum("cpu_ns") as f64 * 1e-9);
+        let max = |k: &str| {
+            testers
+                .iter()
+                .filter_map(|t| t.snapshot().into_iter().find(|(n, _)| *n == k))
+                .map(|(_, c)| c)
+                .max()
+                .unwrap_or(0)
+        };
+        v["look_gap_max_ms"] = json!(max("look_gap_max_ns") as f64 * 1e-6);
+        v["look_gap_limit_ms"] = json!(max("look_gap_limit_ns") as f64 * 1e-6);
     }
     v
 }

@@ -35,7 +35,7 @@
 use std::sync::Arc;
 use std::sync::atomic::{AtomicBool, AtomicU64, Ordering};
 use std::thread::JoinHandle;
-use std::time::Duration;
+use std::time::{Duration, Instant};
 
 use crossbeam_queue::ArrayQueue;
 
@@ -156,11 +156,22 @@ pub struct WireCounters {
     pub rx_starved: AtomicU64,
     /// CPU time of the tester thread in ns (`CLOCK_THREAD_CPUTIME_ID`), set when it ends.
     pub cpu_ns: AtomicU64,
+    /// Wall clock: looks of the port at the wire (timed when it takes a batch or finds none)
+    /// more than `look_gap_limit_ns` apart while frames flowed. The port looks whenever its
+    /// worker polls it, so a long gap is a worker off its core (descheduled on a shared
+    /// machine); set the limit to the time the Rx ring lasts at the offered load and each such
+    /// gap is a time the ring could overflow (`rx_missed`) through no fault of the dataplane.
+    pub look_gaps: AtomicU64,
+    /// The longest of those gaps, ns (timed per batch of [`WIRE_BATCH`] frames, so it includes
+    /// up to one batch's worth of frame times).
+    pub look_gap_max_ns: AtomicU64,
+    /// The gap counted in `look_gaps`, ns (0: none counted; set before the port is polled).
+    pub look_gap_limit_ns: AtomicU64,
 }
 
 impl WireCounters {
     /// The counters by name, for a run summary.
-    pub fn snapshot(&self) -> [(&'static str, u64); 7] {
+    pub fn snapshot(&self) -> [(&'static str, u64); 10] {
         let g = |a: &AtomicU64| a.load(Ordering::Relaxed);
         [
             ("rx_frames", g(&self.rx_frames)),
@@ -170,6 +181,9 @@ impl WireCounters {
             ("rx_empty", g(&self.rx_empty)),
             ("rx_starved", g(&self.rx_starved)),
             ("cpu_ns", g(&self.cpu_ns)),
+            ("look_gaps", g(&self.look_gaps)),
+            ("look_gap_max_ns", g(&self.look_gap_max_ns)),
+            ("look_gap_limit_ns", g(&self.look_gap_limit_ns)),
         ]
     }
 }
@@ -185,6 +199,8 @@ pub struct WireRx {
     flowing: bool,
     /// A look since then found no frame (see [`WireCounters::rx_starved`]).
     short: bool,
+    /// When the port last looked for a batch (wall clock; see [`WireCounters::look_gaps`]).
+    last_look: Option<Instant>,
     counters: Arc<WireCounters>,
 }
 
@@ -198,6 +214,9 @@ impl WireRx {
             self.dir.started.store(true, Ordering::Release);
         }
         if self.cur.is_none() {
+            if !self.wait {
+                self.time_look();
+            }
             let mut idle = 0;
             self.cur = loop {
                 if let Some(b) = self.dir.full.pop() {
@@ -219,6 +238,29 @@ impl WireRx {
             };
         }
         self.cur.as_deref_mut()
+    }
+
+    /// Times this look against the last one while frames flow (see
+    /// [`WireCounters::look_gaps`]): one clock read per batch or empty look.
+    #[inline]
+    fn time_look(&mut self) {
+        let now = Instant::now();
+        if self.flowing
+            && !self.dir.finished()
+            && let Some(prev) = self.last_look
+        {
+            let gap = now.duration_since(prev).as_nanos() as u64;
+            let c = &self.counters;
+            // Only this side writes the gap counters.
+            if gap > c.look_gap_max_ns.load(Ordering::Relaxed) {
+                c.look_gap_max_ns.store(gap, Ordering::Relaxed);
+            }
+            let limit = c.look_gap_limit_ns.load(Ordering::Relaxed);
+            if limit > 0 && gap > limit {
+                c.look_gaps.fetch_add(1, Ordering::Relaxed);
+            }
+        }
+        self.last_look = Some(now);
     }
 
     /// Gives the current batch back once every frame of it was taken.
@@ -464,6 +506,7 @@ pub fn spawn(
             started: false,
             flowing: false,
             short: false,
+            last_look: None,
             counters: counters.clone(),
         }),
         tx: Box::new(WireTx {
