@@ -316,7 +316,7 @@ const LAZY_MAX: usize = 1024;
 /// reads recorded since the last clean-up are at least the outstanding ones, so while fewer
 /// than `cap` are recorded, the answer is "now". So the tracker keeps an unsorted list and a
 /// record of the issue times since the last clean-up (a stack of suffix maxima: the latest
-/// issue time at or after each point); when the list reaches `cap` (at most [`LAZY_MAX`]) it
+/// issue time at or after each point); when the list reaches `cap` (at most `LAZY_MAX`) it
 /// retires exactly the reads the heap would have retired by then (one merge walk) and carries
 /// on. When the list stays more than half full after that, reads are short of tags and it works
 /// as the heap until the load drops below a quarter. Either way every issue time and stall
