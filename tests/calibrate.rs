@@ -3,6 +3,8 @@
 //! measurement, never wall-clock bounds); a virtual-time run charges the measurement and says
 //! so, also for an NF the profile has no figure for.
 
+mod common;
+
 use std::path::{Path, PathBuf};
 use std::process::Command;
 
@@ -185,22 +187,14 @@ fn the_cli_prints_the_profile_table_and_names_a_bad_config() {
         "[traffic]\nflows = 100\n[[pipeline]]\nname = \"macswap\"\n[[pipeline]]\nname = \"port_filter\"\ndeny_ports = [9]\n",
     );
     let bin = Path::new(env!("CARGO_BIN_EXE_dataplane"));
-    let out = Command::new(bin)
-        .args([
-            "calibrate",
-            path.to_str().unwrap(),
-            "--runs",
-            "2",
-            "--packets",
-            "4096",
-        ])
-        .output()
-        .unwrap();
-    assert!(
-        out.status.success(),
-        "{}",
-        String::from_utf8_lossy(&out.stderr)
-    );
+    let out = common::succeeded(Command::new(bin).args([
+        "calibrate",
+        path.to_str().unwrap(),
+        "--runs",
+        "2",
+        "--packets",
+        "4096",
+    ]));
     let text = String::from_utf8(out.stdout).unwrap();
     let t: toml::Table = text.parse().expect("the output is TOML");
     let nf = t["host"]["cycles"]["nf"].as_table().unwrap();

@@ -9,6 +9,8 @@
 //! 4. shrinking nicmem moves payloads to the secondary ring and PCIe bytes rise (Fig. 13);
 //! 5. virtual-clock runs are byte-identical.
 
+mod common;
+
 use std::path::PathBuf;
 use std::process::Command;
 
@@ -48,17 +50,12 @@ fn f(v: &Value, path: &str) -> f64 {
 
 /// `dataplane model --json` for a mode and frame size.
 fn model_cli(mode: DatapathMode, frame: u32, extra: &[&str]) -> Value {
-    let out = Command::new(env!("CARGO_BIN_EXE_dataplane"))
-        .args(["model", "--mode", mode.as_str(), "--frame-size"])
-        .arg(frame.to_string())
-        .args(extra)
-        .arg("--json")
-        .output()
-        .unwrap();
-    assert!(
-        out.status.success(),
-        "{}",
-        String::from_utf8_lossy(&out.stderr)
+    let out = common::succeeded(
+        Command::new(env!("CARGO_BIN_EXE_dataplane"))
+            .args(["model", "--mode", mode.as_str(), "--frame-size"])
+            .arg(frame.to_string())
+            .args(extra)
+            .arg("--json"),
     );
     serde_json::from_slice(&out.stdout).unwrap()
 }

@@ -6,6 +6,8 @@
 //! reported, never counted as fine; RFC 2544 trials count loss over both directions and are
 //! deterministic in virtual time.
 
+mod common;
+
 use std::net::Ipv4Addr;
 use std::path::{Path, PathBuf};
 use std::process::Command;
@@ -356,15 +358,10 @@ fn cli_rfc2544_on_nat_bidir_is_identical_across_runs() {
         "--json",
     ];
     let go = || {
-        let out = Command::new(env!("CARGO_BIN_EXE_pktgen"))
-            .args(args)
-            .current_dir(env!("CARGO_MANIFEST_DIR"))
-            .output()
-            .unwrap();
-        assert!(
-            out.status.success(),
-            "{}",
-            String::from_utf8_lossy(&out.stderr)
+        let out = common::succeeded(
+            Command::new(env!("CARGO_BIN_EXE_pktgen"))
+                .args(args)
+                .current_dir(env!("CARGO_MANIFEST_DIR")),
         );
         String::from_utf8(out.stdout).unwrap()
     };

@@ -3,7 +3,9 @@
 //! and stop a run one way: a run in the background as an operator has it ([`Run`]: its own
 //! telemetry prefix and runtime directory, `RUNTIME_DIRECTORY`, which nmdp and
 //! `dpdk-telemetry.py` both honour, so tests run in parallel without meeting), a run to its end
-//! in one go ([`run_to_end`]), and the frames of the pcaps runs write ([`pcap_frames`]).
+//! in one go ([`run_to_end`]), and the frames of the pcaps runs write ([`pcap_frames`]); and a
+//! command that must succeed ([`succeeded`]), which tests/calibrate.rs, tests/model_e2e.rs and
+//! tests/nat_bidir.rs use too.
 // Each test file uses a part of it.
 #![allow(dead_code)]
 
@@ -40,18 +42,24 @@ pub fn n(v: &Value) -> u64 {
     v.as_u64().unwrap_or_else(|| panic!("not a count: {v}"))
 }
 
-/// `dataplane run <args> --json -q` to its end, which must succeed; its JSON summary.
-pub fn run_to_end(args: &[impl AsRef<OsStr>]) -> Value {
-    let out = Command::new(env!("CARGO_BIN_EXE_dataplane"))
-        .arg("run")
-        .args(args)
-        .args(["--json", "-q"])
-        .output()
-        .unwrap();
+/// Runs `cmd` to its end, which must succeed (else the test fails with its stderr); its output.
+pub fn succeeded(cmd: &mut Command) -> std::process::Output {
+    let out = cmd.output().unwrap();
     assert!(
         out.status.success(),
         "{}",
         String::from_utf8_lossy(&out.stderr)
+    );
+    out
+}
+
+/// `dataplane run <args> --json -q` to its end, which must succeed; its JSON summary.
+pub fn run_to_end(args: &[impl AsRef<OsStr>]) -> Value {
+    let out = succeeded(
+        Command::new(env!("CARGO_BIN_EXE_dataplane"))
+            .arg("run")
+            .args(args)
+            .args(["--json", "-q"]),
     );
     serde_json::from_slice(&out.stdout).unwrap_or_else(|e| {
         panic!("{e}: {}", String::from_utf8_lossy(&out.stdout));

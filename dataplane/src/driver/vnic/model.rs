@@ -1997,11 +1997,11 @@ mod memory_tests {
         assert_eq!(frac(DatapathMode::NicInline, 7), 1.0 / 7.0);
     }
 
-    /// A host-mode queue whose every packet DDIO lost, its DRAM bytes so far after `rx`.
-    fn missed_dram_bytes(mode: DatapathMode, rx: &[(u32, u32, u32)]) -> u64 {
+    /// A timed model of one queue in `mode` on the default profile.
+    pub(super) fn timed_model(mode: DatapathMode) -> NicModel {
         let profile = HardwareProfile::default();
         let timing = VnicTiming::default();
-        let mut m = NicModel::new(&ModelParams {
+        NicModel::new(&ModelParams {
             profile: &profile,
             mode,
             port_mode: mode,
@@ -2014,7 +2014,12 @@ mod memory_tests {
             tx_ring: 64,
             timing: Some(&timing),
         })
-        .unwrap();
+        .unwrap()
+    }
+
+    /// A host-mode queue whose every packet DDIO lost, its DRAM bytes so far after `rx`.
+    fn missed_dram_bytes(mode: DatapathMode, rx: &[(u32, u32, u32)]) -> u64 {
+        let mut m = timed_model(mode);
         m.t.as_deref_mut().unwrap().miss_ppm = 1_000_000;
         for &(hl, hp, np) in rx {
             m.rx_timed(0, hl, hp, np);
@@ -2133,26 +2138,8 @@ mod memory_tests {
 
 #[cfg(test)]
 mod latency_tests {
+    use super::memory_tests::timed_model;
     use super::*;
-
-    fn timed_model() -> NicModel {
-        let profile = HardwareProfile::default();
-        let timing = VnicTiming::default();
-        NicModel::new(&ModelParams {
-            profile: &profile,
-            mode: DatapathMode::Host,
-            port_mode: DatapathMode::Host,
-            queues: 1,
-            nicmem_queues: 1,
-            split_offset: 64,
-            tx_inline: 0,
-            max_frame: 1514,
-            rx_ring: 64,
-            tx_ring: 64,
-            timing: Some(&timing),
-        })
-        .unwrap()
-    }
 
     #[test]
     fn windowed_latency_counts_equal_recording_every_sample() {
@@ -2161,7 +2148,7 @@ mod latency_tests {
         let mut samples: Vec<u64> = (0..3000).map(|i| 1_000 + 7 * i).collect();
         samples.extend((0..5000).map(|i| 40_000 + (i * 37) % 900));
         samples.extend([1, 5, 59_999_999_999, 3, 40_100, 40_100]);
-        let mut m = timed_model();
+        let mut m = timed_model(DatapathMode::Host);
         let mut want = Histogram::<u64>::new_with_bounds(1, 60_000_000_000, 3).unwrap();
         let mut exact = LatencyExact::default();
         let t = m.t.as_deref_mut().unwrap();
