@@ -1252,8 +1252,10 @@ unsafe fn gather_run<const TIMED: bool>(
             }
         }
         let nbb = ds.div_ceil(4);
+        // Two segments carry at most 2 inline bytes, never a frame: the general parse decides
+        // (it refuses a send with nothing to send, see `gather`).
         if opcode != OPCODE_SEND
-            || !(2..=MAX_DS).contains(&ds)
+            || !(3..=MAX_DS).contains(&ds)
             || nbb as u32 > pi.wrapping_sub(ci)
             || slot + nbb > size
             || s.at != ci
@@ -1371,8 +1373,6 @@ unsafe fn gather_common(
     };
     // SAFETY (both calls): segments `data_at` and `data_at + 1` are below `ds`.
     match ds - data_at {
-        // Nothing to send: the general parse refuses it (see `gather`).
-        0 if inl == 0 => return None,
         0 => {}
         1 => unsafe { common_seg(w.add(data_at * SEG), s, l, stage, &mut g)? },
         2 => unsafe {
