@@ -185,6 +185,27 @@ pub fn inside_outside_ports(inside: &str, outside: &str) -> Vec<crate::net::Port
         .collect()
 }
 
+/// Lets a virtual NIC queue that a test or fuzz target drove by hand finish: receive what the
+/// wire still holds, send it back, flush, until the queue is idle or `rounds` passes have run.
+/// Returns the drops the passes counted.
+pub fn forward_until_idle(
+    q: &mut crate::driver::vnic::VnicQueue,
+    burst: &mut Burst,
+    rounds: usize,
+) -> crate::verdict::DropCounts {
+    use crate::port::Queue;
+    let mut drops = crate::verdict::DropCounts::default();
+    for _ in 0..rounds {
+        q.rx_burst(burst);
+        q.tx_burst(burst, &mut drops);
+        q.flush();
+        if q.idle() {
+            break;
+        }
+    }
+    drops
+}
+
 #[cfg(test)]
 mod tests {
     use super::*;

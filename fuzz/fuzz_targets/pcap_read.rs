@@ -53,5 +53,8 @@ fuzz_target!(|data: &[u8]| {
     assert_eq!(s.frames, frames);
     assert_eq!(s.bad_records, s.runt + s.oversize + s.truncated + s.damaged);
     assert!(s.passes <= u64::from(loops));
-    assert!(frames * (RECORD_HEADER_LEN + MIN_REPLAY_FRAME) as u64 <= u64::from(loops) * file.len() as u64);
+    assert!(
+        frames * (RECORD_HEADER_LEN + MIN_REPLAY_FRAME) as u64
+            <= u64::from(loops) * file.len() as u64
+    );
 });

@@ -14,6 +14,7 @@ use dataplane::driver::vnic::{
 };
 use dataplane::link::{CollectSink, Link, VecSource};
 use dataplane::port::Queue;
+use dataplane::testkit::forward_until_idle;
 use dataplane::{DatapathMode, DropCounts};
 use libfuzzer_sys::fuzz_target;
 
@@ -53,7 +54,8 @@ fuzz_target!(|data: &[u8]| {
     codecs(&rx, &tx, &data[2 + 2 * SEG..]);
 
     let mode = DatapathMode::ALL[usize::from(sel % 4)];
-    let ring = [RxRingId::Header, RxRingId::Primary, RxRingId::Secondary][usize::from(sel >> 2) % 3];
+    let ring =
+        [RxRingId::Header, RxRingId::Primary, RxRingId::Secondary][usize::from(sel >> 2) % 3];
     let k = usize::from(sel >> 4) % 8;
     let n = 1 + usize::from(shape % 4);
     let len = 14 + usize::from(shape >> 2) * 24;
@@ -81,15 +83,7 @@ fuzz_target!(|data: &[u8]| {
     q.tx_post(&mut burst, &mut DropCounts::default());
     q.corrupt_last_tx_seg(k, |w| *w = tx);
     q.tx_doorbell();
-    let mut drops = DropCounts::default();
-    for _ in 0..64 {
-        q.rx_burst(&mut burst);
-        q.tx_burst(&mut burst, &mut drops);
-        q.flush();
-        if q.idle() {
-            break;
-        }
-    }
+    forward_until_idle(&mut q, &mut burst, 64);
     let s = q.stats();
     drop(q);
     let delivered = sink.frames.lock().expect("sink").len() as u64;

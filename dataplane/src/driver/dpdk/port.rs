@@ -187,15 +187,7 @@ impl DpdkPort {
             }
             probed = Some(cname.clone());
         }
-        let mut info = sys::rte_eth_dev_info::default();
-        // SAFETY: valid port id and out-pointer.
-        let rc = unsafe { sys::rte_eth_dev_info_get(port_id, &mut info) };
-        if rc != 0 {
-            return Err(DpdkError::Port(format!(
-                "rte_eth_dev_info_get({name}): {}",
-                strerror(-rc)
-            )));
-        }
+        let info = dev_info(port_id, &name)?;
         let driver = if info.driver_name.is_null() {
             "unknown".to_string()
         } else {
@@ -851,20 +843,26 @@ fn setup_queue(
     Ok(())
 }
 
+/// The device's capabilities (`rte_eth_dev_info_get`), as opening and a reset both read them.
+fn dev_info(port_id: u16, name: &str) -> Result<sys::rte_eth_dev_info, DpdkError> {
+    let mut info = sys::rte_eth_dev_info::default();
+    // SAFETY: valid port id and out-pointer.
+    let rc = unsafe { sys::rte_eth_dev_info_get(port_id, &mut info) };
+    if rc != 0 {
+        return Err(DpdkError::Port(format!(
+            "rte_eth_dev_info_get({name}): {}",
+            strerror(-rc)
+        )));
+    }
+    Ok(info)
+}
+
 /// How the port is set up again after a device reset ([`events`]): the steps of
 /// [`DpdkPort::configure`] after the pools exist, over the same pools.
 fn reconfigure(cfg: &DpdkPortConfig, port_id: u16, name: &str, plan: &Plan) -> Reconfigure {
     let (cfg, name, plan) = (cfg.clone(), name.to_string(), plan.clone());
     Box::new(move |pools| {
-        let mut info = sys::rte_eth_dev_info::default();
-        // SAFETY: valid port id and out-pointer.
-        let rc = unsafe { sys::rte_eth_dev_info_get(port_id, &mut info) };
-        if rc != 0 {
-            return Err(DpdkError::Port(format!(
-                "rte_eth_dev_info_get({name}): {}",
-                strerror(-rc)
-            )));
-        }
+        let info = dev_info(port_id, &name)?;
         let nb = configure_device(&cfg, port_id, &name, &info, &plan)?;
         for (qi, p) in pools.iter().enumerate() {
             setup_queue(port_id, &name, qi as u16, nb, &plan, &info, p)?;

@@ -1120,16 +1120,7 @@ fn link_down_needs_pulled_frames() {
 /// io-fwd until idle after a first burst was posted by hand; returns the stats and the frames
 /// delivered.
 fn finish(q: &mut VnicQueue, sink: &CollectSink) -> (crate::port::QueueStats, u64) {
-    let mut burst = Burst::with_capacity(32);
-    let mut drops = DropCounts::default();
-    for _ in 0..64 {
-        q.rx_burst(&mut burst);
-        q.tx_burst(&mut burst, &mut drops);
-        q.flush();
-        if q.idle() {
-            break;
-        }
-    }
+    crate::testkit::forward_until_idle(q, &mut Burst::with_capacity(32), 64);
     (q.stats(), sink.frames.lock().unwrap().len() as u64)
 }
 
