@@ -206,6 +206,15 @@ pub fn forward_until_idle(
     drops
 }
 
+/// Runs a DPDK port's reset callback as its PMD would when the device resets (no vdev raises
+/// one), so that tests outside this crate can check how a port recovers.
+#[cfg(feature = "dpdk")]
+pub fn raise_dpdk_reset(port: &crate::driver::dpdk::DpdkPort) {
+    port.shared()
+        .events
+        .raise(dpdk_sys::rte_eth_event_type_RTE_ETH_EVENT_INTR_RESET);
+}
+
 #[cfg(test)]
 mod tests {
     use super::*;
