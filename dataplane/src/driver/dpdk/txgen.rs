@@ -1122,4 +1122,84 @@ mod tests {
         );
         assert_eq!(send(&mut g, 8, 3), 8);
     }
+
+    /// The tester's case: the generator sends on its own thread while queue 0's tap receives on
+    /// this one, and the device resets. The tap resets the port between two of the generator's
+    /// bursts, traffic resumes, and (`net_ring` keeps its ring through a reset, and the retry
+    /// policy holds what the ring did not take) every frame arrives once, in order.
+    #[test]
+    fn a_reset_hands_off_between_the_generator_and_its_tap() {
+        use std::sync::atomic::AtomicBool;
+        let mut port = ring_port("h", 1);
+        let mut g = port
+            .tx_generators(32, UnsentPolicy::Retry)
+            .expect("generator")
+            .remove(0);
+        let mut tap = g.take_rx_tap().expect("tap");
+        let counters = g.counters();
+        let done = Arc::new(AtomicBool::new(false));
+        let sender = {
+            let done = done.clone();
+            std::thread::spawn(move || {
+                let mut seq = 0u32;
+                while !done.load(Ordering::Relaxed) {
+                    let r = g.burst(32, |buf| {
+                        buf[..60].fill(0);
+                        buf[..4].copy_from_slice(&seq.to_le_bytes());
+                        seq += 1;
+                        Some(60)
+                    });
+                    if r.sent == 0 {
+                        std::thread::yield_now();
+                    }
+                }
+                g.finish(Instant::now() + std::time::Duration::from_secs(5))
+            })
+        };
+        let mut next = 0u32;
+        let mut out_of_order = 0u64;
+        let mut poll = |tap: &mut RxTap| {
+            tap.poll(|f| {
+                let seq = u32::from_le_bytes(f[..4].try_into().expect("4 bytes"));
+                if seq != next {
+                    out_of_order += 1;
+                }
+                next = seq.wrapping_add(1);
+            })
+        };
+        let mut wait = |tap: &mut RxTap, what: &dyn Fn() -> bool| {
+            for _ in 0..1_000_000 {
+                if what() {
+                    return true;
+                }
+                if poll(tap) == 0 {
+                    std::thread::yield_now();
+                }
+            }
+            false
+        };
+        assert!(wait(&mut tap, &|| counters.sent() > 1000), "traffic flows");
+        raise_reset(&port);
+        assert!(
+            wait(&mut tap, &|| xstat(&port, "device_resets") == 1),
+            "the tap resets the port once the generator stood aside"
+        );
+        let after = counters.sent();
+        assert!(
+            wait(&mut tap, &|| counters.sent() > after + 1000),
+            "traffic resumes"
+        );
+        done.store(true, Ordering::Relaxed);
+        // The generator's last frames need room in the ring.
+        while !sender.is_finished() {
+            poll(&mut tap);
+        }
+        let left = sender.join().expect("generator thread");
+        assert_eq!(left, 0, "every held frame was taken");
+        while poll(&mut tap) > 0 {}
+        assert_eq!(u64::from(next), counters.sent(), "every frame arrived");
+        assert_eq!(out_of_order, 0, "once, in order");
+        assert_eq!(counters.unsent(), 0);
+        assert_eq!(xstat(&port, "reset_failures"), 0);
+    }
 }
