@@ -168,6 +168,9 @@ pub struct GenSummary {
     pub device_resets: u64,
     /// Bursts skipped because a pool was empty.
     pub alloc_failed: u64,
+    /// The run (without a time limit) stopped before its count because the ports took no frame
+    /// for `run.drain_timeout_s` while frames waited for them (a link down, a dead device).
+    pub stalled: bool,
     /// Seconds the workers generated (the longest worker).
     pub elapsed_s: f64,
     /// Frames accepted per second, in millions.
@@ -197,6 +200,12 @@ impl GenSummary {
             .collect();
         let opk: u64 = self.ports.iter().map(|p| p.port_opackets).sum();
         let mut events = String::new();
+        if self.stalled {
+            events.push_str(
+                "\nstopped early: the ports took no frame for run.drain_timeout_s while frames \
+                 waited (generated < the count)",
+            );
+        }
         for p in &self.ports {
             if p.device_resets + p.reset_failures + p.link_down_events > 0 {
                 events.push_str(&format!(
@@ -463,11 +472,40 @@ pub fn run(opts: &GenOptions) -> Result<GenSummary, RunError> {
     let mut next = interval.unwrap_or(Duration::MAX);
     let mut last = (0u64, Instant::now());
     let mut interval_mpps = Vec::new();
+    // A run without a time limit stops once the rings took nothing for the drain timeout while
+    // frames waited for them (a link that stays down, a device that takes nothing).
+    let mut stalled = false;
+    let mut progress = (0u64, Instant::now());
     while !threads.iter().all(|t| t.is_finished()) {
         std::thread::sleep(Duration::from_millis(5));
         let el = start.elapsed();
         if duration > 0.0 && el.as_secs_f64() >= duration {
             stop.store(true, Ordering::Relaxed);
+        }
+        if duration <= 0.0 && !stalled {
+            let sent: u64 = live.iter().map(|c| c.sent()).sum();
+            let held: u64 = live.iter().map(|c| c.held()).sum();
+            if sent != progress.0 || held == 0 {
+                progress = (sent, Instant::now());
+            } else if progress.1.elapsed() >= drain {
+                stalled = true;
+                stop.store(true, Ordering::Relaxed);
+                let down: Vec<&str> = links
+                    .iter()
+                    .filter(|(_, l)| !l.is_up())
+                    .map(|(n, _)| n.as_str())
+                    .collect();
+                eprintln!(
+                    "warning: the ports took no frame for {:.2} s (run.drain_timeout_s) while \
+                     {held} waited{}; stopping before the count is reached",
+                    drain.as_secs_f64(),
+                    if down.is_empty() {
+                        String::new()
+                    } else {
+                        format!(" (link down: {})", down.join(", "))
+                    }
+                );
+            }
         }
         if let Some(iv) = interval
             && el >= next
@@ -534,6 +572,7 @@ pub fn run(opts: &GenOptions) -> Result<GenSummary, RunError> {
         reset_unsent: 0,
         device_resets: 0,
         alloc_failed: 0,
+        stalled,
         elapsed_s: 0.0,
         mpps: 0.0,
         mpps_per_core: 0.0,

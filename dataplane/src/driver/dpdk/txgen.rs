@@ -100,6 +100,7 @@ pub struct TxGenCounters {
     sent_bytes: AtomicU64,
     unsent: AtomicU64,
     reset_unsent: AtomicU64,
+    held: AtomicU64,
     alloc_failed: AtomicU64,
 }
 
@@ -123,6 +124,11 @@ impl TxGenCounters {
     /// policy; with the retry policy such frames wait and are sent after the reset).
     pub fn reset_unsent(&self) -> u64 {
         self.reset_unsent.load(Ordering::Relaxed)
+    }
+
+    /// Frames held for a retry now (written, not yet taken by the ring).
+    pub fn held(&self) -> u64 {
+        self.held.load(Ordering::Relaxed)
     }
 
     /// Bursts skipped because the pool had no mbufs (nothing was written for them).
@@ -494,6 +500,7 @@ impl TxGen {
         self.live
             .reset_unsent
             .store(self.reset_unsent, Ordering::Relaxed);
+        self.live.held.store(self.pending as u64, Ordering::Relaxed);
         self.live
             .alloc_failed
             .store(self.alloc_failed, Ordering::Relaxed);
