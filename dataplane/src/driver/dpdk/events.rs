@@ -118,7 +118,7 @@ const GONE: u64 = u64::MAX;
 
 impl Pause {
     fn new(queues: u16) -> Self {
-        let q = queues.max(1);
+        let q = u32::from(queues.max(1));
         Self {
             state: AtomicU64::new(0),
             acks: (0..2 * q)
