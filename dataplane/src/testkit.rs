@@ -4,7 +4,7 @@
 //! laid out exactly as the virtual NIC lays them out (a header segment of `split_offset` bytes
 //! with headroom before it, the payload in a host or nicmem buffer), so network functions are
 //! exercised against split packets from day one. Tests of DPDK ports' recovery outside this
-//! crate raise a device reset with [`raise_dpdk_reset`] (feature `dpdk`), as no vdev raises one.
+//! crate raise a device reset with `raise_dpdk_reset` (feature `dpdk`), as no vdev raises one.
 
 use nicmem::{BufPool, Host, Nic, NicMem, ProtectionDomain, Region};
 
