@@ -14,14 +14,22 @@
 //! same thing `dpdk-testpmd` counts as Tx packets), `gen_unsent` = frames written but never
 //! accepted (dropped at once with `--unsent drop`, or still held for a retry when the run ended),
 //! `generated = sent + gen_unsent`.
+//!
+//! A port whose device resets is reset and set up again while the run goes on (see
+//! [`dataplane::driver::dpdk::TxGen`]): the summary counts the resets per port
+//! (`device_resets`, `reset_failures`) and the frames freed because a port was being reset
+//! (`reset_unsent`, part of `gen_unsent`; with `--unsent retry` they wait instead). A link that
+//! goes down is counted per port (`link_down_events`) and named on the live line while it is
+//! down; meanwhile the ring takes nothing, so frames wait (retry) or are `gen_unsent` (drop).
 
 use std::path::{Path, PathBuf};
 use std::sync::Arc;
-use std::sync::atomic::{AtomicBool, Ordering};
+use std::sync::atomic::{AtomicBool, AtomicUsize, Ordering};
 use std::time::{Duration, Instant};
 
 use dataplane::DatapathMode;
-use dataplane::driver::dpdk::{TxGen, TxGenCounters, UnsentPolicy};
+use dataplane::driver::dpdk::{PortEventStats, TxGen, TxGenCounters, UnsentPolicy};
+use dataplane::port::LinkState;
 use pktgen::profile::TrafficOverrides;
 use pktgen::rate::{Pacer, Rate, WIRE_OVERHEAD, wall_ns};
 use pktgen::{FCS_LEN, Generator, GeneratorConfig};
@@ -117,6 +125,14 @@ pub struct PortSummary {
     pub gen_unsent: u64,
     /// The port's own `opackets` counter after the run (includes anything sent before).
     pub port_opackets: u64,
+    /// Frames freed because the port was being reset (part of `gen_unsent`).
+    pub reset_unsent: u64,
+    /// Device resets recovered during the run (the port reset and set up again).
+    pub device_resets: u64,
+    /// Device resets during the run after which the port could not be set up again.
+    pub reset_failures: u64,
+    /// Times the port's link went down during the run.
+    pub link_down_events: u64,
 }
 
 /// The result of a generator run.
@@ -146,8 +162,15 @@ pub struct GenSummary {
     pub sent_bytes: u64,
     /// Frames written but never accepted by a PMD.
     pub gen_unsent: u64,
+    /// Frames freed because their port was being reset (part of `gen_unsent`).
+    pub reset_unsent: u64,
+    /// Device resets of the ports during the run, recovered or not.
+    pub device_resets: u64,
     /// Bursts skipped because a pool was empty.
     pub alloc_failed: u64,
+    /// The run (without a time limit) stopped before its count because the ports took no frame
+    /// for `run.drain_timeout_s` while frames waited for them (a link down, a dead device).
+    pub stalled: bool,
     /// Seconds the workers generated (the longest worker).
     pub elapsed_s: f64,
     /// Frames accepted per second, in millions.
@@ -176,10 +199,26 @@ impl GenSummary {
             .map(|p| format!("{} ({})", p.name, p.driver))
             .collect();
         let opk: u64 = self.ports.iter().map(|p| p.port_opackets).sum();
+        let mut events = String::new();
+        if self.stalled {
+            events.push_str(
+                "\nstopped early: the ports took no frame for run.drain_timeout_s while frames \
+                 waited (generated < the count)",
+            );
+        }
+        for p in &self.ports {
+            if p.device_resets + p.reset_failures + p.link_down_events > 0 {
+                events.push_str(&format!(
+                    "\nport {}: {} device reset(s) recovered, {} not, link down {} time(s); \
+                     {} frame(s) freed during resets (in gen_unsent)",
+                    p.name, p.device_resets, p.reset_failures, p.link_down_events, p.reset_unsent
+                ));
+            }
+        }
         format!(
             "dpdk-gen on {}: {} worker(s), burst {}, {} B frames, {} flow(s), rate {}, unsent {}\n\
              sent {} frames in {:.2} s: {:.2} Mpps ({:.2} Mpps per core), {:.2} Gb/s L1 \
-             ({:.2} Gb/s L2); gen_unsent {}; alloc_failed {}; port opackets {}",
+             ({:.2} Gb/s L2); gen_unsent {}; alloc_failed {}; port opackets {}{}",
             ports.join(", "),
             self.workers,
             self.burst,
@@ -195,7 +234,8 @@ impl GenSummary {
             self.gbps_l2,
             self.gen_unsent,
             self.alloc_failed,
-            opk
+            opk,
+            events
         )
     }
 }
@@ -327,6 +367,15 @@ pub fn run(opts: &GenOptions) -> Result<GenSummary, RunError> {
         .iter()
         .map(|g| (g[0].port_name().to_string(), g[0].driver().to_string()))
         .collect();
+    // Counted since each port opened; the run reports what changed while it ran.
+    let events_before: Vec<PortEventStats> = gens.iter().map(|g| g[0].port_events()).collect();
+    let links: Vec<(String, Arc<LinkState>)> = ports
+        .iter()
+        .map(|p| {
+            let h = p.stats_handle();
+            (h.name().to_string(), h.link_state())
+        })
+        .collect();
     let stop = Arc::new(AtomicBool::new(false));
     // Lanes per worker.
     let mut per_worker: Vec<Vec<Lane>> = (0..workers).map(|_| Vec::new()).collect();
@@ -397,6 +446,7 @@ pub fn run(opts: &GenOptions) -> Result<GenSummary, RunError> {
         .collect();
     let drain = Duration::from_secs_f64(cfg.run.drain_timeout_s);
     let timestamps = traffic.timestamps;
+    let running = Arc::new(AtomicUsize::new(per_worker.len()));
     let start = Instant::now();
     let threads: Vec<std::thread::JoinHandle<WorkerOut>> = per_worker
         .into_iter()
@@ -405,8 +455,16 @@ pub fn run(opts: &GenOptions) -> Result<GenSummary, RunError> {
             let core = d.worker_cores.get(w).copied();
             std::thread::Builder::new()
                 .name(format!("gen{w}"))
-                .spawn(move || worker(lanes, core, burst, timestamps, drain))
-                .map_err(|e| RunError::Setup(format!("cannot start generator worker {w}: {e}")))
+                .spawn({
+                    let running = running.clone();
+                    move || worker(lanes, core, burst, timestamps, drain, running)
+                })
+                .map_err(|e| {
+                    // The workers already started stop and wait for nobody.
+                    stop.store(true, Ordering::Relaxed);
+                    running.store(0, Ordering::Release);
+                    RunError::Setup(format!("cannot start generator worker {w}: {e}"))
+                })
         })
         .collect::<Result<_, _>>()?;
     let interval =
@@ -414,11 +472,40 @@ pub fn run(opts: &GenOptions) -> Result<GenSummary, RunError> {
     let mut next = interval.unwrap_or(Duration::MAX);
     let mut last = (0u64, Instant::now());
     let mut interval_mpps = Vec::new();
+    // A run without a time limit stops once the rings took nothing for the drain timeout while
+    // frames waited for them (a link that stays down, a device that takes nothing).
+    let mut stalled = false;
+    let mut progress = (0u64, Instant::now());
     while !threads.iter().all(|t| t.is_finished()) {
         std::thread::sleep(Duration::from_millis(5));
         let el = start.elapsed();
         if duration > 0.0 && el.as_secs_f64() >= duration {
             stop.store(true, Ordering::Relaxed);
+        }
+        if duration <= 0.0 && !stalled {
+            let sent: u64 = live.iter().map(|c| c.sent()).sum();
+            let held: u64 = live.iter().map(|c| c.held()).sum();
+            if sent != progress.0 || held == 0 {
+                progress = (sent, Instant::now());
+            } else if progress.1.elapsed() >= drain {
+                stalled = true;
+                stop.store(true, Ordering::Relaxed);
+                let down: Vec<&str> = links
+                    .iter()
+                    .filter(|(_, l)| !l.is_up())
+                    .map(|(n, _)| n.as_str())
+                    .collect();
+                eprintln!(
+                    "warning: the ports took no frame for {:.2} s (run.drain_timeout_s) while \
+                     {held} waited{}; stopping before the count is reached",
+                    drain.as_secs_f64(),
+                    if down.is_empty() {
+                        String::new()
+                    } else {
+                        format!(" (link down: {})", down.join(", "))
+                    }
+                );
+            }
         }
         if let Some(iv) = interval
             && el >= next
@@ -427,13 +514,23 @@ pub fn run(opts: &GenOptions) -> Result<GenSummary, RunError> {
             let sent: u64 = live.iter().map(|c| c.sent()).sum();
             let unsent: u64 = live.iter().map(|c| c.unsent()).sum();
             let af: u64 = live.iter().map(|c| c.alloc_failed()).sum();
+            let down: Vec<&str> = links
+                .iter()
+                .filter(|(_, l)| !l.is_up())
+                .map(|(n, _)| n.as_str())
+                .collect();
             let now = Instant::now();
             let mpps = (sent - last.0) as f64 / (now - last.1).as_secs_f64().max(1e-9) / 1e6;
             last = (sent, now);
             interval_mpps.push(mpps);
             if opts.live_stats {
+                let down = if down.is_empty() {
+                    String::new()
+                } else {
+                    format!(" | link down: {}", down.join(", "))
+                };
                 eprintln!(
-                    "[{:6.1}s] {mpps:7.2} Mpps | sent {sent} | gen_unsent {unsent} | alloc_failed {af}",
+                    "[{:6.1}s] {mpps:7.2} Mpps | sent {sent} | gen_unsent {unsent} | alloc_failed {af}{down}",
                     el.as_secs_f64()
                 );
             }
@@ -456,6 +553,10 @@ pub fn run(opts: &GenOptions) -> Result<GenSummary, RunError> {
                 sent: 0,
                 gen_unsent: 0,
                 port_opackets: 0,
+                reset_unsent: 0,
+                device_resets: 0,
+                reset_failures: 0,
+                link_down_events: 0,
             })
             .collect(),
         workers,
@@ -468,7 +569,10 @@ pub fn run(opts: &GenOptions) -> Result<GenSummary, RunError> {
         sent: 0,
         sent_bytes: 0,
         gen_unsent: 0,
+        reset_unsent: 0,
+        device_resets: 0,
         alloc_failed: 0,
+        stalled,
         elapsed_s: 0.0,
         mpps: 0.0,
         mpps_per_core: 0.0,
@@ -484,16 +588,27 @@ pub fn run(opts: &GenOptions) -> Result<GenSummary, RunError> {
             summary.sent += tc.sent();
             summary.sent_bytes += tc.sent_bytes();
             summary.gen_unsent += tc.unsent();
+            summary.reset_unsent += tc.reset_unsent();
             summary.alloc_failed += tc.alloc_failed();
             let p = &mut summary.ports[l.port];
             p.sent += tc.sent();
             p.gen_unsent += tc.unsent();
+            p.reset_unsent += tc.reset_unsent();
             // Read after every worker stopped, so the PMD's counter is final.
             if let Ok(s) = l.tx.port_stats() {
                 p.port_opackets = s.opackets;
             }
+            let (e, e0) = (l.tx.port_events(), &events_before[l.port]);
+            p.device_resets = e.device_resets - e0.device_resets;
+            p.reset_failures = e.reset_failures - e0.reset_failures;
+            p.link_down_events = e.link_down_events - e0.link_down_events;
         }
     }
+    summary.device_resets = summary
+        .ports
+        .iter()
+        .map(|p| p.device_resets + p.reset_failures)
+        .sum();
     let el = summary.elapsed_s.max(1e-9);
     summary.mpps = summary.sent as f64 / el / 1e6;
     summary.mpps_per_core = summary.mpps / f64::from(workers);
@@ -508,13 +623,15 @@ pub fn run(opts: &GenOptions) -> Result<GenSummary, RunError> {
 
 /// One worker: registers with EAL (pinned to `core`), then round-robins bursts over its lanes
 /// until every generator is done (count reached or stop flag), then offers held frames until
-/// `drain` has passed.
+/// `drain` has passed. A lane whose generator is done still looks after its port (its queue 0
+/// resets the port when the device resets) until every worker is done (`running` is 0).
 fn worker(
     mut lanes: Vec<Lane>,
     core: Option<usize>,
     burst: usize,
     timestamps: bool,
     drain: Duration,
+    running: Arc<AtomicUsize>,
 ) -> WorkerOut {
     for (i, l) in lanes.iter_mut().enumerate() {
         // One registration per thread; later calls return the same lcore id.
@@ -535,6 +652,7 @@ fn worker(
         let mut busy = false;
         for l in lanes.iter_mut() {
             if l.generator.done() {
+                l.tx.idle();
                 continue;
             }
             busy = true;
@@ -564,6 +682,14 @@ fn worker(
     let deadline = Instant::now() + drain;
     for l in lanes.iter_mut() {
         l.tx.finish(deadline);
+    }
+    // Never below 0: a failed start sets it to 0 at once.
+    let _ = running.fetch_update(Ordering::AcqRel, Ordering::Acquire, |n| n.checked_sub(1));
+    while running.load(Ordering::Acquire) > 0 {
+        for l in lanes.iter_mut() {
+            l.tx.idle();
+        }
+        std::thread::yield_now();
     }
     WorkerOut { lanes, active_s }
 }
@@ -602,6 +728,7 @@ pub(crate) fn send_due(
                 due += 1;
             }
             if due == 0 && tx.pending() == 0 {
+                tx.idle();
                 return false;
             }
             let mut batch = generator.batch(due, 0);

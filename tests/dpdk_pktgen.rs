@@ -274,6 +274,29 @@ fn dpdk_gen_reports_gen_unsent_when_the_ring_stays_full() {
     }
 }
 
+/// A run with only a count (no time limit) on a port that stops taking frames (here a ring
+/// nobody drains; a link that stays down looks the same): with the retry policy the generator
+/// would wait for ever. It stops once nothing was taken for `run.drain_timeout_s` while frames
+/// waited, says so, and counts every frame it wrote.
+#[test]
+fn dpdk_gen_without_a_time_limit_stops_when_the_port_takes_nothing() {
+    let _g = serial();
+    let cfg = config(
+        "stall",
+        "net_ring_st",
+        "packets = 1000000
+duration_s = 0
+drain_timeout_s = 0.05",
+        "frame_size = 64",
+    );
+    let s = run(&GenOptions::new(&cfg));
+    assert!(s.stalled, "{s:?}");
+    assert!(s.sent > 0 && s.sent <= 1024, "{s:?}");
+    assert!(s.generated < 1_000_000, "{s:?}");
+    assert_eq!(s.generated, s.sent + s.gen_unsent, "{s:?}");
+    assert!(s.text().contains("stopped early"), "{}", s.text());
+}
+
 #[test]
 fn bad_configs_name_the_file_and_key() {
     let _g = serial();

@@ -3,7 +3,8 @@
 //! Network-function tests, property tests and fuzz targets use [`PacketFactory`] to get packets
 //! laid out exactly as the virtual NIC lays them out (a header segment of `split_offset` bytes
 //! with headroom before it, the payload in a host or nicmem buffer), so network functions are
-//! exercised against split packets from day one.
+//! exercised against split packets from day one. Tests of DPDK ports' recovery outside this
+//! crate raise a device reset with `raise_dpdk_reset` (feature `dpdk`), as no vdev raises one.
 
 use nicmem::{BufPool, Host, Nic, NicMem, ProtectionDomain, Region};
 
@@ -204,6 +205,15 @@ pub fn forward_until_idle(
         }
     }
     drops
+}
+
+/// Runs a DPDK port's reset callback as its PMD would when the device resets (no vdev raises
+/// one), so that tests outside this crate can check how a port recovers.
+#[cfg(feature = "dpdk")]
+pub fn raise_dpdk_reset(port: &crate::driver::dpdk::DpdkPort) {
+    port.shared()
+        .events
+        .raise(dpdk_sys::rte_eth_event_type_RTE_ETH_EVENT_INTR_RESET);
 }
 
 #[cfg(test)]

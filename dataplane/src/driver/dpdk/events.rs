@@ -106,7 +106,10 @@ struct Pause {
     /// the other queues to stand aside; written only by that worker. One atomic, so a queue
     /// that saw a round asked can never later see an older state.
     state: AtomicU64,
-    /// Per queue: the last round it stood aside in, or [`GONE`] (queue 0's entry is unused).
+    /// Per stand-aside slot: the last round it stood aside in, or [`GONE`]. Slot `q` is queue
+    /// `q`'s worker (queue 0's entry is unused); slot `queues + q` a second thread on queue `q`
+    /// that only receives or only sends (the traffic generator's, `txgen.rs`), gone unless it
+    /// [joins](PortEvents::join).
     acks: Box<[AtomicU64]>,
 }
 
@@ -115,10 +118,20 @@ const GONE: u64 = u64::MAX;
 
 impl Pause {
     fn new(queues: u16) -> Self {
+        let q = u32::from(queues.max(1));
         Self {
             state: AtomicU64::new(0),
-            acks: (0..queues.max(1)).map(|_| AtomicU64::new(0)).collect(),
+            acks: (0..2 * q)
+                .map(|i| AtomicU64::new(if i < q { 0 } else { GONE }))
+                .collect(),
         }
+    }
+
+    /// Whether another thread than queue 0's worker may poll the port (a slot is not gone).
+    fn others(&self) -> bool {
+        self.acks[1..]
+            .iter()
+            .any(|a| a.load(Ordering::Acquire) != GONE)
     }
 
     /// Whether every queue but 0 has stood aside in `round` (or is gone).
@@ -275,15 +288,15 @@ impl PortEvents {
     }
 
     /// Resets the port and sets it up again (one recovery covers every reset raised so far);
-    /// with several queues, first asks the others to stand aside and returns until they all
-    /// have (see the module docs).
+    /// with other threads on the port (another queue, or a slot that joined), first asks them
+    /// to stand aside and returns until they all have (see the module docs).
     #[cold]
     #[inline(never)]
     fn recover(&self, raised: u64, pools: &[QueuePools]) {
         let p = &self.pause;
         // Only this thread writes the state.
         let state = p.state.load(Ordering::Relaxed);
-        if pools.len() > 1 {
+        if p.others() {
             if state & 1 == 0 {
                 p.state.store(state + 3, Ordering::Release);
                 return;
@@ -331,9 +344,10 @@ impl PortEvents {
         }
     }
 
-    /// Whether queue `queue` must stand aside for a reset of the port now (the check at the
-    /// start of each of its bursts; see the module docs): false, after one atomic load, unless
-    /// queue 0's worker asked. Queue 0 never stands aside (its worker does the reset).
+    /// Whether queue `queue` (or stand-aside slot `queue`, see [`Pause::acks`]) must stand
+    /// aside for a reset of the port now (the check at the start of each of its bursts; see the
+    /// module docs): false, after one atomic load, unless queue 0's worker asked. Queue 0 never
+    /// stands aside (its worker does the reset).
     #[inline(always)]
     pub(crate) fn paused(&self, queue: u16) -> bool {
         self.pause.state.load(Ordering::Acquire) & 1 != 0 && queue != 0 && self.stand_aside(queue)
@@ -376,6 +390,14 @@ impl PortEvents {
         }
     }
 
+    /// Stand-aside slot `slot` (see [`Pause::acks`]) takes part in later hand-offs: a reset
+    /// waits until it has stood aside. Called before the thread owning the slot polls the port.
+    pub(crate) fn join(&self, slot: u16) {
+        if let Some(a) = self.pause.acks.get(usize::from(slot)) {
+            a.store(0, Ordering::Release);
+        }
+    }
+
     /// The counters, named as the port's extended statistics.
     pub(crate) fn xstats(&self) -> [(&'static str, u64); 7] {
         let c = &self.counts;
@@ -391,9 +413,9 @@ impl PortEvents {
         ]
     }
 
-    /// Runs the callback as the PMD would for `event` (tests: no vdev raises a reset).
-    #[cfg(test)]
-    fn raise(&self, event: sys::rte_eth_event_type) {
+    /// Runs the callback as the PMD would for `event` (tests and [`crate::testkit`]: no vdev
+    /// raises a reset).
+    pub(crate) fn raise(&self, event: sys::rte_eth_event_type) {
         // SAFETY: the registered argument, alive while `self` is.
         unsafe { on_event(self.port_id, event, self.arg(), std::ptr::null_mut()) };
     }

@@ -73,5 +73,6 @@ pub use port::{DpdkPort, DpdkPortConfig, NicmemSource, PortStatsHandle};
 pub use queue::{DpdkQueue, RxStop};
 pub use spill::SpillStats;
 pub use txgen::{
-    MAX_GEN_BURST, PortRxStats, PortTxStats, RxTap, TxBurst, TxGen, TxGenCounters, UnsentPolicy,
+    MAX_GEN_BURST, PortEventStats, PortRxStats, PortTxStats, RxTap, TxBurst, TxGen, TxGenCounters,
+    UnsentPolicy,
 };
