@@ -1068,7 +1068,7 @@ fn dpdk_gen(a: DpdkGenArgs) -> Result<(), String> {
         burst: a.burst,
         unsent: a.unsent.parse().map_err(|e| format!("--unsent: {e}"))?,
         live_stats: !a.quiet,
-        ..GenOptions::new(a.config)
+        ..GenOptions::new(a.config.clone())
     };
     let s = nmdp::dpdk_gen::run(&opts).map_err(|e| e.to_string())?;
     if a.json {
@@ -1078,6 +1078,14 @@ fn dpdk_gen(a: DpdkGenArgs) -> Result<(), String> {
         );
     } else {
         println!("{}", s.text());
+    }
+    if s.stalled {
+        // The summary above is complete; the exit status tells a script the count was not sent.
+        return Err(format!(
+            "dpdk-gen {}: stopped before its count: the ports took no frame for \
+             run.drain_timeout_s while frames waited (a link down or a dead device)",
+            a.config.display()
+        ));
     }
     Ok(())
 }
