@@ -21,6 +21,25 @@
 //! RDIMMs, published in the Intel community thread "Intel Memory Latency Checker v3.5 test"
 //! (Software Tuning, Performance Optimization & Platform Monitoring forum). Its idle point,
 //! 82 ns, is also KV-Direct's local DRAM latency (`docs/reference/pcie-nic-model.md` §7).
+//!
+//! That curve is of read-only traffic, and a host whose DDIO lost its packets writes as much to
+//! DRAM as it reads (each lost line is written back, then read again). Writes cost DRAM more than
+//! reads: the bus turns around between them and the controller drains its write queue in
+//! batches, so a mix saturates at a lower bandwidth. MLC's `--max_bandwidth` measures it, one
+//! saturation bandwidth per read:write ratio at the memory controller (a regular store's
+//! read-for-ownership counts as a read, so a pure store stream is 1:1); the profile carries the
+//! rows (`host.dram_read_write_bandwidth`) and [`write_cost`] turns them into the DRAM time a
+//! written byte takes against a read byte. The model books each written byte as that many read
+//! bytes on the DRAM timeline, so the utilisation the loaded-latency curve is read at (and where
+//! its knee falls) depends on the write share of the traffic.
+//!
+//! Source of the shipped rows ([`CASCADE_LAKE_MLC_READ_WRITE_BANDWIDTH`]): Intel MLC v3.10 on a
+//! 2-socket Cascade Lake Xeon (the generation of the paper's Silver 4216, the same memory
+//! controller), published in the gjbex/Code-optimization repository
+//! (<https://github.com/gjbex/Code-optimization/blob/master/info/cascadelake_mlc.txt>): ALL Reads
+//! 225.6 GB/s, 3:1 208.3, 2:1 206.5, 1:1 200.0. A Xeon Platinum 8269 (Cascade Lake) published
+//! with MLC v3.9 gives nearly the same ratios (225.1, 212.5, 210.6, 199.3 GB/s: 1:1 at 0.885 of
+//! all-reads against 0.887).
 
 /// Intel MLC v3.5 `--loaded_latency` on 2 × Xeon Silver 4110 (see the module docs): `[bandwidth
 /// GB/s, latency ns]` per injection delay, in increasing bandwidth (delays 20000 ns ... 0 ns).
@@ -45,6 +64,51 @@ pub const SILVER_MLC_LOADED_LATENCY: [[f64; 2]; 19] = [
     [135.6538, 130.34],
     [135.6559, 130.31],
 ];
+
+/// Intel MLC v3.10 `--max_bandwidth` on a 2-socket Cascade Lake Xeon (see the module docs):
+/// `[write fraction of the DRAM traffic, saturation GB/s]` for ALL Reads, 3:1, 2:1 and 1:1
+/// Reads-Writes.
+pub const CASCADE_LAKE_MLC_READ_WRITE_BANDWIDTH: [[f64; 2]; 4] = [
+    [0.0, 225.6308],
+    [0.25, 208.3499],
+    [0.3333, 206.5103],
+    [0.5, 200.0318],
+];
+
+/// The DRAM time one written byte takes, in read bytes, from saturation bandwidths measured at
+/// several write fractions (`[write fraction, GB/s]`, the first all reads): with reads costing 1
+/// and writes `c`, traffic with write fraction `w` saturates at `B0 / (1 + w (c - 1))`; `c` is the
+/// least-squares fit of that line through the measured `B0 / B(w)`. Errors say what is wrong with
+/// the rows.
+pub fn write_cost(rows: &[[f64; 2]]) -> Result<f64, String> {
+    let Some(&[w0, b0]) = rows.first() else {
+        return Err("needs the all-reads point [0, GB/s] and at least one with writes".into());
+    };
+    if w0 != 0.0 {
+        return Err(format!(
+            "the first point [{w0}, {b0}] must be all reads (write fraction 0)"
+        ));
+    }
+    if rows.len() < 2 {
+        return Err("needs at least one point with writes beside the all-reads one".into());
+    }
+    let (mut num, mut den) = (0.0, 0.0);
+    for (i, &[w, b]) in rows.iter().enumerate() {
+        if !(w.is_finite() && (0.0..=1.0).contains(&w) && b.is_finite() && b > 0.0) {
+            return Err(format!(
+                "point {i} [{w}, {b}]: the write fraction must be in 0..=1 and the bandwidth > 0"
+            ));
+        }
+        if i > 0 && w <= rows[i - 1][0] {
+            return Err(format!(
+                "point {i} [{w}, {b}]: write fractions must increase from point to point"
+            ));
+        }
+        num += w * (b0 / b - 1.0);
+        den += w * w;
+    }
+    Ok(1.0 + num / den)
+}
 
 /// A loaded-latency curve: latency as a function of DRAM utilisation (fraction of saturation).
 #[derive(Clone, Debug, PartialEq)]
@@ -160,6 +224,31 @@ mod tests {
         )
         .unwrap_err();
         assert!(e.contains("host.dram_loaded_latency"), "{e}");
+    }
+
+    #[test]
+    fn a_written_byte_costs_what_the_mlc_mixes_lose() {
+        let c = write_cost(&CASCADE_LAKE_MLC_READ_WRITE_BANDWIDTH).unwrap();
+        // 1:1 saturates at 0.887 of all reads: a written byte takes ~1.27 read bytes' time.
+        assert!(c > 1.25 && c < 1.30, "{c}");
+        // The fitted line reproduces every measured mix within 1.5 %.
+        let b0 = CASCADE_LAKE_MLC_READ_WRITE_BANDWIDTH[0][1];
+        for [w, b] in CASCADE_LAKE_MLC_READ_WRITE_BANDWIDTH {
+            let fit = b0 / (1.0 + w * (c - 1.0));
+            assert!((fit / b - 1.0).abs() < 0.015, "{w}: {fit} vs {b}");
+        }
+        // Writes as cheap as reads: cost 1.
+        assert_eq!(write_cost(&[[0.0, 100.0], [0.5, 100.0]]).unwrap(), 1.0);
+        for (bad, why) in [
+            (&[][..], "all-reads"),
+            (&[[0.0, 100.0]][..], "at least one"),
+            (&[[0.1, 100.0], [0.5, 90.0]][..], "all reads"),
+            (&[[0.0, 100.0], [0.5, 90.0], [0.25, 95.0]][..], "increase"),
+            (&[[0.0, 100.0], [1.5, 90.0]][..], "0..=1"),
+        ] {
+            let e = write_cost(bad).unwrap_err();
+            assert!(e.contains(why), "{e}");
+        }
     }
 
     #[test]

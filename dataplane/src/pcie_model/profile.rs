@@ -374,6 +374,12 @@ pub struct HostProfile {
     /// curve at the same fraction of saturation as this host's DRAM traffic is of
     /// [`HostProfile::dram_bandwidth_gbyte_s`] (see [`super::dram`]).
     pub dram_loaded_latency: Vec<[f64; 2]>,
+    /// DRAM saturation bandwidth by the traffic's write share: `[write fraction, GB/s]` points of
+    /// a published Intel MLC `--max_bandwidth` run (ALL Reads, 3:1, 2:1, 1:1 Reads-Writes at
+    /// the memory controller) of a Cascade Lake Xeon, the first all reads. A written byte holds
+    /// DRAM as long as the fitted number of read bytes (read/write turnarounds), so write-backs
+    /// move the loaded-latency curve's knee to a lower bandwidth (see [`super::dram`]).
+    pub dram_read_write_bandwidth: Vec<[f64; 2]>,
     /// Core clock in GHz (2.1, Turbo off) [nicmem §6.1].
     pub cpu_ghz: f64,
     /// Cores per socket (16) [nicmem §6.1].
@@ -392,6 +398,7 @@ impl Default for HostProfile {
             dram_random_fraction: 0.24,
             dram_latency_adder_ns: 40,
             dram_loaded_latency: super::dram::SILVER_MLC_LOADED_LATENCY.to_vec(),
+            dram_read_write_bandwidth: super::dram::CASCADE_LAKE_MLC_READ_WRITE_BANDWIDTH.to_vec(),
             cpu_ghz: 2.1,
             cores: 16,
             cycles: CycleModel::default(),
@@ -412,8 +419,14 @@ pub struct CycleModel {
     pub llc_access: u32,
     /// Cache lines of a received packet's header an NF reads first (Ethernet + IPv4 + L4
     /// headers, 42–54 B, sit in the buffer's first 64 B line) \[derived\]. Each one that DDIO
-    /// lost stalls the core for a DRAM access.
+    /// lost costs a DRAM access, and a burst's lost lines overlap ([`CycleModel::fill_buffers`]).
     pub header_lines: u32,
+    /// L1D misses one core keeps in flight (its line fill buffers): 12 on Skylake, up from 10 on
+    /// Broadwell (measured; Intel does not publish the Skylake figure) \[derived\]. The paper's
+    /// FastClick prefetches every received packet's header while it turns a burst into a batch
+    /// (DPDK's l3fwd does the same), so a burst's lost header lines are fetched together: the core
+    /// waits one DRAM access per `fill_buffers` of them, not one per line.
+    pub fill_buffers: u32,
     /// Cache lines of per-packet state a core keeps in the LLC and touches once per packet: the
     /// buffer's `rte_mbuf` metadata, 128 B = two lines, written on Rx and read on the Tx free
     /// \[derived; DPDK rte_mbuf\]. Over every Rx and Tx ring entry of the port it is the cores'
@@ -440,6 +453,7 @@ impl Default for CycleModel {
             doorbell: 150,
             llc_access: 50,
             header_lines: 1,
+            fill_buffers: 12,
             meta_lines: 2,
             nf: default_nf_cycles(),
             nf_dram_reads: default_nf_table("nf_dram_reads"),
@@ -761,6 +775,14 @@ impl HardwareProfile {
         )?;
         super::dram::LoadedLatency::new(&h.dram_loaded_latency)
             .map_err(|e| format!("invalid `host.dram_loaded_latency`: {e}"))?;
+        super::dram::write_cost(&h.dram_read_write_bandwidth)
+            .map_err(|e| format!("invalid `host.dram_read_write_bandwidth`: {e}"))?;
+        check(
+            h.cycles.fill_buffers >= 1,
+            "host.cycles.fill_buffers",
+            ">= 1",
+            h.cycles.fill_buffers,
+        )?;
         Ok(())
     }
 }
