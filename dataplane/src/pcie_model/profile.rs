@@ -359,6 +359,12 @@ pub struct HostProfile {
     /// DIMMs run at the Xeon Silver 4216's 2400 MT/s) \[derived; Intel ARK\]. The memory
     /// contention model reads DRAM utilisation against it.
     pub dram_bandwidth_gbyte_s: f64,
+    /// The fraction of [`HostProfile::dram_bandwidth_gbyte_s`] DRAM sustains at saturation
+    /// (refresh, bank conflicts, turnarounds): 0.80, the Intel MLC all-reads saturation of the
+    /// Cascade Lake machine whose loaded-latency curve the profile carries against its DIMMs' pin
+    /// rate \[derived; Intel MLC\]. The curve is read at the host's traffic over this sustained
+    /// bandwidth (see [`super::dram`]).
+    pub dram_sustained_fraction: f64,
     /// The share of that bandwidth DRAM sustains for random 64 B accesses: 14.4 GB/s of random
     /// 64 B reads against 60 GB/s sequential on one socket, 0.24 [KV-Direct]; the nicmem paper's
     /// "fewer than 10 random reads per packet saturate DRAM" [nicmem §3.3] is the same effect. A
@@ -369,10 +375,11 @@ pub struct HostProfile {
     /// data]; under load it grows with [`HostProfile::dram_loaded_latency`].
     pub dram_latency_adder_ns: u64,
     /// DRAM read latency under load: `[bandwidth GB/s, latency ns]` points of a published
-    /// loaded-latency measurement (Intel MLC `--loaded_latency` on a Xeon Silver machine), in
+    /// loaded-latency measurement (Intel MLC `--loaded_latency` on a Cascade Lake Xeon), in
     /// increasing bandwidth; the last point is that machine's saturation. The model reads the
-    /// curve at the same fraction of saturation as this host's DRAM traffic is of
-    /// [`HostProfile::dram_bandwidth_gbyte_s`] (see [`super::dram`]).
+    /// curve at the same fraction of saturation as this host's DRAM traffic is of what it
+    /// sustains ([`HostProfile::dram_sustained_fraction`] of
+    /// [`HostProfile::dram_bandwidth_gbyte_s`]; see [`super::dram`]).
     pub dram_loaded_latency: Vec<[f64; 2]>,
     /// DRAM saturation bandwidth by the traffic's write share: `[write fraction, GB/s]` points of
     /// a published Intel MLC `--max_bandwidth` run (ALL Reads, 3:1, 2:1, 1:1 Reads-Writes at
@@ -380,6 +387,11 @@ pub struct HostProfile {
     /// DRAM as long as the fitted number of read bytes (read/write turnarounds), so write-backs
     /// move the loaded-latency curve's knee to a lower bandwidth (see [`super::dram`]).
     pub dram_read_write_bandwidth: Vec<[f64; 2]>,
+    /// The L2 spatial (adjacent-line) prefetcher is on (the BIOS default): it completes every
+    /// line fetched into L2 with its pair to a 128 B aligned chunk (Intel 64 and IA-32
+    /// Architectures Optimization Reference Manual, "Spatial Prefetcher"), so each of an NF's
+    /// random table reads moves a second line from the same DRAM row.
+    pub adjacent_line_prefetch: bool,
     /// Core clock in GHz (2.1, Turbo off) [nicmem §6.1].
     pub cpu_ghz: f64,
     /// Cores per socket (16) [nicmem §6.1].
@@ -395,10 +407,12 @@ impl Default for HostProfile {
             llc_ways: 11,
             ddio_ways: 2,
             dram_bandwidth_gbyte_s: 76.8,
+            dram_sustained_fraction: 0.8,
             dram_random_fraction: 0.24,
             dram_latency_adder_ns: 40,
-            dram_loaded_latency: super::dram::SILVER_MLC_LOADED_LATENCY.to_vec(),
+            dram_loaded_latency: super::dram::CASCADE_LAKE_MLC_LOADED_LATENCY.to_vec(),
             dram_read_write_bandwidth: super::dram::CASCADE_LAKE_MLC_READ_WRITE_BANDWIDTH.to_vec(),
+            adjacent_line_prefetch: true,
             cpu_ghz: 2.1,
             cores: 16,
             cycles: CycleModel::default(),
@@ -427,6 +441,11 @@ pub struct CycleModel {
     /// (DPDK's l3fwd does the same), so a burst's lost header lines are fetched together: the core
     /// waits one DRAM access per `fill_buffers` of them, not one per line.
     pub fill_buffers: u32,
+    /// Lines of a received packet's header the pipeline rewrites before sending it (the MAC
+    /// rewrite every forwarding pipeline of the paper does, FastClick's and l3fwd's; the NAT's
+    /// and the LB's address rewrites share the line) \[derived\]. A header DDIO lost was written
+    /// back once; after the core read it back from DRAM and rewrote it, it is written back again.
+    pub header_writes: u32,
     /// Cache lines of per-packet state a core keeps in the LLC and touches once per packet: the
     /// buffer's `rte_mbuf` metadata, 128 B = two lines, written on Rx and read on the Tx free
     /// \[derived; DPDK rte_mbuf\]. Over every Rx and Tx ring entry of the port it is the cores'
@@ -454,6 +473,7 @@ impl Default for CycleModel {
             llc_access: 50,
             header_lines: 1,
             fill_buffers: 12,
+            header_writes: 1,
             meta_lines: 2,
             nf: default_nf_cycles(),
             nf_dram_reads: default_nf_table("nf_dram_reads"),
@@ -767,6 +787,12 @@ impl HardwareProfile {
             check(v.is_finite() && v > 0.0, key, "> 0", v)?;
         }
         check(h.cores >= 1, "host.cores", ">= 1", h.cores)?;
+        check(
+            h.dram_sustained_fraction > 0.0 && h.dram_sustained_fraction <= 1.0,
+            "host.dram_sustained_fraction",
+            "0 < x <= 1",
+            h.dram_sustained_fraction,
+        )?;
         check(
             h.dram_random_fraction > 0.0 && h.dram_random_fraction <= 1.0,
             "host.dram_random_fraction",
