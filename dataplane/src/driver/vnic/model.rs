@@ -2190,7 +2190,10 @@ mod memory_tests {
         assert_eq!(r.nf_dram_bytes, 533 + 128);
         let mut off = p.clone();
         off.host.adjacent_line_prefetch = false;
-        assert_eq!(MemoryContention::new(&off, 2, 0).unwrap().nf_dram_bytes, 533);
+        assert_eq!(
+            MemoryContention::new(&off, 2, 0).unwrap().nf_dram_bytes,
+            533
+        );
         assert_eq!(rw.var_milli, r.var_milli);
         // The profiles' NAT and LB update a flow entry per packet.
         assert_eq!(p.host.cycles.nf_dram_writes.get("nat"), Some(&1));
