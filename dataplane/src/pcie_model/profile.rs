@@ -359,6 +359,12 @@ pub struct HostProfile {
     /// DIMMs run at the Xeon Silver 4216's 2400 MT/s) \[derived; Intel ARK\]. The memory
     /// contention model reads DRAM utilisation against it.
     pub dram_bandwidth_gbyte_s: f64,
+    /// The fraction of [`HostProfile::dram_bandwidth_gbyte_s`] DRAM sustains at saturation
+    /// (refresh, bank conflicts, turnarounds): 0.80, the Intel MLC all-reads saturation of the
+    /// Cascade Lake machine whose loaded-latency curve the profile carries against its DIMMs' pin
+    /// rate \[derived; Intel MLC\]. The curve is read at the host's traffic over this sustained
+    /// bandwidth (see [`super::dram`]).
+    pub dram_sustained_fraction: f64,
     /// The share of that bandwidth DRAM sustains for random 64 B accesses: 14.4 GB/s of random
     /// 64 B reads against 60 GB/s sequential on one socket, 0.24 [KV-Direct]; the nicmem paper's
     /// "fewer than 10 random reads per packet saturate DRAM" [nicmem §3.3] is the same effect. A
@@ -369,11 +375,23 @@ pub struct HostProfile {
     /// data]; under load it grows with [`HostProfile::dram_loaded_latency`].
     pub dram_latency_adder_ns: u64,
     /// DRAM read latency under load: `[bandwidth GB/s, latency ns]` points of a published
-    /// loaded-latency measurement (Intel MLC `--loaded_latency` on a Xeon Silver machine), in
+    /// loaded-latency measurement (Intel MLC `--loaded_latency` on a Cascade Lake Xeon), in
     /// increasing bandwidth; the last point is that machine's saturation. The model reads the
-    /// curve at the same fraction of saturation as this host's DRAM traffic is of
-    /// [`HostProfile::dram_bandwidth_gbyte_s`] (see [`super::dram`]).
+    /// curve at the same fraction of saturation as this host's DRAM traffic is of what it
+    /// sustains ([`HostProfile::dram_sustained_fraction`] of
+    /// [`HostProfile::dram_bandwidth_gbyte_s`]; see [`super::dram`]).
     pub dram_loaded_latency: Vec<[f64; 2]>,
+    /// DRAM saturation bandwidth by the traffic's write share: `[write fraction, GB/s]` points of
+    /// a published Intel MLC `--max_bandwidth` run (ALL Reads, 3:1, 2:1, 1:1 Reads-Writes at
+    /// the memory controller) of a Cascade Lake Xeon, the first all reads. A written byte holds
+    /// DRAM as long as the fitted number of read bytes (read/write turnarounds), so write-backs
+    /// move the loaded-latency curve's knee to a lower bandwidth (see [`super::dram`]).
+    pub dram_read_write_bandwidth: Vec<[f64; 2]>,
+    /// The L2 spatial (adjacent-line) prefetcher is on (the BIOS default): it completes every
+    /// line fetched into L2 with its pair to a 128 B aligned chunk (Intel 64 and IA-32
+    /// Architectures Optimization Reference Manual, "Spatial Prefetcher"), so each of an NF's
+    /// random table reads moves a second line from the same DRAM row.
+    pub adjacent_line_prefetch: bool,
     /// Core clock in GHz (2.1, Turbo off) [nicmem §6.1].
     pub cpu_ghz: f64,
     /// Cores per socket (16) [nicmem §6.1].
@@ -389,9 +407,12 @@ impl Default for HostProfile {
             llc_ways: 11,
             ddio_ways: 2,
             dram_bandwidth_gbyte_s: 76.8,
+            dram_sustained_fraction: 0.8,
             dram_random_fraction: 0.24,
             dram_latency_adder_ns: 40,
-            dram_loaded_latency: super::dram::SILVER_MLC_LOADED_LATENCY.to_vec(),
+            dram_loaded_latency: super::dram::CASCADE_LAKE_MLC_LOADED_LATENCY.to_vec(),
+            dram_read_write_bandwidth: super::dram::CASCADE_LAKE_MLC_READ_WRITE_BANDWIDTH.to_vec(),
+            adjacent_line_prefetch: true,
             cpu_ghz: 2.1,
             cores: 16,
             cycles: CycleModel::default(),
@@ -412,8 +433,19 @@ pub struct CycleModel {
     pub llc_access: u32,
     /// Cache lines of a received packet's header an NF reads first (Ethernet + IPv4 + L4
     /// headers, 42–54 B, sit in the buffer's first 64 B line) \[derived\]. Each one that DDIO
-    /// lost stalls the core for a DRAM access.
+    /// lost costs a DRAM access, and a burst's lost lines overlap ([`CycleModel::fill_buffers`]).
     pub header_lines: u32,
+    /// L1D misses one core keeps in flight (its line fill buffers): 12 on Skylake, up from 10 on
+    /// Broadwell (measured; Intel does not publish the Skylake figure) \[derived\]. The paper's
+    /// FastClick prefetches every received packet's header while it turns a burst into a batch
+    /// (DPDK's l3fwd does the same), so a burst's lost header lines are fetched together: the core
+    /// waits one DRAM access per `fill_buffers` of them, not one per line.
+    pub fill_buffers: u32,
+    /// Lines of a received packet's header the pipeline rewrites before sending it (the MAC
+    /// rewrite every forwarding pipeline of the paper does, FastClick's and l3fwd's; the NAT's
+    /// and the LB's address rewrites share the line) \[derived\]. A header DDIO lost was written
+    /// back once; after the core read it back from DRAM and rewrote it, it is written back again.
+    pub header_writes: u32,
     /// Cache lines of per-packet state a core keeps in the LLC and touches once per packet: the
     /// buffer's `rte_mbuf` metadata, 128 B = two lines, written on Rx and read on the Tx free
     /// \[derived; DPDK rte_mbuf\]. Over every Rx and Tx ring entry of the port it is the cores'
@@ -440,6 +472,8 @@ impl Default for CycleModel {
             doorbell: 150,
             llc_access: 50,
             header_lines: 1,
+            fill_buffers: 12,
+            header_writes: 1,
             meta_lines: 2,
             nf: default_nf_cycles(),
             nf_dram_reads: default_nf_table("nf_dram_reads"),
@@ -754,6 +788,12 @@ impl HardwareProfile {
         }
         check(h.cores >= 1, "host.cores", ">= 1", h.cores)?;
         check(
+            h.dram_sustained_fraction > 0.0 && h.dram_sustained_fraction <= 1.0,
+            "host.dram_sustained_fraction",
+            "0 < x <= 1",
+            h.dram_sustained_fraction,
+        )?;
+        check(
             h.dram_random_fraction > 0.0 && h.dram_random_fraction <= 1.0,
             "host.dram_random_fraction",
             "0 < x <= 1",
@@ -761,6 +801,14 @@ impl HardwareProfile {
         )?;
         super::dram::LoadedLatency::new(&h.dram_loaded_latency)
             .map_err(|e| format!("invalid `host.dram_loaded_latency`: {e}"))?;
+        super::dram::write_cost(&h.dram_read_write_bandwidth)
+            .map_err(|e| format!("invalid `host.dram_read_write_bandwidth`: {e}"))?;
+        check(
+            h.cycles.fill_buffers >= 1,
+            "host.cycles.fill_buffers",
+            ">= 1",
+            h.cycles.fill_buffers,
+        )?;
         Ok(())
     }
 }

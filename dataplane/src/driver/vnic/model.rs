@@ -68,8 +68,12 @@
 //! cache line"). The NFs' own state adds its reads and the write-backs of the lines they dirty
 //! (`host.cycles.nf_dram_writes`), each a random line that holds DRAM as long as `64 /
 //! host.dram_random_fraction` sequential bytes (random 64 B accesses sustain a quarter of DRAM's
-//! sequential bandwidth). Tx reads that miss pay the miss latency adder, and in virtual time the
-//! core a DRAM access instead of an LLC hit for each header line DDIO lost; a lost CQE line costs
+//! sequential bandwidth). Written bytes hold DRAM longer than read bytes (read/write turnarounds:
+//! a published Intel MLC read/write mix, `host.dram_read_write_bandwidth`), so the timeline books
+//! them at their DRAM time. Tx reads that miss pay the miss latency adder, and in virtual time the
+//! core a DRAM access instead of an LLC hit for the header lines DDIO lost, a burst's lost lines
+//! overlapping up to the core's fill buffers (`host.cycles.fill_buffers`: the paper's FastClick
+//! prefetches every header of a burst before it processes one); a lost CQE line costs
 //! DRAM traffic but no stall, as the CQ ring is read in order and the L2 streamer prefetches such
 //! a stream (Intel 64 and IA-32 Architectures Optimization Reference Manual, "L2 streamer").
 //! Every DRAM access the core makes (those header misses and the NFs' own flow-table reads,
@@ -103,7 +107,7 @@ use serde::Deserialize;
 use crate::mode::DatapathMode;
 use crate::pcie_model::costs::OpCosts;
 use crate::pcie_model::ddio::{DdioModel, host_bytes_per_packet};
-use crate::pcie_model::dram::LoadedLatency;
+use crate::pcie_model::dram::{LoadedLatency, write_cost};
 use crate::pcie_model::pcie::{PcieLink, Traffic};
 use crate::pcie_model::profile::{Efficiency, HardwareProfile};
 use crate::pcie_model::timeline::{Cost, PS_PER_NS, Ps, ResourceKind, Timelines, pick_bottleneck};
@@ -676,22 +680,41 @@ const CACHE_LINE: u64 = 64;
 /// `host.dram_loaded_latency`), and what a packet pays for it.
 ///
 /// In virtual time each packet costs, beyond its fixed cycles, its NFs' DRAM reads at the loaded
-/// latency, plus for each header line DDIO lost and each line of per-packet state the packet data
-/// in the LLC evicted ([`DdioModel::core_hit`]) a DRAM access instead of the LLC hit the fixed
-/// cycles assume: `nf_reads × L + (header_lines × (1 − p_hit) + meta_lines × (1 − core_hit)) ×
-/// (L − llc_access)` cycles. A Tx DMA read that misses pays the idle DMA-read adder plus the rise
-/// of the loaded latency over idle.
+/// latency (`nf_reads × L` cycles). The header lines DDIO lost and the lines of per-packet state
+/// the packet data in the LLC evicted ([`DdioModel::core_hit`]) cost a DRAM access instead of the
+/// LLC hit the fixed cycles assume, charged per burst ([`MemoryContention::burst_stall`]): each is
+/// touched in one loop over the burst, so their misses overlap up to the core's fill buffers. A
+/// Tx DMA read that misses pays the idle DMA-read adder plus the rise of the loaded latency over
+/// idle.
+///
+/// DRAM time: a written byte holds DRAM as long as `write_cost` read bytes
+/// ([`crate::pcie_model::dram::write_cost`]), so the bytes booked on the DRAM timeline are reads
+/// plus weighted writes.
 struct MemoryContention {
     curve: LoadedLatency,
     /// Core clock, cycles per ns.
     ghz: f64,
     llc_cycles: f64,
     header_lines: f64,
+    /// The fraction of the DRAM timeline's peak bandwidth DRAM sustains: the curve is read at
+    /// the utilisation over it (`host.dram_sustained_fraction`).
+    sustained: f64,
+    /// Misses a core keeps in flight (`host.cycles.fill_buffers`).
+    fill_buffers: f64,
+    /// Header lines per packet DDIO lost (at the current miss fraction).
+    lost_headers: f64,
+    /// Metadata lines per packet the packet data in the LLC evicted.
+    lost_meta: f64,
+    /// Cycles one round of overlapped header misses stalls the core: a DRAM access over the LLC
+    /// hit the fixed cycles assume.
+    round_cycles: f64,
     meta_lines: f64,
     nf_reads: f64,
+    /// DRAM time of a written byte in thousandths of a read byte's.
+    write_milli: u64,
     /// DRAM bytes the NFs move per packet, their reads and the write-backs of the lines they
-    /// dirty, as the sequential bytes that hold DRAM as long (random lines:
-    /// `host.dram_random_fraction`).
+    /// dirty, as the sequential read bytes that hold DRAM as long (random lines:
+    /// `host.dram_random_fraction`; written bytes: `write_cost`).
     nf_dram_bytes: u64,
     /// DMA-read adder on an LLC miss at an idle memory system, ns.
     idle_adder_ns: f64,
@@ -718,17 +741,29 @@ impl MemoryContention {
         let h = &prof.host;
         let curve = LoadedLatency::new(&h.dram_loaded_latency)
             .map_err(|e| format!("host.dram_loaded_latency: {e}"))?;
+        let write_cost = write_cost(&h.dram_read_write_bandwidth)
+            .map_err(|e| format!("host.dram_read_write_bandwidth: {e}"))?;
+        // The L2 spatial prefetcher completes each random line read to its 128 B pair: one more
+        // line per read from the same DRAM row, moved at the sequential rate.
+        let pair_lines = if h.adjacent_line_prefetch { 1.0 } else { 0.0 };
         let mut m = Self {
             latency_ns: curve.idle_ns(),
             curve,
             ghz: h.cpu_ghz,
             llc_cycles: f64::from(h.cycles.llc_access),
             header_lines: f64::from(h.cycles.header_lines),
+            sustained: h.dram_sustained_fraction,
+            fill_buffers: f64::from(h.cycles.fill_buffers.max(1)),
+            lost_headers: 0.0,
+            lost_meta: 0.0,
+            round_cycles: 0.0,
             meta_lines: f64::from(h.cycles.meta_lines),
             nf_reads: f64::from(nf_dram_reads),
-            nf_dram_bytes: ((u64::from(nf_dram_reads) + u64::from(nf_dram_writes)) as f64
+            write_milli: (write_cost * 1000.0).round() as u64,
+            nf_dram_bytes: ((f64::from(nf_dram_reads) + f64::from(nf_dram_writes) * write_cost)
                 * CACHE_LINE as f64
-                / h.dram_random_fraction)
+                / h.dram_random_fraction
+                + pair_lines * f64::from(nf_dram_reads) * CACHE_LINE as f64)
                 .round() as u64,
             idle_adder_ns: h.dram_latency_adder_ns as f64,
             win_start: 0,
@@ -751,7 +786,7 @@ impl MemoryContention {
             let u = (busy - self.win_busy).max(0.0) / span as f64;
             let u = self.util.map_or(u, |old| 0.5 * old + 0.5 * u);
             self.util = Some(u);
-            self.latency_ns = self.curve.latency_ns(u);
+            self.latency_ns = self.curve.latency_ns(u / self.sustained);
             self.win_start = now;
             self.win_busy = busy;
         }
@@ -760,12 +795,37 @@ impl MemoryContention {
 
     fn price(&mut self, miss_ppm: u64, meta_miss_ppm: u64) {
         let l = self.latency_ns * self.ghz;
-        let lines = self.header_lines * miss_ppm as f64 / 1e6
-            + self.meta_lines * meta_miss_ppm as f64 / 1e6;
-        let var = self.nf_reads * l + lines * (l - self.llc_cycles).max(0.0);
-        self.var_milli = (var * 1000.0).round() as u64;
+        self.round_cycles = (l - self.llc_cycles).max(0.0);
+        self.lost_headers = self.header_lines * miss_ppm as f64 / 1e6;
+        self.lost_meta = self.meta_lines * meta_miss_ppm as f64 / 1e6;
+        self.var_milli = (self.nf_reads * l * 1000.0).round() as u64;
         let adder_ns = self.idle_adder_ns + (self.latency_ns - self.curve.idle_ns()).max(0.0);
         self.miss_adder_ps = (adder_ns * PS_PER_NS as f64).round() as Ps;
+    }
+
+    /// Thousandths of a cycle a burst of `n` packets stalls on the header lines DDIO lost and on
+    /// the metadata lines the packet data evicted. Each set is touched in one loop over the
+    /// burst (the headers prefetched together as the burst becomes a batch; the `rte_mbuf`
+    /// fields written in the driver's Rx loop and read in its Tx free loop, independent accesses
+    /// the out-of-order core issues together), so up to `fill_buffers` misses are in flight at
+    /// once and the core waits one DRAM access per round of them ([`Self::rounds`]).
+    #[inline]
+    fn burst_stall(&self, n: u64) -> u64 {
+        let n = n as f64;
+        let rounds = self.rounds(self.lost_headers * n) + self.rounds(self.lost_meta * n);
+        (rounds * self.round_cycles * 1000.0).round() as u64
+    }
+
+    /// Rounds of DRAM accesses `lost` expected misses of one loop cost: `lost / fill_buffers`,
+    /// but at least one once a line is lost, and below one expected line the chance that one is
+    /// (a lone miss overlaps with nothing).
+    #[inline]
+    fn rounds(&self, lost: f64) -> f64 {
+        if lost <= 1.0 {
+            lost
+        } else {
+            (lost / self.fill_buffers).max(1.0)
+        }
     }
 }
 
@@ -851,6 +911,12 @@ pub(crate) struct Timing {
     /// Per million of the cores' LLC-resident lines the packet data in the LLC evicted.
     meta_miss_ppm: u64,
     dram_acc: u64,
+    /// Bytes of a packet's header the NFs rewrite (`host.cycles.header_writes` lines): after the
+    /// core read a lost header back from DRAM and rewrote it, the line is written back again.
+    rewrite_bytes: u64,
+    /// Millionths of a thousandth of a read byte's DRAM time not booked yet (`dram_acc` weighted
+    /// by the write cost).
+    dram_book_acc: u64,
     /// Per Rx CQ slot: when the CQE is visible to the CPU, and when its frame arrived.
     cq_ready: Box<[Ps]>,
     cq_arrival: Box<[Ps]>,
@@ -905,14 +971,14 @@ impl Timing {
     /// core rings a doorbell per small burst, which takes time but is not load.
     ///
     /// Beside the fixed per-packet cycles each packet pays the memory system: its NFs' DRAM reads
-    /// and, for each header line DDIO lost, a DRAM access instead of an LLC hit, both at the
-    /// current loaded DRAM latency ([`MemoryContention`]); the NFs' reads are booked on the DRAM
-    /// timeline.
+    /// and the burst's stall on the header lines DDIO lost (overlapped up to the fill buffers,
+    /// [`MemoryContention::burst_stall`]), both at the current loaded DRAM latency
+    /// ([`MemoryContention`]); the NFs' reads are booked on the DRAM timeline. `n` is one burst.
     #[inline]
     pub(crate) fn cpu_packets(&mut self, n: u64) {
         if self.virtual_clock && n > 0 {
             let m = &mut self.mem;
-            let var = n * m.var_milli + m.milli_acc;
+            let var = n * m.var_milli + m.burst_stall(n) + m.milli_acc;
             m.milli_acc = var % 1000;
             let cycles = n * self.pkt_cycles + var / 1000;
             if m.nf_dram_bytes > 0 {
@@ -1424,6 +1490,8 @@ impl NicModel {
                     miss_ppm: 0,
                     meta_miss_ppm: 0,
                     dram_acc: 0,
+                    rewrite_bytes: u64::from(cyc.header_writes) * CACHE_LINE,
+                    dram_book_acc: 0,
                     cq_ready: vec![0; cq].into_boxed_slice(),
                     cq_arrival: vec![0; cq].into_boxed_slice(),
                     cq_mask: cq as u32 - 1,
@@ -1550,16 +1618,23 @@ impl NicModel {
         }
         if t.miss_ppm > 0 {
             // The missed share of: the write-back and re-read of the packet's host bytes and of
-            // its completion, and the DRAM read of each partial last line the DMA write merges
-            // into (its buffer's line is no longer in the LLC).
+            // its completion, the DRAM read of each partial last line the DMA write merges into
+            // (its buffer's line is no longer in the LLC), and the second write-back of the
+            // header line the NF rewrote after reading it back. The DRAM timeline books the
+            // written bytes at their DRAM time in read bytes (`write_milli`).
             let host = u64::from(hl) + u64::from(host_payload);
             let rmw = CACHE_LINE * (partial_line(hl) + partial_line(host_payload));
-            t.dram_acc += (2 * (host + t.cqe_bytes) + rmw) * t.miss_ppm;
+            let read = host + t.cqe_bytes + rmw;
+            let written = host + t.cqe_bytes + t.rewrite_bytes.min(u64::from(hl));
+            t.dram_acc += (read + written) * t.miss_ppm;
             let b = t.dram_acc / 1_000_000;
             t.dram_acc %= 1_000_000;
-            if b > 0 {
-                self.c.dram_bytes += b;
-                t.tl.get_mut(ResourceKind::Hostmem).reserve(at, b);
+            self.c.dram_bytes += b;
+            t.dram_book_acc += (read * 1000 + written * t.mem.write_milli) * t.miss_ppm;
+            let booked = t.dram_book_acc / 1_000_000_000;
+            t.dram_book_acc %= 1_000_000_000;
+            if booked > 0 {
+                t.tl.get_mut(ResourceKind::Hostmem).reserve(at, booked);
             }
         }
         Self::rx_cqe_book(t, &self.k, at)
@@ -1942,28 +2017,41 @@ mod memory_tests {
     }
 
     #[test]
-    fn ddio_misses_cost_the_core_a_dram_access_per_header_line() {
+    fn a_bursts_lost_headers_overlap_up_to_the_fill_buffers() {
         let p = HardwareProfile::default();
+        let fb = f64::from(p.host.cycles.fill_buffers);
+        assert_eq!(fb, 12.0);
         let mut m = contention(0);
         m.price(0, 0);
         assert_eq!(m.var_milli, 0, "all hits: no cycles beyond the fixed ones");
+        assert_eq!(m.burst_stall(32), 0);
+        let per_access = m.curve.idle_ns() * p.host.cpu_ghz - f64::from(p.host.cycles.llc_access);
+        let cycles = |m: &MemoryContention, n| m.burst_stall(n) as f64 / 1000.0;
+        // Every header lost: a burst of 32 waits 32 / 12 rounds of DRAM accesses, not 32.
         m.price(1_000_000, 0);
-        let dram = m.curve.idle_ns() * p.host.cpu_ghz;
-        let want =
-            f64::from(p.host.cycles.header_lines) * (dram - f64::from(p.host.cycles.llc_access));
-        assert!(
-            (m.var_milli as f64 / 1000.0 - want).abs() < 0.01,
-            "{} vs {want}",
-            m.var_milli
-        );
-        // Half the headers missed: half the stall.
-        m.price(500_000, 0);
-        assert!((m.var_milli as f64 / 1000.0 - want / 2.0).abs() < 0.01);
-        // Evicted metadata lines cost the same per line: all of them, `meta_lines` more.
+        assert_eq!(m.var_milli, 0, "header misses are charged per burst");
+        assert!((cycles(&m, 32) - 32.0 / fb * per_access).abs() < 0.01);
+        // A lone packet's miss overlaps with nothing: a full access.
+        assert!((cycles(&m, 1) - per_access).abs() < 0.01);
+        // Fewer lost lines than fill buffers still wait one whole round...
+        assert!((cycles(&m, 8) - per_access).abs() < 0.01);
+        // ...and below one expected lost line, the chance of one.
+        m.price(100_000, 0);
+        assert!((cycles(&m, 5) - 0.5 * per_access).abs() < 0.01);
+        assert!((cycles(&m, 32) - per_access).abs() < 0.01);
+        // Evicted metadata lines overlap the same way, in their own loop: a burst of 32 with
+        // every metadata line lost waits 64 / 12 rounds, and with the headers lost too, both.
+        m.price(0, 1_000_000);
+        assert_eq!(m.var_milli, 0);
+        let meta = f64::from(p.host.cycles.meta_lines) * 32.0 / fb * per_access;
+        assert!((cycles(&m, 32) - meta).abs() < 0.01);
         m.price(1_000_000, 1_000_000);
-        let per_line = dram - f64::from(p.host.cycles.llc_access);
-        let lines = f64::from(p.host.cycles.header_lines + p.host.cycles.meta_lines);
-        assert!((m.var_milli as f64 / 1000.0 - lines * per_line).abs() < 0.01);
+        assert!((cycles(&m, 32) - meta - 32.0 / fb * per_access).abs() < 0.01);
+        // The NFs' own reads are dependent lookups: a full loaded access each, per packet.
+        let mut nat = contention(2);
+        nat.price(0, 0);
+        let l = nat.curve.idle_ns() * p.host.cpu_ghz;
+        assert!((nat.var_milli as f64 / 1000.0 - 2.0 * l).abs() < 0.01);
     }
 
     #[test]
@@ -2030,8 +2118,9 @@ mod memory_tests {
     #[test]
     fn a_lost_packet_costs_its_bytes_its_completion_and_a_partial_lines_merge() {
         // 1500 B frame, 1496 B DMA'd: write-back and re-read of the data and of the 64 B CQE,
-        // and the read-for-ownership of the last line (1496 = 23 x 64 + 24).
-        let whole = 2 * (1496 + 64) + 64;
+        // the read-for-ownership of the last line (1496 = 23 x 64 + 24), and the second
+        // write-back of the header line the NF rewrote.
+        let whole = 2 * (1496 + 64) + 64 + 64;
         assert_eq!(
             missed_dram_bytes(DatapathMode::Host, &[(1496, 0, 0)]),
             whole
@@ -2044,18 +2133,40 @@ mod memory_tests {
         // A DMA that ends on a line boundary merges nothing.
         assert_eq!(
             missed_dram_bytes(DatapathMode::Host, &[(1472, 0, 0)]),
-            2 * (1472 + 64)
+            2 * (1472 + 64) + 64
         );
         // nmNFV: only the header line and the CQE live in host memory.
         assert_eq!(
             missed_dram_bytes(DatapathMode::NicInline, &[(64, 0, 1432)]),
-            2 * (64 + 64)
+            2 * (64 + 64) + 64
         );
-        // A 60 B frame is one partial line.
+        // A 60 B frame is one partial line, rewritten whole.
         assert_eq!(
             missed_dram_bytes(DatapathMode::NicInline, &[(60, 0, 0)]),
-            2 * (60 + 64) + 64
+            2 * (60 + 64) + 64 + 60
         );
+    }
+
+    #[test]
+    fn written_bytes_hold_dram_longer_than_read_bytes() {
+        // A lost 1472 B packet: 1536 B read back and 1600 B written back (data, CQE and the
+        // rewritten header); the DRAM timeline holds the writes at their MLC-measured cost in
+        // read bytes.
+        let mut lost = timed_model(DatapathMode::Host);
+        lost.t.as_deref_mut().unwrap().miss_ppm = 1_000_000;
+        lost.rx_timed(0, 1472, 0, 0);
+        let t = lost.t.as_deref().unwrap();
+        let wc = write_cost(&HardwareProfile::default().host.dram_read_write_bandwidth).unwrap();
+        assert_eq!(t.mem.write_milli, (wc * 1000.0).round() as u64);
+        let booked = 1536 + 1600 * t.mem.write_milli / 1000;
+        let mut same = timed_model(DatapathMode::Host);
+        let s = same.t.as_deref_mut().unwrap();
+        s.tl.get_mut(ResourceKind::Hostmem).reserve(0, booked);
+        let busy = |t: &Timing| t.tl.get(ResourceKind::Hostmem).busy_ps();
+        assert_eq!(busy(t), busy(s));
+        assert!(booked > 1536 + 1600 + 400, "{booked}");
+        // The traffic counted is the bytes themselves.
+        assert_eq!(lost.c.dram_bytes, 1536 + 1600);
     }
 
     #[test]
@@ -2067,8 +2178,22 @@ mod memory_tests {
         let r = MemoryContention::new(&p, 2, 0).unwrap();
         // Random lines hold DRAM as long as 64 / 0.24 = 267 sequential bytes each.
         assert_eq!(p.host.dram_random_fraction, 0.24);
-        assert_eq!(rw.nf_dram_bytes, 800);
-        assert_eq!(r.nf_dram_bytes, 533);
+        // Two random reads and a random write-back, the write at its DRAM time in read bytes,
+        // and each read's pair line (the L2 spatial prefetcher) at the sequential rate.
+        let wc = write_cost(&p.host.dram_read_write_bandwidth).unwrap();
+        assert!(p.host.adjacent_line_prefetch);
+        assert_eq!(
+            rw.nf_dram_bytes,
+            ((2.0 + wc) * 64.0 / 0.24_f64 + 2.0 * 64.0).round() as u64
+        );
+        assert!(rw.nf_dram_bytes > 800 + 128, "{}", rw.nf_dram_bytes);
+        assert_eq!(r.nf_dram_bytes, 533 + 128);
+        let mut off = p.clone();
+        off.host.adjacent_line_prefetch = false;
+        assert_eq!(
+            MemoryContention::new(&off, 2, 0).unwrap().nf_dram_bytes,
+            533
+        );
         assert_eq!(rw.var_milli, r.var_milli);
         // The profiles' NAT and LB update a flow entry per packet.
         assert_eq!(p.host.cycles.nf_dram_writes.get("nat"), Some(&1));
