@@ -218,6 +218,41 @@ impl Resource {
         (start, ps + u64::from(rem > 0))
     }
 
+    /// Work of `units` units on this resource, for [`Lane::reserve`].
+    pub fn step(&self, units: u64) -> Step {
+        // units·r = (units·r / den)·den + units·r % den, in 128 bits when it overflows 64.
+        let frac = u128::from(units) * u128::from(self.r);
+        let den = u128::from(self.den);
+        Step {
+            units,
+            q: units * self.q + (frac / den) as u64,
+            r: (frac % den) as u64,
+        }
+    }
+
+    /// The resource's busy-until state, for a run of [`Lane::reserve`]s; write it back with
+    /// [`Resource::settle`] before the resource is used otherwise.
+    #[inline]
+    pub fn lane(&self) -> Lane {
+        Lane {
+            free_ps: self.free_ps,
+            free_rem: self.free_rem,
+            den: self.den,
+            latency_ps: self.latency_ps,
+            units: 0,
+            reservations: 0,
+        }
+    }
+
+    /// Takes back a lane from [`Resource::lane`] after its reservations.
+    #[inline]
+    pub fn settle(&mut self, lane: Lane) {
+        self.free_ps = lane.free_ps;
+        self.free_rem = lane.free_rem;
+        self.units += lane.units;
+        self.reservations += lane.reservations;
+    }
+
     /// When the resource is next free (ps, rounded up).
     #[inline]
     pub fn free_at(&self) -> Ps {
@@ -247,6 +282,69 @@ impl Resource {
     /// The per-unit cost.
     pub fn cost(&self) -> Cost {
         self.cost
+    }
+}
+
+/// A fixed amount of work on one resource (see [`Resource::step`]): its units and their cost
+/// split once into whole picoseconds and a remainder in units of the resource's denominator,
+/// so a run of identical reservations costs neither a multiplication nor a division each.
+#[derive(Clone, Copy, Debug, Default, PartialEq, Eq)]
+pub struct Step {
+    units: u64,
+    /// Whole picoseconds of the work.
+    q: u64,
+    /// The fractional picoseconds × `den`, below `den`.
+    r: u64,
+}
+
+/// A resource's busy-until state copied out for a run of reservations ([`Resource::lane`]),
+/// booked with [`Lane::reserve`] and written back with [`Resource::settle`]: a loop that books
+/// many transfers keeps the state in registers instead of going through the resource each time.
+/// Reserving on a lane gives exactly [`Resource::reserve`]'s times.
+#[derive(Clone, Copy, Debug)]
+pub struct Lane {
+    free_ps: Ps,
+    free_rem: u64,
+    den: u64,
+    latency_ps: Ps,
+    /// Units and reservations booked on the lane, added to the resource's when it settles.
+    units: u64,
+    reservations: u64,
+}
+
+impl Lane {
+    /// Books work `s` ready at `ready`, as [`Resource::reserve`] books `s`'s units.
+    #[inline(always)]
+    pub fn reserve(&mut self, ready: Ps, s: Step) -> Reservation {
+        let (mut ps, mut rem) = if ready >= self.free_at() {
+            (ready, 0)
+        } else {
+            (self.free_ps, self.free_rem)
+        };
+        let start = ps + u64::from(rem > 0);
+        // rem < den and s.r < den: at most one carry.
+        rem += s.r;
+        ps += s.q;
+        if rem >= self.den {
+            rem -= self.den;
+            ps += 1;
+        }
+        self.free_ps = ps;
+        self.free_rem = rem;
+        self.units += s.units;
+        self.reservations += 1;
+        let end = ps + u64::from(rem > 0);
+        Reservation {
+            start,
+            end,
+            done: end + self.latency_ps,
+        }
+    }
+
+    /// When the lane's resource is next free (ps, rounded up).
+    #[inline(always)]
+    pub fn free_at(&self) -> Ps {
+        self.free_ps + u64::from(self.free_rem > 0)
     }
 }
 
@@ -361,6 +459,21 @@ impl OutstandingReads {
     /// The earliest time ≥ `ready` at which a new read may issue (retires completed reads).
     #[inline]
     pub fn issue_time(&mut self, ready: Ps) -> Ps {
+        if !self.loaded && self.list.len() < self.lazy_limit {
+            // Lazy with room (what `issue_slow` does first, inlined): nothing to retire.
+            self.issues += 1;
+            while self.maxima.last().is_some_and(|&(_, t)| t <= ready) {
+                self.maxima.pop();
+            }
+            self.maxima.push((self.issues, ready));
+            return ready;
+        }
+        self.issue_slow(ready)
+    }
+
+    /// [`OutstandingReads::issue_time`] in full.
+    #[inline(never)]
+    fn issue_slow(&mut self, ready: Ps) -> Ps {
         self.issues += 1;
         if !self.loaded {
             while self.maxima.last().is_some_and(|&(_, t)| t <= ready) {
@@ -521,6 +634,54 @@ pub fn littles_law_rate(inflight: f64, latency_ns: f64) -> f64 {
     inflight / (latency_ns * 1e-9)
 }
 
+/// The lanes ([`Lane`]) of the three resources every DMA uses, the DMA engine and the two PCIe
+/// directions, for booking a run of reads and posted writes in a loop ([`Timelines::dma_lanes`],
+/// [`Timelines::settle_dma`]); each transfer gets exactly the times of
+/// [`Timelines::dma_read_booked`] and [`Timelines::posted_write`].
+#[derive(Clone, Copy, Debug)]
+pub struct DmaLanes {
+    /// The DMA engine.
+    pub eng: Lane,
+    /// PCIe device → host.
+    pub up: Lane,
+    /// PCIe host → device.
+    pub down: Lane,
+}
+
+impl DmaLanes {
+    /// [`Timelines::dma_read_booked`] on the lanes, the read's bytes as the steps `up` and
+    /// `down`, the DMA engine's read op as `eng` and the read's fixed latency (RTT0, adders)
+    /// as `latency`; returns when the last completion byte arrived.
+    #[inline(always)]
+    #[allow(clippy::too_many_arguments)]
+    pub fn read_booked(
+        &mut self,
+        reads: &mut OutstandingReads,
+        book_at: Ps,
+        start: Ps,
+        eng: Step,
+        up: Step,
+        down: Step,
+        latency: Ps,
+    ) -> Ps {
+        let start = reads.issue_time(start.max(book_at));
+        let e = self.eng.reserve(book_at, eng);
+        let req = self.up.reserve(e.end, up);
+        let cpl = self.down.reserve(book_at, down);
+        let done = start + (req.end - book_at) + latency + (cpl.end - book_at);
+        reads.record(done);
+        done
+    }
+
+    /// [`Timelines::posted_write`] on the lanes (`eng`: the DMA engine's write op, `up`: the
+    /// write's bytes).
+    #[inline(always)]
+    pub fn posted_write(&mut self, ready: Ps, eng: Step, up: Step) -> Reservation {
+        let e = self.eng.reserve(ready, eng);
+        self.up.reserve(e.end, up)
+    }
+}
+
 /// All timelines of one NIC (and the host memory it touches), built from a profile.
 #[derive(Clone, Debug)]
 pub struct Timelines {
@@ -590,6 +751,47 @@ impl Timelines {
     /// The outstanding-read tracker.
     pub fn reads(&self) -> &OutstandingReads {
         &self.reads
+    }
+
+    /// The outstanding-read tracker, mutably (for reads booked on lanes, see
+    /// [`Timelines::dma_read_booked`]).
+    pub fn reads_mut(&mut self) -> &mut OutstandingReads {
+        &mut self.reads
+    }
+
+    /// Latency of a DMA read between its request and its completion beyond serialisation:
+    /// RTT0 plus the NUMA adder, ps.
+    pub fn read_latency_ps(&self) -> Ps {
+        self.rtt0_ps + self.read_adder_ps
+    }
+
+    /// DMA-engine time of a read, ps.
+    pub fn dma_read_ps(&self) -> Ps {
+        self.dma_read_ps
+    }
+
+    /// DMA-engine time of a posted write, ps.
+    pub fn dma_write_ps(&self) -> Ps {
+        self.dma_write_ps
+    }
+
+    /// The DMA engine's and the PCIe link's lanes, for a run of transfers; write them back with
+    /// [`Timelines::settle_dma`] before the timelines are used otherwise.
+    #[inline]
+    pub fn dma_lanes(&self) -> DmaLanes {
+        DmaLanes {
+            eng: self.resources[ResourceKind::DmaEngine.index()].lane(),
+            up: self.resources[ResourceKind::PcieUp.index()].lane(),
+            down: self.resources[ResourceKind::PcieDown.index()].lane(),
+        }
+    }
+
+    /// Takes back the lanes of [`Timelines::dma_lanes`].
+    #[inline]
+    pub fn settle_dma(&mut self, l: DmaLanes) {
+        self.resources[ResourceKind::DmaEngine.index()].settle(l.eng);
+        self.resources[ResourceKind::PcieUp.index()].settle(l.up);
+        self.resources[ResourceKind::PcieDown.index()].settle(l.down);
     }
 
     /// A posted DMA write (Rx data, CQE, MSI) ready at `ready`: one DMA-engine op, then the up
@@ -737,6 +939,44 @@ mod tests {
         assert_eq!(Cost::FREE.time_ps(1_000_000), 0);
         assert_eq!(Cost::per_op_at_rate(0.0), Cost::FREE);
         assert_eq!(Cost::per_op_at_rate(62.3e6).time_ps(1), 16_052);
+    }
+
+    #[test]
+    fn lanes_book_exactly_as_the_resources() {
+        // A pseudo-random mix of ready times (idle gaps and backlogs) and sizes, on a fractional
+        // cost, an integer one and a free one: the lanes give the same reservations and leave
+        // the same state, including the remainder, the units and the reservation count.
+        for cost in [
+            Cost::per_byte_at_bps(113_700_000_000),
+            Cost::ps_per_unit(3),
+            Cost::FREE,
+        ] {
+            let mut a = Resource::new("a", cost, 7);
+            let mut b = a.clone();
+            let mut lane = b.lane();
+            let mut x = 0x2545_f491_4f6c_dd1du64;
+            let mut ready = 0;
+            for i in 0..20_000u64 {
+                x ^= x << 13;
+                x ^= x >> 7;
+                x ^= x << 17;
+                ready += x % 9_000;
+                // 2^38 bytes overflow 64 bits in units × remainder (the 128-bit path).
+                let units = [64, 88, 1_500, 1 << 38][(x >> 40) as usize % 4];
+                assert_eq!(
+                    a.reserve(ready, units),
+                    lane.reserve(ready, b.step(units)),
+                    "{i}"
+                );
+                assert_eq!(a.free_at(), lane.free_at());
+            }
+            b.settle(lane);
+            assert_eq!(
+                (a.free_ps, a.free_rem, a.units),
+                (b.free_ps, b.free_rem, b.units)
+            );
+            assert_eq!(a.reservations(), b.reservations());
+        }
     }
 
     #[test]

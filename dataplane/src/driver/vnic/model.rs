@@ -106,7 +106,9 @@ use crate::pcie_model::ddio::{DdioModel, host_bytes_per_packet};
 use crate::pcie_model::dram::LoadedLatency;
 use crate::pcie_model::pcie::{PcieLink, Traffic};
 use crate::pcie_model::profile::{Efficiency, HardwareProfile};
-use crate::pcie_model::timeline::{Cost, PS_PER_NS, Ps, ResourceKind, Timelines, pick_bottleneck};
+use crate::pcie_model::timeline::{
+    Cost, PS_PER_NS, Ps, ResourceKind, Step, Timelines, pick_bottleneck,
+};
 use crate::pcie_model::{Breakdown, BreakdownInput};
 
 /// How a queue's clock runs.
@@ -860,7 +862,26 @@ pub(crate) struct Timing {
     if_head: usize,
     if_len: usize,
     inflight_bbs: u32,
+    /// Common sends queued by [`NicModel::tx_send`], booked together.
+    sends: SendRun,
 }
+
+/// Sends a timed queue has queued but not booked yet ([`NicModel::tx_send`]): a run of WQEs at
+/// the NIC at the same time whose frames have the same length, host data segments, nicmem
+/// bytes and WQEBBs, so the same transfers and wire time; only their arrivals differ.
+struct SendRun {
+    ready: Ps,
+    len: u32,
+    host: [u32; 2],
+    nic: u32,
+    nbb: u32,
+    n: usize,
+    /// Arrival of each queued send's frame, ns.
+    arrival_ns: [u64; SEND_RUN],
+}
+
+/// The most sends [`SendRun`] queues before it books them.
+const SEND_RUN: usize = 64;
 
 impl Timing {
     /// True for the virtual clock.
@@ -1432,6 +1453,15 @@ impl NicModel {
                     if_head: 0,
                     if_len: 0,
                     inflight_bbs: 0,
+                    sends: SendRun {
+                        ready: 0,
+                        len: 0,
+                        host: [0; 2],
+                        nic: 0,
+                        nbb: 0,
+                        n: 0,
+                        arrival_ns: [0; SEND_RUN],
+                    },
                 }))
             }
         };
@@ -1803,6 +1833,108 @@ impl NicModel {
                 r.end
             }
         }
+    }
+
+    /// Timed: a common send, its WQE at the NIC at `ready`: the host data segments `host` (0:
+    /// none) and `nic` nicmem bytes read, then the frame's `len` bytes on the wire, its latency
+    /// counted from `arrival_ns`, and the WQE's `nbb` WQEBBs in flight until it left (what
+    /// [`NicModel::tx_host_read_book`], [`NicModel::tx_nic_read_book`],
+    /// [`NicModel::tx_wire_book`] and [`NicModel::tx_done`] book). Queued: identical sends in a
+    /// row are booked together, on lanes, by [`NicModel::tx_sends_book`], which the caller
+    /// calls before anything else is booked. The charges are the caller's
+    /// ([`NicModel::tx_untimed`]).
+    #[inline]
+    pub(crate) fn tx_send(
+        &mut self,
+        ready: Ps,
+        len: usize,
+        host: [u32; 2],
+        nic: u32,
+        arrival_ns: u64,
+        nbb: u32,
+    ) {
+        let Some(t) = self.t.as_deref_mut() else {
+            return;
+        };
+        let key = (ready, len as u32, host, nic, nbb);
+        let r = &t.sends;
+        if r.n > 0 && (r.n == SEND_RUN || (r.ready, r.len, r.host, r.nic, r.nbb) != key) {
+            Self::book_sends(t, &mut self.k, true);
+        }
+        let r = &mut t.sends;
+        if r.n == 0 {
+            (r.ready, r.len, r.host, r.nic, r.nbb) = key;
+        }
+        r.arrival_ns[r.n] = arrival_ns;
+        r.n += 1;
+    }
+
+    /// Books the sends queued by [`NicModel::tx_send`] and returns the last one's departure (0:
+    /// none queued). With `all_done` every queued WQE ends when its frame left; without, the
+    /// last one's end is left to the caller (it writes that WQE's completion first, then
+    /// [`NicModel::tx_done`]).
+    #[inline]
+    pub(crate) fn tx_sends_book(&mut self, all_done: bool) -> Ps {
+        match self.t.as_deref_mut() {
+            Some(t) => Self::book_sends(t, &mut self.k, all_done),
+            None => 0,
+        }
+    }
+
+    /// [`NicModel::tx_sends_book`]: each send's transfers in the order the per-send bookings
+    /// make them, on lanes of the resources, with the transfers' costs computed once.
+    fn book_sends(t: &mut Timing, k: &mut Costs, all_done: bool) -> Ps {
+        let n = t.sends.n;
+        if n == 0 {
+            return 0;
+        }
+        t.sends.n = 0;
+        let (ready, len, nic, nbb) = (t.sends.ready, t.sends.len, t.sends.nic, t.sends.nbb);
+        let book_at = t.now.min(ready);
+        let op = &k.op;
+        let tl = &t.tl;
+        let (up_r, down_r) = (tl.get(ResourceKind::PcieUp), tl.get(ResourceKind::PcieDown));
+        let mut segs = [(Step::default(), Step::default()); 2];
+        let mut nseg = 0;
+        for h in t.sends.host.into_iter().filter(|&h| h > 0) {
+            let tr = k.reads.get(h, |n| op.tx_data_read(n));
+            segs[nseg] = (up_r.step(tr.up_bytes), down_r.step(tr.down_bytes));
+            nseg += 1;
+        }
+        let eng = tl.get(ResourceKind::DmaEngine).step(tl.dma_read_ps());
+        let latency = tl.read_latency_ps() + t.tx_read_adder_ps();
+        let nic_s = tl.get(ResourceKind::Nicmem).step(u64::from(nic));
+        let wire_s = tl
+            .get(ResourceKind::WireTx)
+            .step(u64::from(len) + k.wire_overhead);
+        let mut dma = tl.dma_lanes();
+        let mut nicl = tl.get(ResourceKind::Nicmem).lane();
+        let mut wire = tl.get(ResourceKind::WireTx).lane();
+        let mut end = 0;
+        for i in 0..n {
+            let mut done = ready;
+            for &(up, down) in &segs[..nseg] {
+                let reads = t.tl.reads_mut();
+                done = done.max(dma.read_booked(reads, book_at, ready, eng, up, down, latency));
+            }
+            if nic > 0 {
+                let r = nicl.reserve(book_at, nic_s);
+                done = done.max(ready + (r.done - book_at));
+            }
+            end = wire.reserve(done, wire_s).end;
+            let lat = (end / PS_PER_NS)
+                .saturating_sub(t.sends.arrival_ns[i])
+                .max(1);
+            t.record_latency(lat);
+            t.last = t.last.max(end);
+            if all_done || i + 1 < n {
+                t.tx_inflight_push(end, nbb);
+            }
+        }
+        t.tl.settle_dma(dma);
+        t.tl.get_mut(ResourceKind::Nicmem).settle(nicl);
+        t.tl.get_mut(ResourceKind::WireTx).settle(wire);
+        end
     }
 
     /// Untimed: a frame of `len` bytes left after the NIC read the host data segments `host`
