@@ -1907,21 +1907,33 @@ impl NicModel {
         let wire_s = tl
             .get(ResourceKind::WireTx)
             .step(u64::from(len) + k.wire_overhead);
-        let mut dma = tl.dma_lanes();
-        let mut nicl = tl.get(ResourceKind::Nicmem).lane();
-        let mut wire = tl.get(ResourceKind::WireTx).lane();
+        // Each resource sees its transfers in the per-send order, one resource at a time (no
+        // transfer of one waits for another's): the reads, the nicmem reads, then the wire.
+        let mut done = [ready; SEND_RUN];
+        let done = &mut done[..n];
+        if nseg > 0 {
+            let mut dma = tl.dma_lanes();
+            let reads = t.tl.reads_mut();
+            for d in done.iter_mut() {
+                for &(up, down) in &segs[..nseg] {
+                    *d = (*d).max(dma.read_booked(reads, book_at, ready, eng, up, down, latency));
+                }
+            }
+            t.tl.settle_dma(dma);
+        }
+        if nic > 0 {
+            let nicmem = t.tl.get_mut(ResourceKind::Nicmem);
+            let mut lane = nicmem.lane();
+            for d in done.iter_mut() {
+                let r = lane.reserve(book_at, nic_s);
+                *d = (*d).max(ready + (r.done - book_at));
+            }
+            nicmem.settle(lane);
+        }
+        let mut wire = t.tl.get(ResourceKind::WireTx).lane();
         let mut end = 0;
-        for i in 0..n {
-            let mut done = ready;
-            for &(up, down) in &segs[..nseg] {
-                let reads = t.tl.reads_mut();
-                done = done.max(dma.read_booked(reads, book_at, ready, eng, up, down, latency));
-            }
-            if nic > 0 {
-                let r = nicl.reserve(book_at, nic_s);
-                done = done.max(ready + (r.done - book_at));
-            }
-            end = wire.reserve(done, wire_s).end;
+        for (i, &d) in done.iter().enumerate() {
+            end = wire.reserve(d, wire_s).end;
             let lat = (end / PS_PER_NS)
                 .saturating_sub(t.sends.arrival_ns[i])
                 .max(1);
@@ -1931,8 +1943,6 @@ impl NicModel {
                 t.tx_inflight_push(end, nbb);
             }
         }
-        t.tl.settle_dma(dma);
-        t.tl.get_mut(ResourceKind::Nicmem).settle(nicl);
         t.tl.get_mut(ResourceKind::WireTx).settle(wire);
         end
     }
