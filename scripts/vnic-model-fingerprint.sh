@@ -10,7 +10,8 @@
 #
 # The matrix: every datapath mode at 64, 700 and 1518 B with io-fwd and macswap (at the
 # profile's line rate, and pulled as fast as the NIC takes them), the NAT, a 200 Gb/s Gen4
-# profile, host-memory misses (a small LLC), two queues, and injected faults.
+# profile, host-memory misses (a small LLC), two queues, and injected faults (at 700 B and at
+# 64 B, where every mode receives frames whole into their header buffers).
 set -euo pipefail
 cd "$(dirname "$0")/.."
 BIN=${1:?usage: $0 DATAPLANE_BINARY}
@@ -58,4 +59,8 @@ for mode in host split nic-payload nic-inline; do
     --set vnic.faults.link_down_frames=40 --set vnic.faults.rx_desc_every=500 \
     --set vnic.faults.tx_dma_every=500 --set vnic.faults.doorbell_lost_every=20 \
     --set vnic.faults.reset_every=3000
+  # Small frames: every mode receives them whole into header buffers, faults included.
+  one "$mode-faults-64" --mode "$mode" --set traffic.frame_size=64 --set traffic.rate_gbps=0 \
+    --set vnic.faults.seed=9 --set vnic.faults.rx_desc_every=300 \
+    --set vnic.faults.tx_dma_every=700 --set vnic.faults.doorbell_lost_every=30
 done

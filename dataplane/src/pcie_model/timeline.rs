@@ -220,7 +220,15 @@ impl Resource {
 
     /// Work of `units` units on this resource, for [`Lane::reserve`].
     pub fn step(&self, units: u64) -> Step {
-        // units·r = (units·r / den)·den + units·r % den, in 128 bits when it overflows 64.
+        // units·r = (units·r / den)·den + units·r % den, in 128 bits when it overflows 64 (a
+        // 128-bit division is a slow library call).
+        if let Some(frac) = units.checked_mul(self.r) {
+            return Step {
+                units,
+                q: units * self.q + frac / self.den,
+                r: frac % self.den,
+            };
+        }
         let frac = u128::from(units) * u128::from(self.r);
         let den = u128::from(self.den);
         Step {

@@ -100,6 +100,7 @@ use std::time::Instant;
 use hdrhistogram::Histogram;
 use serde::Deserialize;
 
+use crate::burst::MAX_BURST;
 use crate::mode::DatapathMode;
 use crate::pcie_model::costs::OpCosts;
 use crate::pcie_model::ddio::{DdioModel, host_bytes_per_packet};
@@ -864,6 +865,10 @@ pub(crate) struct Timing {
     inflight_bbs: u32,
     /// Common sends queued by [`NicModel::tx_send`], booked together.
     sends: SendRun,
+    /// The frames of a whole-frame receive pass whose descriptors were refused, in order
+    /// ([`NicModel::rx_refused_in_pass`]).
+    rx_refused: Box<[u16]>,
+    rx_nrefused: usize,
 }
 
 /// Sends a timed queue has queued but not booked yet ([`NicModel::tx_send`]): a run of WQEs at
@@ -1453,6 +1458,8 @@ impl NicModel {
                     if_head: 0,
                     if_len: 0,
                     inflight_bbs: 0,
+                    rx_refused: vec![0; MAX_BURST].into_boxed_slice(),
+                    rx_nrefused: 0,
                     sends: SendRun {
                         ready: 0,
                         len: 0,
@@ -1564,6 +1571,12 @@ impl NicModel {
     #[inline]
     pub(crate) fn rx_timed(&mut self, at: Ps, hl: u32, host_payload: u32, nic_payload: u32) -> Ps {
         self.rx_untimed(hl, host_payload, nic_payload);
+        self.rx_book(at, hl, host_payload, nic_payload)
+    }
+
+    /// [`NicModel::rx_timed`]'s bookings without its charges.
+    #[inline(always)]
+    fn rx_book(&mut self, at: Ps, hl: u32, host_payload: u32, nic_payload: u32) -> Ps {
         let Some(t) = &mut self.t else {
             return at;
         };
@@ -1593,6 +1606,71 @@ impl NicModel {
             }
         }
         Self::rx_cqe_book(t, &self.k, at)
+    }
+
+    /// Timed: frame `i` of a whole-frame receive pass had its descriptor refused (for
+    /// [`NicModel::rx_book_whole`]; the pass charges its error completion).
+    #[cold]
+    pub(crate) fn rx_refused_in_pass(&mut self, i: usize) {
+        if let Some(t) = self.t.as_deref_mut() {
+            t.rx_refused[t.rx_nrefused] = i as u16;
+            t.rx_nrefused += 1;
+        }
+    }
+
+    /// Timed, unpaced: books a pass of frames received whole into their header buffers and
+    /// charged by the pass (data and completions; refused descriptors noted with
+    /// [`NicModel::rx_refused_in_pass`]), as the frame-by-frame receive books each frame in
+    /// turn: its arrival ([`Timing::arrive`]), the header-ring WQE fetch it may trigger
+    /// ([`NicModel::rx_wqe_consumed`], charged here), its data write and completion
+    /// ([`NicModel::rx_timed`]'s bookings, or [`NicModel::rx_refused_timed`]'s) and its
+    /// completion slot ([`Timing::cq_set`]). Frame `i` is `lens[i]` bytes long and took header
+    /// descriptor `first + i`, posted at `posted_at[(first + i) & mask]` when `posted0 - i`
+    /// were posted, and completion slot `slot0 + i`.
+    pub(crate) fn rx_book_whole(
+        &mut self,
+        lens: &[u32],
+        posted_at: &[Ps],
+        first: u32,
+        posted0: u32,
+        slot0: u32,
+    ) {
+        let Some(t) = self.t.as_deref_mut() else {
+            return;
+        };
+        let nrefused = std::mem::take(&mut t.rx_nrefused);
+        let mut next_refused = if nrefused > 0 {
+            usize::from(t.rx_refused[0])
+        } else {
+            usize::MAX
+        };
+        let mut r = 0;
+        let mask = (posted_at.len() as u32).wrapping_sub(1);
+        let ovh = self.k.wire_overhead;
+        for (i, &len) in lens.iter().enumerate() {
+            let c = first.wrapping_add(i as u32);
+            let Some(t) = self.t.as_deref_mut() else {
+                return;
+            };
+            let at = t.arrive(posted_at[(c & mask) as usize], len as usize, ovh);
+            self.rx_wqe_consumed(posted0.wrapping_sub(i as u32), at);
+            let ready = if i == next_refused {
+                r += 1;
+                next_refused = match self.t.as_deref() {
+                    Some(t) if r < nrefused => usize::from(t.rx_refused[r]),
+                    _ => usize::MAX,
+                };
+                match self.t.as_deref_mut() {
+                    Some(t) => Self::rx_cqe_book(t, &self.k, at),
+                    None => at,
+                }
+            } else {
+                self.rx_book(at, len, 0, 0)
+            };
+            if let Some(t) = self.t.as_deref_mut() {
+                t.cq_set(slot0.wrapping_add(i as u32), ready, at);
+            }
+        }
     }
 
     /// Timed: the NIC refused a received frame's descriptor and wrote an error completion at
@@ -1901,9 +1979,7 @@ impl NicModel {
             segs[nseg] = (up_r.step(tr.up_bytes), down_r.step(tr.down_bytes));
             nseg += 1;
         }
-        let eng = tl.get(ResourceKind::DmaEngine).step(tl.dma_read_ps());
         let latency = tl.read_latency_ps() + t.tx_read_adder_ps();
-        let nic_s = tl.get(ResourceKind::Nicmem).step(u64::from(nic));
         let wire_s = tl
             .get(ResourceKind::WireTx)
             .step(u64::from(len) + k.wire_overhead);
@@ -1912,6 +1988,7 @@ impl NicModel {
         let mut done = [ready; SEND_RUN];
         let done = &mut done[..n];
         if nseg > 0 {
+            let eng = tl.get(ResourceKind::DmaEngine).step(tl.dma_read_ps());
             let mut dma = tl.dma_lanes();
             let reads = t.tl.reads_mut();
             for d in done.iter_mut() {
@@ -1923,6 +2000,7 @@ impl NicModel {
         }
         if nic > 0 {
             let nicmem = t.tl.get_mut(ResourceKind::Nicmem);
+            let nic_s = nicmem.step(u64::from(nic));
             let mut lane = nicmem.lane();
             for d in done.iter_mut() {
                 let r = lane.reserve(book_at, nic_s);
