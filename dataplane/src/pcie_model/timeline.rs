@@ -315,13 +315,16 @@ pub struct Lane {
     free_rem: u64,
     den: u64,
     latency_ps: Ps,
-    /// Units and reservations booked on the lane, added to the resource's when it settles.
+    /// Units and reservations counted on the lane ([`Lane::add`]), added to the resource's when
+    /// it settles.
     units: u64,
     reservations: u64,
 }
 
 impl Lane {
-    /// Books work `s` ready at `ready`, as [`Resource::reserve`] books `s`'s units.
+    /// Books work `s` ready at `ready`, as [`Resource::reserve`] books `s`'s units, except that
+    /// the lane does not count it: the caller counts its reservations with [`Lane::add`] (a
+    /// run of identical ones in one go).
     #[inline(always)]
     pub fn reserve(&mut self, ready: Ps, s: Step) -> Reservation {
         let (mut ps, mut rem) = if ready >= self.free_at() {
@@ -339,8 +342,6 @@ impl Lane {
         }
         self.free_ps = ps;
         self.free_rem = rem;
-        self.units += s.units;
-        self.reservations += 1;
         let end = ps + u64::from(rem > 0);
         Reservation {
             start,
@@ -353,6 +354,13 @@ impl Lane {
     #[inline(always)]
     pub fn free_at(&self) -> Ps {
         self.free_ps + u64::from(self.free_rem > 0)
+    }
+
+    /// Counts `n` reservations of work `s` made with [`Lane::reserve`].
+    #[inline(always)]
+    pub fn add(&mut self, n: u64, s: Step) {
+        self.units += n * s.units;
+        self.reservations += n;
     }
 }
 
@@ -551,6 +559,38 @@ impl OutstandingReads {
         self.maxima.clear();
     }
 
+    /// How many reads in a row [`OutstandingReads::issue_time`] would issue at their ready
+    /// time without retiring any (lazy, with room in the list), whatever their completions.
+    #[inline]
+    pub fn lazy_room(&self) -> usize {
+        if self.loaded {
+            0
+        } else {
+            self.lazy_limit - self.list.len()
+        }
+    }
+
+    /// Exactly what `issue_time(ready)` then `record(d)` for each `d` of `dones` in turn do,
+    /// when `dones` has at most [`OutstandingReads::lazy_room`] reads (each then issues at
+    /// `ready`): the bookkeeping of a run of reads issued at the same time, in one go.
+    #[inline]
+    pub fn issue_lazy_run(&mut self, ready: Ps, dones: &[Ps]) {
+        debug_assert!(dones.len() <= self.lazy_room());
+        if dones.is_empty() {
+            return;
+        }
+        let i0 = self.issues;
+        self.list
+            .extend(dones.iter().zip(i0 + 1..).map(|(&d, i)| (d, i)));
+        self.issues = i0 + dones.len() as u64;
+        // Each issue pops the maxima its time reaches (the previous issue's among them) and
+        // pushes itself: what is left is the last one.
+        while self.maxima.last().is_some_and(|&(_, t)| t <= ready) {
+            self.maxima.pop();
+        }
+        self.maxima.push((self.issues, ready));
+    }
+
     /// Records a read that completes at `done`.
     #[inline]
     pub fn record(&mut self, done: Ps) {
@@ -659,7 +699,8 @@ pub struct DmaLanes {
 impl DmaLanes {
     /// [`Timelines::dma_read_booked`] on the lanes, the read's bytes as the steps `up` and
     /// `down`, the DMA engine's read op as `eng` and the read's fixed latency (RTT0, adders)
-    /// as `latency`; returns when the last completion byte arrived.
+    /// as `latency`; returns when the last completion byte arrived. The caller counts the
+    /// three reservations ([`Lane::add`]).
     #[inline(always)]
     #[allow(clippy::too_many_arguments)]
     pub fn read_booked(
@@ -681,8 +722,28 @@ impl DmaLanes {
         done
     }
 
+    /// [`DmaLanes::read_booked`] of a read the caller knows issues at `start.max(book_at)`
+    /// (fewer reads listed than [`OutstandingReads::lazy_room`] allows); the caller records it
+    /// with [`OutstandingReads::issue_lazy_run`] and counts its reservations.
+    #[inline(always)]
+    pub fn read_untracked(
+        &mut self,
+        book_at: Ps,
+        start: Ps,
+        eng: Step,
+        up: Step,
+        down: Step,
+        latency: Ps,
+    ) -> Ps {
+        let start = start.max(book_at);
+        let e = self.eng.reserve(book_at, eng);
+        let req = self.up.reserve(e.end, up);
+        let cpl = self.down.reserve(book_at, down);
+        start + (req.end - book_at) + latency + (cpl.end - book_at)
+    }
+
     /// [`Timelines::posted_write`] on the lanes (`eng`: the DMA engine's write op, `up`: the
-    /// write's bytes).
+    /// write's bytes); the caller counts the two reservations ([`Lane::add`]).
     #[inline(always)]
     pub fn posted_write(&mut self, ready: Ps, eng: Step, up: Step) -> Reservation {
         let e = self.eng.reserve(ready, eng);
@@ -971,11 +1032,9 @@ mod tests {
                 ready += x % 9_000;
                 // 2^38 bytes overflow 64 bits in units × remainder (the 128-bit path).
                 let units = [64, 88, 1_500, 1 << 38][(x >> 40) as usize % 4];
-                assert_eq!(
-                    a.reserve(ready, units),
-                    lane.reserve(ready, b.step(units)),
-                    "{i}"
-                );
+                let step = b.step(units);
+                assert_eq!(a.reserve(ready, units), lane.reserve(ready, step), "{i}");
+                lane.add(1, step);
                 assert_eq!(a.free_at(), lane.free_at());
             }
             b.settle(lane);
@@ -1055,6 +1114,50 @@ mod tests {
                 "cap {cap}: {lazy} {loaded}"
             );
         }
+    }
+
+    #[test]
+    fn a_lazy_run_of_reads_is_the_reads_one_by_one() {
+        // Runs of reads at one time, recorded in one go whenever the lazy list has room, and
+        // otherwise one by one: the same issue times, stalls and reads in flight as recording
+        // every read one by one, through clean-ups and heap phases (the cap binds).
+        let mut bulk = OutstandingReads::new(64);
+        let mut one = OutstandingReads::new(64);
+        let (mut x, mut now) = (0x9e37_79b9_7f4a_7c15u64, 0);
+        let (mut runs, mut lazy_runs) = (0, 0);
+        for run in 0..3_000u64 {
+            x ^= x << 13;
+            x ^= x >> 7;
+            x ^= x << 17;
+            now += if (run / 300) % 2 == 0 {
+                x % 50
+            } else {
+                x % 5_000
+            };
+            let n = (x >> 30) as usize % 40;
+            let dones: Vec<Ps> = (0..n as u64)
+                .map(|j| now + 400 + (x >> (j % 40)) % 900)
+                .collect();
+            runs += 1;
+            if n <= bulk.lazy_room() {
+                lazy_runs += 1;
+                bulk.issue_lazy_run(now, &dones);
+            } else {
+                for &d in &dones {
+                    let t = bulk.issue_time(now);
+                    bulk.record(d + (t - now));
+                }
+            }
+            for &d in &dones {
+                let t = one.issue_time(now);
+                one.record(d + (t - now));
+            }
+            assert_eq!(bulk.issue_time(now), one.issue_time(now), "run {run}");
+            assert_eq!(bulk.in_flight(), one.in_flight(), "run {run}");
+        }
+        assert_eq!(bulk.stalls(), one.stalls());
+        assert!(one.stalls() > 100, "the cap binds: {}", one.stalls());
+        assert!(lazy_runs > 100 && lazy_runs < runs, "{lazy_runs} of {runs}");
     }
 
     fn spec_profile() -> HardwareProfile {

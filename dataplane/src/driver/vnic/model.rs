@@ -1117,6 +1117,12 @@ impl Timing {
     #[inline]
     fn record_latency(&mut self, ns: u64) {
         self.lat_exact.record(ns);
+        self.count_latency(ns);
+    }
+
+    /// [`Timing::record_latency`] without the exact extremes and sum (the caller merges them).
+    #[inline(always)]
+    fn count_latency(&mut self, ns: u64) {
         if let Some(c) = self
             .lat_counts
             .get_mut(ns.wrapping_sub(self.lat_base) as usize)
@@ -1991,10 +1997,33 @@ impl NicModel {
             let eng = tl.get(ResourceKind::DmaEngine).step(tl.dma_read_ps());
             let mut dma = tl.dma_lanes();
             let reads = t.tl.reads_mut();
-            for d in done.iter_mut() {
-                for &(up, down) in &segs[..nseg] {
-                    *d = (*d).max(dma.read_booked(reads, book_at, ready, eng, up, down, latency));
+            let segs = &segs[..nseg];
+            if n * nseg <= reads.lazy_room() {
+                // No read waits for a tag or retires another: each issues at `ready`, and the
+                // tracker records the run in one go.
+                let mut rd = [0; 2 * SEND_RUN];
+                let mut j = 0;
+                for d in done.iter_mut() {
+                    for &(up, down) in segs {
+                        rd[j] = dma.read_untracked(book_at, ready, eng, up, down, latency);
+                        *d = (*d).max(rd[j]);
+                        j += 1;
+                    }
                 }
+                reads.issue_lazy_run(ready, &rd[..j]);
+            } else {
+                for d in done.iter_mut() {
+                    for &(up, down) in segs {
+                        *d = (*d)
+                            .max(dma.read_booked(reads, book_at, ready, eng, up, down, latency));
+                    }
+                }
+            }
+            let reads_n = (n * nseg) as u64;
+            dma.eng.add(reads_n, eng);
+            for &(up, down) in segs {
+                dma.up.add(n as u64, up);
+                dma.down.add(n as u64, down);
             }
             t.tl.settle_dma(dma);
         }
@@ -2006,21 +2035,28 @@ impl NicModel {
                 let r = lane.reserve(book_at, nic_s);
                 *d = (*d).max(ready + (r.done - book_at));
             }
+            lane.add(n as u64, nic_s);
             nicmem.settle(lane);
         }
         let mut wire = t.tl.get(ResourceKind::WireTx).lane();
-        let mut end = 0;
+        let (mut end, mut last) = (0, t.last);
+        // The run's latencies: their extremes and sum merge into the queue's after the run.
+        let mut exact = LatencyExact::default();
         for (i, &d) in done.iter().enumerate() {
             end = wire.reserve(d, wire_s).end;
             let lat = (end / PS_PER_NS)
                 .saturating_sub(t.sends.arrival_ns[i])
                 .max(1);
-            t.record_latency(lat);
-            t.last = t.last.max(end);
+            exact.record(lat);
+            t.count_latency(lat);
+            last = last.max(end);
             if all_done || i + 1 < n {
                 t.tx_inflight_push(end, nbb);
             }
         }
+        t.lat_exact.merge(&exact);
+        t.last = last;
+        wire.add(n as u64, wire_s);
         t.tl.get_mut(ResourceKind::WireTx).settle(wire);
         end
     }
