@@ -1650,31 +1650,117 @@ impl NicModel {
         } else {
             usize::MAX
         };
+        debug_assert!(t.pace.is_none(), "staged receives are unpaced");
         let mut r = 0;
         let mask = (posted_at.len() as u32).wrapping_sub(1);
-        let ovh = self.k.wire_overhead;
+        let k = &mut self.k;
+        // The DMA engine's, the link's and the wire's state on lanes for the pass; each
+        // transfer's cost split once (per frame length for the data).
+        let tl = &t.tl;
+        let eng = tl.get(ResourceKind::DmaEngine);
+        let (eng_w, eng_r) = (eng.step(tl.dma_write_ps()), eng.step(tl.dma_read_ps()));
+        let cqe_s = tl.get(ResourceKind::PcieUp).step(k.cqe.up_bytes);
+        let read_latency = tl.read_latency_ps();
+        let (drain, posted_latency) = (t.rx_buffer_drain, t.posted_latency);
+        let mut dma = tl.dma_lanes();
+        let wire_r = tl.get(ResourceKind::WireRx);
+        let mut wire = wire_r.lane();
+        let (mut shape, mut wire_s, mut data_s) = (u32::MAX, Step::default(), Step::default());
         for (i, &len) in lens.iter().enumerate() {
+            if len != shape {
+                let tl = &t.tl;
+                shape = len;
+                let (op, writes) = (&k.op, &mut k.writes);
+                wire_s = tl
+                    .get(ResourceKind::WireRx)
+                    .step(u64::from(len) + k.wire_overhead);
+                data_s = tl
+                    .get(ResourceKind::PcieUp)
+                    .step(writes.get(len, |n| op.rx_data_write(n)).up_bytes);
+            }
+            // Its arrival (`Timing::arrive`): flow control holds the sender while the receive
+            // buffer is too full.
             let c = first.wrapping_add(i as u32);
-            let Some(t) = self.t.as_deref_mut() else {
-                return;
-            };
-            let at = t.arrive(posted_at[(c & mask) as usize], len as usize, ovh);
-            self.rx_wqe_consumed(posted0.wrapping_sub(i as u32), at);
-            let ready = if i == next_refused {
-                r += 1;
-                next_refused = match self.t.as_deref() {
-                    Some(t) if r < nrefused => usize::from(t.rx_refused[r]),
-                    _ => usize::MAX,
+            let ready = posted_at[(c & mask) as usize].max(dma.up.free_at().saturating_sub(drain));
+            let at = wire.reserve(ready, wire_s).end;
+            wire.add(1, wire_s);
+            if t.first.is_none() {
+                t.first = Some(at);
+            }
+            // The header-ring WQE (`rx_wqe_consumed`): a fetch when the prefetched ones are used
+            // up.
+            if self.rx_wqe_left == 0 {
+                let nw = posted0.wrapping_sub(i as u32).clamp(1, k.rx_batch);
+                let tr = if nw == k.rx_batch {
+                    k.rx_fetch_full
+                } else {
+                    k.op.rx_wqe_fetch(nw, k.rx_wqe_size)
                 };
-                match self.t.as_deref_mut() {
-                    Some(t) => Self::rx_cqe_book(t, &self.k, at),
-                    None => at,
-                }
+                self.c.items[Item::RxWqe as usize] += tr;
+                self.c.rx_wqe_fetches += 1;
+                self.c.host_bytes_read += u64::from(nw * k.rx_wqe_size);
+                let (up, down) = (
+                    t.tl.get(ResourceKind::PcieUp).step(tr.up_bytes),
+                    t.tl.get(ResourceKind::PcieDown).step(tr.down_bytes),
+                );
+                dma.read_booked(t.tl.reads_mut(), at, at, eng_r, up, down, read_latency);
+                dma.eng.add(1, eng_r);
+                dma.up.add(1, up);
+                dma.down.add(1, down);
+                self.rx_wqe_left = nw;
+            }
+            self.rx_wqe_left -= 1;
+            if i == next_refused {
+                r += 1;
+                next_refused = if r < nrefused {
+                    usize::from(t.rx_refused[r])
+                } else {
+                    usize::MAX
+                };
             } else {
-                self.rx_book(at, len, 0, 0)
+                // The data write (`rx_book`): the whole frame into its header buffer.
+                dma.posted_write(at, eng_w, data_s);
+                dma.eng.add(1, eng_w);
+                dma.up.add(1, data_s);
+                if t.miss_ppm > 0 {
+                    let rmw = CACHE_LINE * partial_line(len);
+                    t.dram_acc += (2 * (u64::from(len) + t.cqe_bytes) + rmw) * t.miss_ppm;
+                    let b = t.dram_acc / 1_000_000;
+                    t.dram_acc %= 1_000_000;
+                    if b > 0 {
+                        self.c.dram_bytes += b;
+                        t.tl.get_mut(ResourceKind::Hostmem).reserve(at, b);
+                    }
+                }
+            }
+            // The completion (`rx_cqe_book`).
+            let visible = if Self::cqe_written(t, k) {
+                dma.eng.add(1, eng_w);
+                dma.up.add(1, cqe_s);
+                dma.posted_write(at, eng_w, cqe_s).done
+            } else {
+                at + posted_latency
             };
-            if let Some(t) = self.t.as_deref_mut() {
-                t.cq_set(slot0.wrapping_add(i as u32), ready, at);
+            t.cq_set(slot0.wrapping_add(i as u32), visible, at);
+        }
+        t.tl.settle_dma(dma);
+        t.tl.get_mut(ResourceKind::WireRx).settle(wire);
+    }
+
+    /// Whether the next Rx completion's write goes out (with CQE compression, only each full
+    /// slot's), as [`NicModel::rx_cqe_book`] counts them.
+    #[inline(always)]
+    fn cqe_written(t: &mut Timing, k: &Costs) -> bool {
+        match k.mini_per_slot {
+            None => true,
+            Some(per) => {
+                t.cqe_mini += 1;
+                if t.cqe_mini == per {
+                    t.cqe_mini = 0;
+                    true
+                } else {
+                    false
+                }
             }
         }
     }
