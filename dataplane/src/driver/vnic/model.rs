@@ -1075,6 +1075,25 @@ impl Timing {
         ring_bbs.saturating_sub(self.inflight_bbs)
     }
 
+    /// [`Timing::tx_inflight_push`] of WQEs of `nbb` WQEBBs leaving at `deps`, in order.
+    #[inline]
+    fn tx_inflight_push_all(&mut self, deps: &[Ps], nbb: u32) {
+        let cap = self.inflight.len();
+        let mask = cap - 1;
+        let (mut head, mut len, mut bbs) = (self.if_head, self.if_len, self.inflight_bbs);
+        for &dep in deps {
+            if len == cap {
+                bbs -= self.inflight[head].1;
+                head = (head + 1) & mask;
+                len -= 1;
+            }
+            self.inflight[(head + len) & mask] = (dep, nbb);
+            len += 1;
+            bbs += nbb;
+        }
+        (self.if_head, self.if_len, self.inflight_bbs) = (head, len, bbs);
+    }
+
     #[inline]
     fn tx_inflight_push(&mut self, dep: Ps, nbb: u32) {
         let cap = self.inflight.len();
@@ -1666,8 +1685,14 @@ impl NicModel {
         let wire_r = tl.get(ResourceKind::WireRx);
         let mut wire = wire_r.lane();
         let (mut shape, mut wire_s, mut data_s) = (u32::MAX, Step::default(), Step::default());
+        // Reservations counted per run: frames and data writes of the current length, and
+        // the pass's DMA-engine writes and completion writes.
+        let (mut frames, mut datas, mut writes_n, mut cqes) = (0, 0, 0, 0);
         for (i, &len) in lens.iter().enumerate() {
             if len != shape {
+                wire.add(frames, wire_s);
+                dma.up.add(datas, data_s);
+                (frames, datas) = (0, 0);
                 let tl = &t.tl;
                 shape = len;
                 let (op, writes) = (&k.op, &mut k.writes);
@@ -1683,7 +1708,7 @@ impl NicModel {
             let c = first.wrapping_add(i as u32);
             let ready = posted_at[(c & mask) as usize].max(dma.up.free_at().saturating_sub(drain));
             let at = wire.reserve(ready, wire_s).end;
-            wire.add(1, wire_s);
+            frames += 1;
             if t.first.is_none() {
                 t.first = Some(at);
             }
@@ -1720,8 +1745,8 @@ impl NicModel {
             } else {
                 // The data write (`rx_book`): the whole frame into its header buffer.
                 dma.posted_write(at, eng_w, data_s);
-                dma.eng.add(1, eng_w);
-                dma.up.add(1, data_s);
+                datas += 1;
+                writes_n += 1;
                 if t.miss_ppm > 0 {
                     let rmw = CACHE_LINE * partial_line(len);
                     t.dram_acc += (2 * (u64::from(len) + t.cqe_bytes) + rmw) * t.miss_ppm;
@@ -1735,14 +1760,18 @@ impl NicModel {
             }
             // The completion (`rx_cqe_book`).
             let visible = if Self::cqe_written(t, k) {
-                dma.eng.add(1, eng_w);
-                dma.up.add(1, cqe_s);
+                writes_n += 1;
+                cqes += 1;
                 dma.posted_write(at, eng_w, cqe_s).done
             } else {
                 at + posted_latency
             };
             t.cq_set(slot0.wrapping_add(i as u32), visible, at);
         }
+        wire.add(frames, wire_s);
+        dma.up.add(datas, data_s);
+        dma.eng.add(writes_n, eng_w);
+        dma.up.add(cqes, cqe_s);
         t.tl.settle_dma(dma);
         t.tl.get_mut(ResourceKind::WireRx).settle(wire);
     }
@@ -2128,18 +2157,18 @@ impl NicModel {
         let (mut end, mut last) = (0, t.last);
         // The run's latencies: their extremes and sum merge into the queue's after the run.
         let mut exact = LatencyExact::default();
-        for (i, &d) in done.iter().enumerate() {
-            end = wire.reserve(d, wire_s).end;
+        for (i, d) in done.iter_mut().enumerate() {
+            end = wire.reserve(*d, wire_s).end;
+            *d = end;
             let lat = (end / PS_PER_NS)
                 .saturating_sub(t.sends.arrival_ns[i])
                 .max(1);
             exact.record(lat);
             t.count_latency(lat);
             last = last.max(end);
-            if all_done || i + 1 < n {
-                t.tx_inflight_push(end, nbb);
-            }
         }
+        // Each WQE is in flight until its frame left (the last one's end is the caller's).
+        t.tx_inflight_push_all(&done[..if all_done { n } else { n - 1 }], nbb);
         t.lat_exact.merge(&exact);
         t.last = last;
         wire.add(n as u64, wire_s);
