@@ -1351,7 +1351,10 @@ fn charge_tx_run(c: &mut NicCounters, k: &Costs, r: &TxRun, reads: Traffic) {
 /// Queues charge runs of identical receives and sends together (a burst of equal frames costs
 /// one multiplication per charge instead of one table look-up per packet); the totals are the
 /// same integers as charging each packet. A timed queue still books every DMA on its
-/// timelines one by one (each packet's times depend on them), only the counting is batched. A run is charged when the next operation differs,
+/// timelines one by one, in order (each packet's times depend on them), but a pass of received
+/// whole frames ([`NicModel::rx_book_whole`]) and a run of sends ([`NicModel::tx_send`]) are
+/// booked together on copies of the resources' state with each transfer's cost computed once.
+/// A run is charged when the next operation differs,
 /// when a receive run placed nicmem payloads (at the end of its pass, so nicmem's live bytes
 /// are current before packets are freed) and when the queue reports; [`NicModel::counters`]
 /// includes the pending runs.
