@@ -2121,11 +2121,20 @@ impl NicModel {
                 // tracker records the run in one go.
                 let mut rd = [0; 2 * SEND_RUN];
                 let mut j = 0;
-                for d in done.iter_mut() {
-                    for &(up, down) in segs {
-                        rd[j] = dma.read_untracked(book_at, ready, eng, up, down, latency);
-                        *d = (*d).max(rd[j]);
-                        j += 1;
+                if let [(up, down)] = *segs {
+                    // One data segment (the commonest): the read's completion is its end.
+                    for (d, r) in done.iter_mut().zip(&mut rd) {
+                        *r = dma.read_untracked(book_at, ready, eng, up, down, latency);
+                        *d = (*d).max(*r);
+                    }
+                    j = n;
+                } else {
+                    for d in done.iter_mut() {
+                        for &(up, down) in segs {
+                            rd[j] = dma.read_untracked(book_at, ready, eng, up, down, latency);
+                            *d = (*d).max(rd[j]);
+                            j += 1;
+                        }
                     }
                 }
                 reads.issue_lazy_run(ready, &rd[..j]);
