@@ -10,7 +10,9 @@
 #
 # The matrix: every datapath mode at 64, 700 and 1518 B with io-fwd and macswap (at the
 # profile's line rate, and pulled as fast as the NIC takes them), the NAT, a 200 Gb/s Gen4
-# profile, host-memory misses (a small LLC), two queues, and injected faults.
+# profile, host-memory misses (a small LLC, paced and pulled), compressed completions, two
+# queues, and injected faults (at 700 B and at 64 B, where every mode receives frames whole
+# into their header buffers).
 set -euo pipefail
 cd "$(dirname "$0")/.."
 BIN=${1:?usage: $0 DATAPLANE_BINARY}
@@ -52,10 +54,18 @@ for mode in host split nic-payload nic-inline; do
   one "$mode-gen4" --mode "$mode" --set traffic.frame_size=64 --set nic.profile='"cx6dx-gen4x16-200g"'
   one "$mode-nat" --mode "$mode" --set traffic.frame_size=64 --set 'pipeline=[{name="nat"}]'
   one "$mode-llc" --mode "$mode" --set traffic.frame_size=1518 --set host.llc_size='"1MiB"' --set host.ddio_ways=1
+  one "$mode-llc-pulled" --mode "$mode" --set traffic.frame_size=1518 --set traffic.rate_gbps=0 \
+    --set host.llc_size='"1MiB"' --set host.ddio_ways=1
+  one "$mode-cqe-zip" --mode "$mode" --set traffic.frame_size=64 --set traffic.rate_gbps=0 \
+    --set nic.descriptors.cqe_compression=true
   one "$mode-2q" --mode "$mode" --set traffic.frame_size=64 --workers 2
   one "$mode-faults" --mode "$mode" --set traffic.frame_size=700 --set traffic.rate_gbps=0 \
     --set vnic.faults.seed=4 --set vnic.faults.link_down_every=5000 \
     --set vnic.faults.link_down_frames=40 --set vnic.faults.rx_desc_every=500 \
     --set vnic.faults.tx_dma_every=500 --set vnic.faults.doorbell_lost_every=20 \
     --set vnic.faults.reset_every=3000
+  # Small frames: every mode receives them whole into header buffers, faults included.
+  one "$mode-faults-64" --mode "$mode" --set traffic.frame_size=64 --set traffic.rate_gbps=0 \
+    --set vnic.faults.seed=9 --set vnic.faults.rx_desc_every=300 \
+    --set vnic.faults.tx_dma_every=700 --set vnic.faults.doorbell_lost_every=30
 done

@@ -218,6 +218,49 @@ impl Resource {
         (start, ps + u64::from(rem > 0))
     }
 
+    /// Work of `units` units on this resource, for [`Lane::reserve`].
+    pub fn step(&self, units: u64) -> Step {
+        // units·r = (units·r / den)·den + units·r % den, in 128 bits when it overflows 64 (a
+        // 128-bit division is a slow library call).
+        if let Some(frac) = units.checked_mul(self.r) {
+            return Step {
+                units,
+                q: units * self.q + frac / self.den,
+                r: frac % self.den,
+            };
+        }
+        let frac = u128::from(units) * u128::from(self.r);
+        let den = u128::from(self.den);
+        Step {
+            units,
+            q: units * self.q + (frac / den) as u64,
+            r: (frac % den) as u64,
+        }
+    }
+
+    /// The resource's busy-until state, for a run of [`Lane::reserve`]s; write it back with
+    /// [`Resource::settle`] before the resource is used otherwise.
+    #[inline]
+    pub fn lane(&self) -> Lane {
+        Lane {
+            free_ps: self.free_ps,
+            free_rem: self.free_rem,
+            den: self.den,
+            latency_ps: self.latency_ps,
+            units: 0,
+            reservations: 0,
+        }
+    }
+
+    /// Takes back a lane from [`Resource::lane`] after its reservations.
+    #[inline]
+    pub fn settle(&mut self, lane: Lane) {
+        self.free_ps = lane.free_ps;
+        self.free_rem = lane.free_rem;
+        self.units += lane.units;
+        self.reservations += lane.reservations;
+    }
+
     /// When the resource is next free (ps, rounded up).
     #[inline]
     pub fn free_at(&self) -> Ps {
@@ -247,6 +290,77 @@ impl Resource {
     /// The per-unit cost.
     pub fn cost(&self) -> Cost {
         self.cost
+    }
+}
+
+/// A fixed amount of work on one resource (see [`Resource::step`]): its units and their cost
+/// split once into whole picoseconds and a remainder in units of the resource's denominator,
+/// so a run of identical reservations costs neither a multiplication nor a division each.
+#[derive(Clone, Copy, Debug, Default, PartialEq, Eq)]
+pub struct Step {
+    units: u64,
+    /// Whole picoseconds of the work.
+    q: u64,
+    /// The fractional picoseconds × `den`, below `den`.
+    r: u64,
+}
+
+/// A resource's busy-until state copied out for a run of reservations ([`Resource::lane`]),
+/// booked with [`Lane::reserve`] and written back with [`Resource::settle`]: a loop that books
+/// many transfers keeps the state in registers instead of going through the resource each time.
+/// Reserving on a lane gives exactly [`Resource::reserve`]'s times.
+#[derive(Clone, Copy, Debug)]
+pub struct Lane {
+    free_ps: Ps,
+    free_rem: u64,
+    den: u64,
+    latency_ps: Ps,
+    /// Units and reservations counted on the lane ([`Lane::add`]), added to the resource's when
+    /// it settles.
+    units: u64,
+    reservations: u64,
+}
+
+impl Lane {
+    /// Books work `s` ready at `ready`, as [`Resource::reserve`] books `s`'s units, except that
+    /// the lane does not count it: the caller counts its reservations with [`Lane::add`] (a
+    /// run of identical ones in one go).
+    #[inline(always)]
+    pub fn reserve(&mut self, ready: Ps, s: Step) -> Reservation {
+        let (mut ps, mut rem) = if ready >= self.free_at() {
+            (ready, 0)
+        } else {
+            (self.free_ps, self.free_rem)
+        };
+        let start = ps + u64::from(rem > 0);
+        // rem < den and s.r < den: at most one carry.
+        rem += s.r;
+        ps += s.q;
+        if rem >= self.den {
+            rem -= self.den;
+            ps += 1;
+        }
+        self.free_ps = ps;
+        self.free_rem = rem;
+        let end = ps + u64::from(rem > 0);
+        Reservation {
+            start,
+            end,
+            done: end + self.latency_ps,
+        }
+    }
+
+    /// When the lane's resource is next free (ps, rounded up).
+    #[inline(always)]
+    pub fn free_at(&self) -> Ps {
+        self.free_ps + u64::from(self.free_rem > 0)
+    }
+
+    /// Counts `n` reservations of work `s` made with [`Lane::reserve`].
+    #[inline(always)]
+    pub fn add(&mut self, n: u64, s: Step) {
+        self.units += n * s.units;
+        self.reservations += n;
     }
 }
 
@@ -361,6 +475,21 @@ impl OutstandingReads {
     /// The earliest time ≥ `ready` at which a new read may issue (retires completed reads).
     #[inline]
     pub fn issue_time(&mut self, ready: Ps) -> Ps {
+        if !self.loaded && self.list.len() < self.lazy_limit {
+            // Lazy with room (what `issue_slow` does first, inlined): nothing to retire.
+            self.issues += 1;
+            while self.maxima.last().is_some_and(|&(_, t)| t <= ready) {
+                self.maxima.pop();
+            }
+            self.maxima.push((self.issues, ready));
+            return ready;
+        }
+        self.issue_slow(ready)
+    }
+
+    /// [`OutstandingReads::issue_time`] in full.
+    #[inline(never)]
+    fn issue_slow(&mut self, ready: Ps) -> Ps {
         self.issues += 1;
         if !self.loaded {
             while self.maxima.last().is_some_and(|&(_, t)| t <= ready) {
@@ -428,6 +557,38 @@ impl OutstandingReads {
             r.1 = issues;
         }
         self.maxima.clear();
+    }
+
+    /// How many reads in a row [`OutstandingReads::issue_time`] would issue at their ready
+    /// time without retiring any (lazy, with room in the list), whatever their completions.
+    #[inline]
+    pub fn lazy_room(&self) -> usize {
+        if self.loaded {
+            0
+        } else {
+            self.lazy_limit - self.list.len()
+        }
+    }
+
+    /// Exactly what `issue_time(ready)` then `record(d)` for each `d` of `dones` in turn do,
+    /// when `dones` has at most [`OutstandingReads::lazy_room`] reads (each then issues at
+    /// `ready`): the bookkeeping of a run of reads issued at the same time, in one go.
+    #[inline]
+    pub fn issue_lazy_run(&mut self, ready: Ps, dones: &[Ps]) {
+        debug_assert!(dones.len() <= self.lazy_room());
+        if dones.is_empty() {
+            return;
+        }
+        let i0 = self.issues;
+        self.list
+            .extend(dones.iter().zip(i0 + 1..).map(|(&d, i)| (d, i)));
+        self.issues = i0 + dones.len() as u64;
+        // Each issue pops the maxima its time reaches (the previous issue's among them) and
+        // pushes itself: what is left is the last one.
+        while self.maxima.last().is_some_and(|&(_, t)| t <= ready) {
+            self.maxima.pop();
+        }
+        self.maxima.push((self.issues, ready));
     }
 
     /// Records a read that completes at `done`.
@@ -521,6 +682,75 @@ pub fn littles_law_rate(inflight: f64, latency_ns: f64) -> f64 {
     inflight / (latency_ns * 1e-9)
 }
 
+/// The lanes ([`Lane`]) of the three resources every DMA uses, the DMA engine and the two PCIe
+/// directions, for booking a run of reads and posted writes in a loop ([`Timelines::dma_lanes`],
+/// [`Timelines::settle_dma`]); each transfer gets exactly the times of
+/// [`Timelines::dma_read_booked`] and [`Timelines::posted_write`].
+#[derive(Clone, Copy, Debug)]
+pub struct DmaLanes {
+    /// The DMA engine.
+    pub eng: Lane,
+    /// PCIe device → host.
+    pub up: Lane,
+    /// PCIe host → device.
+    pub down: Lane,
+}
+
+impl DmaLanes {
+    /// [`Timelines::dma_read_booked`] on the lanes, the read's bytes as the steps `up` and
+    /// `down`, the DMA engine's read op as `eng` and the read's fixed latency (RTT0, adders)
+    /// as `latency`; returns when the last completion byte arrived. The caller counts the
+    /// three reservations ([`Lane::add`]).
+    #[inline(always)]
+    #[allow(clippy::too_many_arguments)]
+    pub fn read_booked(
+        &mut self,
+        reads: &mut OutstandingReads,
+        book_at: Ps,
+        start: Ps,
+        eng: Step,
+        up: Step,
+        down: Step,
+        latency: Ps,
+    ) -> Ps {
+        let start = reads.issue_time(start.max(book_at));
+        let e = self.eng.reserve(book_at, eng);
+        let req = self.up.reserve(e.end, up);
+        let cpl = self.down.reserve(book_at, down);
+        let done = start + (req.end - book_at) + latency + (cpl.end - book_at);
+        reads.record(done);
+        done
+    }
+
+    /// [`DmaLanes::read_booked`] of a read the caller knows issues at `start.max(book_at)`
+    /// (fewer reads listed than [`OutstandingReads::lazy_room`] allows); the caller records it
+    /// with [`OutstandingReads::issue_lazy_run`] and counts its reservations.
+    #[inline(always)]
+    pub fn read_untracked(
+        &mut self,
+        book_at: Ps,
+        start: Ps,
+        eng: Step,
+        up: Step,
+        down: Step,
+        latency: Ps,
+    ) -> Ps {
+        let start = start.max(book_at);
+        let e = self.eng.reserve(book_at, eng);
+        let req = self.up.reserve(e.end, up);
+        let cpl = self.down.reserve(book_at, down);
+        start + (req.end - book_at) + latency + (cpl.end - book_at)
+    }
+
+    /// [`Timelines::posted_write`] on the lanes (`eng`: the DMA engine's write op, `up`: the
+    /// write's bytes); the caller counts the two reservations ([`Lane::add`]).
+    #[inline(always)]
+    pub fn posted_write(&mut self, ready: Ps, eng: Step, up: Step) -> Reservation {
+        let e = self.eng.reserve(ready, eng);
+        self.up.reserve(e.end, up)
+    }
+}
+
 /// All timelines of one NIC (and the host memory it touches), built from a profile.
 #[derive(Clone, Debug)]
 pub struct Timelines {
@@ -590,6 +820,47 @@ impl Timelines {
     /// The outstanding-read tracker.
     pub fn reads(&self) -> &OutstandingReads {
         &self.reads
+    }
+
+    /// The outstanding-read tracker, mutably (for reads booked on lanes, see
+    /// [`Timelines::dma_read_booked`]).
+    pub fn reads_mut(&mut self) -> &mut OutstandingReads {
+        &mut self.reads
+    }
+
+    /// Latency of a DMA read between its request and its completion beyond serialisation:
+    /// RTT0 plus the NUMA adder, ps.
+    pub fn read_latency_ps(&self) -> Ps {
+        self.rtt0_ps + self.read_adder_ps
+    }
+
+    /// DMA-engine time of a read, ps.
+    pub fn dma_read_ps(&self) -> Ps {
+        self.dma_read_ps
+    }
+
+    /// DMA-engine time of a posted write, ps.
+    pub fn dma_write_ps(&self) -> Ps {
+        self.dma_write_ps
+    }
+
+    /// The DMA engine's and the PCIe link's lanes, for a run of transfers; write them back with
+    /// [`Timelines::settle_dma`] before the timelines are used otherwise.
+    #[inline]
+    pub fn dma_lanes(&self) -> DmaLanes {
+        DmaLanes {
+            eng: self.resources[ResourceKind::DmaEngine.index()].lane(),
+            up: self.resources[ResourceKind::PcieUp.index()].lane(),
+            down: self.resources[ResourceKind::PcieDown.index()].lane(),
+        }
+    }
+
+    /// Takes back the lanes of [`Timelines::dma_lanes`].
+    #[inline]
+    pub fn settle_dma(&mut self, l: DmaLanes) {
+        self.resources[ResourceKind::DmaEngine.index()].settle(l.eng);
+        self.resources[ResourceKind::PcieUp.index()].settle(l.up);
+        self.resources[ResourceKind::PcieDown.index()].settle(l.down);
     }
 
     /// A posted DMA write (Rx data, CQE, MSI) ready at `ready`: one DMA-engine op, then the up
@@ -740,6 +1011,42 @@ mod tests {
     }
 
     #[test]
+    fn lanes_book_exactly_as_the_resources() {
+        // A pseudo-random mix of ready times (idle gaps and backlogs) and sizes, on a fractional
+        // cost, an integer one and a free one: the lanes give the same reservations and leave
+        // the same state, including the remainder, the units and the reservation count.
+        for cost in [
+            Cost::per_byte_at_bps(113_700_000_000),
+            Cost::ps_per_unit(3),
+            Cost::FREE,
+        ] {
+            let mut a = Resource::new("a", cost, 7);
+            let mut b = a.clone();
+            let mut lane = b.lane();
+            let mut x = 0x2545_f491_4f6c_dd1du64;
+            let mut ready = 0;
+            for i in 0..20_000u64 {
+                x ^= x << 13;
+                x ^= x >> 7;
+                x ^= x << 17;
+                ready += x % 9_000;
+                // 2^38 bytes overflow 64 bits in units × remainder (the 128-bit path).
+                let units = [64, 88, 1_500, 1 << 38][(x >> 40) as usize % 4];
+                let step = b.step(units);
+                assert_eq!(a.reserve(ready, units), lane.reserve(ready, step), "{i}");
+                lane.add(1, step);
+                assert_eq!(a.free_at(), lane.free_at());
+            }
+            b.settle(lane);
+            assert_eq!(
+                (a.free_ps, a.free_rem, a.units),
+                (b.free_ps, b.free_rem, b.units)
+            );
+            assert_eq!(a.reservations(), b.reservations());
+        }
+    }
+
+    #[test]
     fn outstanding_reads_cap() {
         let mut o = OutstandingReads::new(2);
         assert_eq!(o.issue_time(0), 0);
@@ -807,6 +1114,50 @@ mod tests {
                 "cap {cap}: {lazy} {loaded}"
             );
         }
+    }
+
+    #[test]
+    fn a_lazy_run_of_reads_is_the_reads_one_by_one() {
+        // Runs of reads at one time, recorded in one go whenever the lazy list has room, and
+        // otherwise one by one: the same issue times, stalls and reads in flight as recording
+        // every read one by one, through clean-ups and heap phases (the cap binds).
+        let mut bulk = OutstandingReads::new(64);
+        let mut one = OutstandingReads::new(64);
+        let (mut x, mut now) = (0x9e37_79b9_7f4a_7c15u64, 0);
+        let (mut runs, mut lazy_runs) = (0, 0);
+        for run in 0..3_000u64 {
+            x ^= x << 13;
+            x ^= x >> 7;
+            x ^= x << 17;
+            now += if (run / 300) % 2 == 0 {
+                x % 50
+            } else {
+                x % 5_000
+            };
+            let n = (x >> 30) as usize % 40;
+            let dones: Vec<Ps> = (0..n as u64)
+                .map(|j| now + 400 + (x >> (j % 40)) % 900)
+                .collect();
+            runs += 1;
+            if n <= bulk.lazy_room() {
+                lazy_runs += 1;
+                bulk.issue_lazy_run(now, &dones);
+            } else {
+                for &d in &dones {
+                    let t = bulk.issue_time(now);
+                    bulk.record(d + (t - now));
+                }
+            }
+            for &d in &dones {
+                let t = one.issue_time(now);
+                one.record(d + (t - now));
+            }
+            assert_eq!(bulk.issue_time(now), one.issue_time(now), "run {run}");
+            assert_eq!(bulk.in_flight(), one.in_flight(), "run {run}");
+        }
+        assert_eq!(bulk.stalls(), one.stalls());
+        assert!(one.stalls() > 100, "the cap binds: {}", one.stalls());
+        assert!(lazy_runs > 100 && lazy_runs < runs, "{lazy_runs} of {runs}");
     }
 
     fn spec_profile() -> HardwareProfile {

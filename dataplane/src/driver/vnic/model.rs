@@ -104,13 +104,16 @@ use std::time::Instant;
 use hdrhistogram::Histogram;
 use serde::Deserialize;
 
+use crate::burst::MAX_BURST;
 use crate::mode::DatapathMode;
 use crate::pcie_model::costs::OpCosts;
 use crate::pcie_model::ddio::{DdioModel, host_bytes_per_packet};
 use crate::pcie_model::dram::{LoadedLatency, write_cost};
 use crate::pcie_model::pcie::{PcieLink, Traffic};
 use crate::pcie_model::profile::{Efficiency, HardwareProfile};
-use crate::pcie_model::timeline::{Cost, PS_PER_NS, Ps, ResourceKind, Timelines, pick_bottleneck};
+use crate::pcie_model::timeline::{
+    Cost, PS_PER_NS, Ps, ResourceKind, Step, Timelines, pick_bottleneck,
+};
 use crate::pcie_model::{Breakdown, BreakdownInput};
 
 /// How a queue's clock runs.
@@ -926,7 +929,30 @@ pub(crate) struct Timing {
     if_head: usize,
     if_len: usize,
     inflight_bbs: u32,
+    /// Common sends queued by [`NicModel::tx_send`], booked together.
+    sends: SendRun,
+    /// The frames of a whole-frame receive pass whose descriptors were refused, in order
+    /// ([`NicModel::rx_refused_in_pass`]).
+    rx_refused: Box<[u16]>,
+    rx_nrefused: usize,
 }
+
+/// Sends a timed queue has queued but not booked yet ([`NicModel::tx_send`]): a run of WQEs at
+/// the NIC at the same time whose frames have the same length, host data segments, nicmem
+/// bytes and WQEBBs, so the same transfers and wire time; only their arrivals differ.
+struct SendRun {
+    ready: Ps,
+    len: u32,
+    host: [u32; 2],
+    nic: u32,
+    nbb: u32,
+    n: usize,
+    /// Arrival of each queued send's frame, ns.
+    arrival_ns: [u64; SEND_RUN],
+}
+
+/// The most sends [`SendRun`] queues before it books them.
+const SEND_RUN: usize = 64;
 
 impl Timing {
     /// True for the virtual clock.
@@ -1115,6 +1141,25 @@ impl Timing {
         ring_bbs.saturating_sub(self.inflight_bbs)
     }
 
+    /// [`Timing::tx_inflight_push`] of WQEs of `nbb` WQEBBs leaving at `deps`, in order.
+    #[inline]
+    fn tx_inflight_push_all(&mut self, deps: &[Ps], nbb: u32) {
+        let cap = self.inflight.len();
+        let mask = cap - 1;
+        let (mut head, mut len, mut bbs) = (self.if_head, self.if_len, self.inflight_bbs);
+        for &dep in deps {
+            if len == cap {
+                bbs -= self.inflight[head].1;
+                head = (head + 1) & mask;
+                len -= 1;
+            }
+            self.inflight[(head + len) & mask] = (dep, nbb);
+            len += 1;
+            bbs += nbb;
+        }
+        (self.if_head, self.if_len, self.inflight_bbs) = (head, len, bbs);
+    }
+
     #[inline]
     fn tx_inflight_push(&mut self, dep: Ps, nbb: u32) {
         let cap = self.inflight.len();
@@ -1157,6 +1202,12 @@ impl Timing {
     #[inline]
     fn record_latency(&mut self, ns: u64) {
         self.lat_exact.record(ns);
+        self.count_latency(ns);
+    }
+
+    /// [`Timing::record_latency`] without the exact extremes and sum (the caller merges them).
+    #[inline(always)]
+    fn count_latency(&mut self, ns: u64) {
         if let Some(c) = self
             .lat_counts
             .get_mut(ns.wrapping_sub(self.lat_base) as usize)
@@ -1366,7 +1417,10 @@ fn charge_tx_run(c: &mut NicCounters, k: &Costs, r: &TxRun, reads: Traffic) {
 /// Queues charge runs of identical receives and sends together (a burst of equal frames costs
 /// one multiplication per charge instead of one table look-up per packet); the totals are the
 /// same integers as charging each packet. A timed queue still books every DMA on its
-/// timelines one by one (each packet's times depend on them), only the counting is batched. A run is charged when the next operation differs,
+/// timelines one by one, in order (each packet's times depend on them), but a pass of received
+/// whole frames ([`NicModel::rx_book_whole`]) and a run of sends ([`NicModel::tx_send`]) are
+/// booked together on copies of the resources' state with each transfer's cost computed once.
+/// A run is charged when the next operation differs,
 /// when a receive run placed nicmem payloads (at the end of its pass, so nicmem's live bytes
 /// are current before packets are freed) and when the queue reports; [`NicModel::counters`]
 /// includes the pending runs.
@@ -1500,6 +1554,17 @@ impl NicModel {
                     if_head: 0,
                     if_len: 0,
                     inflight_bbs: 0,
+                    rx_refused: vec![0; MAX_BURST].into_boxed_slice(),
+                    rx_nrefused: 0,
+                    sends: SendRun {
+                        ready: 0,
+                        len: 0,
+                        host: [0; 2],
+                        nic: 0,
+                        nbb: 0,
+                        n: 0,
+                        arrival_ns: [0; SEND_RUN],
+                    },
                 }))
             }
         };
@@ -1602,6 +1667,12 @@ impl NicModel {
     #[inline]
     pub(crate) fn rx_timed(&mut self, at: Ps, hl: u32, host_payload: u32, nic_payload: u32) -> Ps {
         self.rx_untimed(hl, host_payload, nic_payload);
+        self.rx_book(at, hl, host_payload, nic_payload)
+    }
+
+    /// [`NicModel::rx_timed`]'s bookings without its charges.
+    #[inline(always)]
+    fn rx_book(&mut self, at: Ps, hl: u32, host_payload: u32, nic_payload: u32) -> Ps {
         let Some(t) = &mut self.t else {
             return at;
         };
@@ -1638,6 +1709,167 @@ impl NicModel {
             }
         }
         Self::rx_cqe_book(t, &self.k, at)
+    }
+
+    /// Timed: frame `i` of a whole-frame receive pass had its descriptor refused (for
+    /// [`NicModel::rx_book_whole`]; the pass charges its error completion).
+    #[cold]
+    pub(crate) fn rx_refused_in_pass(&mut self, i: usize) {
+        if let Some(t) = self.t.as_deref_mut() {
+            t.rx_refused[t.rx_nrefused] = i as u16;
+            t.rx_nrefused += 1;
+        }
+    }
+
+    /// Timed, unpaced: books a pass of frames received whole into their header buffers and
+    /// charged by the pass (data and completions; refused descriptors noted with
+    /// [`NicModel::rx_refused_in_pass`]), as the frame-by-frame receive books each frame in
+    /// turn: its arrival ([`Timing::arrive`]), the header-ring WQE fetch it may trigger
+    /// ([`NicModel::rx_wqe_consumed`], charged here), its data write and completion
+    /// ([`NicModel::rx_timed`]'s bookings, or [`NicModel::rx_refused_timed`]'s) and its
+    /// completion slot ([`Timing::cq_set`]). Frame `i` is `lens[i]` bytes long and took header
+    /// descriptor `first + i`, posted at `posted_at[(first + i) & mask]` when `posted0 - i`
+    /// were posted, and completion slot `slot0 + i`.
+    pub(crate) fn rx_book_whole(
+        &mut self,
+        lens: &[u32],
+        posted_at: &[Ps],
+        first: u32,
+        posted0: u32,
+        slot0: u32,
+    ) {
+        let Some(t) = self.t.as_deref_mut() else {
+            return;
+        };
+        let nrefused = std::mem::take(&mut t.rx_nrefused);
+        let mut next_refused = if nrefused > 0 {
+            usize::from(t.rx_refused[0])
+        } else {
+            usize::MAX
+        };
+        debug_assert!(t.pace.is_none(), "staged receives are unpaced");
+        let mut r = 0;
+        let mask = (posted_at.len() as u32).wrapping_sub(1);
+        let k = &mut self.k;
+        // The DMA engine's, the link's and the wire's state on lanes for the pass; each
+        // transfer's cost split once (per frame length for the data).
+        let tl = &t.tl;
+        let eng = tl.get(ResourceKind::DmaEngine);
+        let (eng_w, eng_r) = (eng.step(tl.dma_write_ps()), eng.step(tl.dma_read_ps()));
+        let cqe_s = tl.get(ResourceKind::PcieUp).step(k.cqe.up_bytes);
+        let read_latency = tl.read_latency_ps();
+        let (drain, posted_latency) = (t.rx_buffer_drain, t.posted_latency);
+        let mut dma = tl.dma_lanes();
+        let wire_r = tl.get(ResourceKind::WireRx);
+        let mut wire = wire_r.lane();
+        let (mut shape, mut wire_s, mut data_s) = (u32::MAX, Step::default(), Step::default());
+        // Reservations counted per run: frames and data writes of the current length, and
+        // the pass's DMA-engine writes and completion writes.
+        let (mut frames, mut datas, mut writes_n, mut cqes) = (0, 0, 0, 0);
+        for (i, &len) in lens.iter().enumerate() {
+            if len != shape {
+                wire.add(frames, wire_s);
+                dma.up.add(datas, data_s);
+                (frames, datas) = (0, 0);
+                let tl = &t.tl;
+                shape = len;
+                let (op, writes) = (&k.op, &mut k.writes);
+                wire_s = tl
+                    .get(ResourceKind::WireRx)
+                    .step(u64::from(len) + k.wire_overhead);
+                data_s = tl
+                    .get(ResourceKind::PcieUp)
+                    .step(writes.get(len, |n| op.rx_data_write(n)).up_bytes);
+            }
+            // Its arrival (`Timing::arrive`): flow control holds the sender while the receive
+            // buffer is too full.
+            let c = first.wrapping_add(i as u32);
+            let ready = posted_at[(c & mask) as usize].max(dma.up.free_at().saturating_sub(drain));
+            let at = wire.reserve(ready, wire_s).end;
+            frames += 1;
+            if t.first.is_none() {
+                t.first = Some(at);
+            }
+            // The header-ring WQE (`rx_wqe_consumed`): a fetch when the prefetched ones are used
+            // up.
+            if self.rx_wqe_left == 0 {
+                let nw = posted0.wrapping_sub(i as u32).clamp(1, k.rx_batch);
+                let tr = if nw == k.rx_batch {
+                    k.rx_fetch_full
+                } else {
+                    k.op.rx_wqe_fetch(nw, k.rx_wqe_size)
+                };
+                self.c.items[Item::RxWqe as usize] += tr;
+                self.c.rx_wqe_fetches += 1;
+                self.c.host_bytes_read += u64::from(nw * k.rx_wqe_size);
+                let (up, down) = (
+                    t.tl.get(ResourceKind::PcieUp).step(tr.up_bytes),
+                    t.tl.get(ResourceKind::PcieDown).step(tr.down_bytes),
+                );
+                dma.read_booked(t.tl.reads_mut(), at, at, eng_r, up, down, read_latency);
+                dma.eng.add(1, eng_r);
+                dma.up.add(1, up);
+                dma.down.add(1, down);
+                self.rx_wqe_left = nw;
+            }
+            self.rx_wqe_left -= 1;
+            if i == next_refused {
+                r += 1;
+                next_refused = if r < nrefused {
+                    usize::from(t.rx_refused[r])
+                } else {
+                    usize::MAX
+                };
+            } else {
+                // The data write (`rx_book`): the whole frame into its header buffer.
+                dma.posted_write(at, eng_w, data_s);
+                datas += 1;
+                writes_n += 1;
+                if t.miss_ppm > 0 {
+                    let rmw = CACHE_LINE * partial_line(len);
+                    t.dram_acc += (2 * (u64::from(len) + t.cqe_bytes) + rmw) * t.miss_ppm;
+                    let b = t.dram_acc / 1_000_000;
+                    t.dram_acc %= 1_000_000;
+                    if b > 0 {
+                        self.c.dram_bytes += b;
+                        t.tl.get_mut(ResourceKind::Hostmem).reserve(at, b);
+                    }
+                }
+            }
+            // The completion (`rx_cqe_book`).
+            let visible = if Self::cqe_written(t, k) {
+                writes_n += 1;
+                cqes += 1;
+                dma.posted_write(at, eng_w, cqe_s).done
+            } else {
+                at + posted_latency
+            };
+            t.cq_set(slot0.wrapping_add(i as u32), visible, at);
+        }
+        wire.add(frames, wire_s);
+        dma.up.add(datas, data_s);
+        dma.eng.add(writes_n, eng_w);
+        dma.up.add(cqes, cqe_s);
+        t.tl.settle_dma(dma);
+        t.tl.get_mut(ResourceKind::WireRx).settle(wire);
+    }
+
+    /// Whether the next Rx completion's write goes out (with CQE compression, only each full
+    /// slot's), as [`NicModel::rx_cqe_book`] counts them.
+    #[inline(always)]
+    fn cqe_written(t: &mut Timing, k: &Costs) -> bool {
+        match k.mini_per_slot {
+            None => true,
+            Some(per) => {
+                t.cqe_mini += 1;
+                if t.cqe_mini == per {
+                    t.cqe_mini = 0;
+                    true
+                } else {
+                    false
+                }
+            }
+        }
     }
 
     /// Timed: the NIC refused a received frame's descriptor and wrote an error completion at
@@ -1878,6 +2110,157 @@ impl NicModel {
                 r.end
             }
         }
+    }
+
+    /// Timed: a common send, its WQE at the NIC at `ready`: the host data segments `host` (0:
+    /// none) and `nic` nicmem bytes read, then the frame's `len` bytes on the wire, its latency
+    /// counted from `arrival_ns`, and the WQE's `nbb` WQEBBs in flight until it left (what
+    /// [`NicModel::tx_host_read_book`], [`NicModel::tx_nic_read_book`],
+    /// [`NicModel::tx_wire_book`] and [`NicModel::tx_done`] book). Queued: identical sends in a
+    /// row are booked together, on lanes, by [`NicModel::tx_sends_book`], which the caller
+    /// calls before anything else is booked. The charges are the caller's
+    /// ([`NicModel::tx_untimed`]).
+    #[inline]
+    pub(crate) fn tx_send(
+        &mut self,
+        ready: Ps,
+        len: usize,
+        host: [u32; 2],
+        nic: u32,
+        arrival_ns: u64,
+        nbb: u32,
+    ) {
+        let Some(t) = self.t.as_deref_mut() else {
+            return;
+        };
+        let key = (ready, len as u32, host, nic, nbb);
+        let r = &t.sends;
+        if r.n > 0 && (r.n == SEND_RUN || (r.ready, r.len, r.host, r.nic, r.nbb) != key) {
+            Self::book_sends(t, &mut self.k, true);
+        }
+        let r = &mut t.sends;
+        if r.n == 0 {
+            (r.ready, r.len, r.host, r.nic, r.nbb) = key;
+        }
+        r.arrival_ns[r.n] = arrival_ns;
+        r.n += 1;
+    }
+
+    /// Books the sends queued by [`NicModel::tx_send`] and returns the last one's departure (0:
+    /// none queued). With `all_done` every queued WQE ends when its frame left; without, the
+    /// last one's end is left to the caller (it writes that WQE's completion first, then
+    /// [`NicModel::tx_done`]).
+    #[inline]
+    pub(crate) fn tx_sends_book(&mut self, all_done: bool) -> Ps {
+        match self.t.as_deref_mut() {
+            Some(t) => Self::book_sends(t, &mut self.k, all_done),
+            None => 0,
+        }
+    }
+
+    /// [`NicModel::tx_sends_book`]: each send's transfers in the order the per-send bookings
+    /// make them, on lanes of the resources, with the transfers' costs computed once.
+    fn book_sends(t: &mut Timing, k: &mut Costs, all_done: bool) -> Ps {
+        let n = t.sends.n;
+        if n == 0 {
+            return 0;
+        }
+        t.sends.n = 0;
+        let (ready, len, nic, nbb) = (t.sends.ready, t.sends.len, t.sends.nic, t.sends.nbb);
+        let book_at = t.now.min(ready);
+        let op = &k.op;
+        let tl = &t.tl;
+        let (up_r, down_r) = (tl.get(ResourceKind::PcieUp), tl.get(ResourceKind::PcieDown));
+        let mut segs = [(Step::default(), Step::default()); 2];
+        let mut nseg = 0;
+        for h in t.sends.host.into_iter().filter(|&h| h > 0) {
+            let tr = k.reads.get(h, |n| op.tx_data_read(n));
+            segs[nseg] = (up_r.step(tr.up_bytes), down_r.step(tr.down_bytes));
+            nseg += 1;
+        }
+        let latency = tl.read_latency_ps() + t.tx_read_adder_ps();
+        let wire_s = tl
+            .get(ResourceKind::WireTx)
+            .step(u64::from(len) + k.wire_overhead);
+        // Each resource sees its transfers in the per-send order, one resource at a time (no
+        // transfer of one waits for another's): the reads, the nicmem reads, then the wire.
+        let mut done = [ready; SEND_RUN];
+        let done = &mut done[..n];
+        if nseg > 0 {
+            let eng = tl.get(ResourceKind::DmaEngine).step(tl.dma_read_ps());
+            let mut dma = tl.dma_lanes();
+            let reads = t.tl.reads_mut();
+            let segs = &segs[..nseg];
+            if n * nseg <= reads.lazy_room() {
+                // No read waits for a tag or retires another: each issues at `ready`, and the
+                // tracker records the run in one go.
+                let mut rd = [0; 2 * SEND_RUN];
+                let mut j = 0;
+                if let [(up, down)] = *segs {
+                    // One data segment (the commonest): the read's completion is its end.
+                    for (d, r) in done.iter_mut().zip(&mut rd) {
+                        *r = dma.read_untracked(book_at, ready, eng, up, down, latency);
+                        *d = (*d).max(*r);
+                    }
+                    j = n;
+                } else {
+                    for d in done.iter_mut() {
+                        for &(up, down) in segs {
+                            rd[j] = dma.read_untracked(book_at, ready, eng, up, down, latency);
+                            *d = (*d).max(rd[j]);
+                            j += 1;
+                        }
+                    }
+                }
+                reads.issue_lazy_run(ready, &rd[..j]);
+            } else {
+                for d in done.iter_mut() {
+                    for &(up, down) in segs {
+                        *d = (*d)
+                            .max(dma.read_booked(reads, book_at, ready, eng, up, down, latency));
+                    }
+                }
+            }
+            let reads_n = (n * nseg) as u64;
+            dma.eng.add(reads_n, eng);
+            for &(up, down) in segs {
+                dma.up.add(n as u64, up);
+                dma.down.add(n as u64, down);
+            }
+            t.tl.settle_dma(dma);
+        }
+        if nic > 0 {
+            let nicmem = t.tl.get_mut(ResourceKind::Nicmem);
+            let nic_s = nicmem.step(u64::from(nic));
+            let mut lane = nicmem.lane();
+            for d in done.iter_mut() {
+                let r = lane.reserve(book_at, nic_s);
+                *d = (*d).max(ready + (r.done - book_at));
+            }
+            lane.add(n as u64, nic_s);
+            nicmem.settle(lane);
+        }
+        let mut wire = t.tl.get(ResourceKind::WireTx).lane();
+        let (mut end, mut last) = (0, t.last);
+        // The run's latencies: their extremes and sum merge into the queue's after the run.
+        let mut exact = LatencyExact::default();
+        for (i, d) in done.iter_mut().enumerate() {
+            end = wire.reserve(*d, wire_s).end;
+            *d = end;
+            let lat = (end / PS_PER_NS)
+                .saturating_sub(t.sends.arrival_ns[i])
+                .max(1);
+            exact.record(lat);
+            t.count_latency(lat);
+            last = last.max(end);
+        }
+        // Each WQE is in flight until its frame left (the last one's end is the caller's).
+        t.tx_inflight_push_all(&done[..if all_done { n } else { n - 1 }], nbb);
+        t.lat_exact.merge(&exact);
+        t.last = last;
+        wire.add(n as u64, wire_s);
+        t.tl.get_mut(ResourceKind::WireTx).settle(wire);
+        end
     }
 
     /// Untimed: a frame of `len` bytes left after the NIC read the host data segments `host`

@@ -507,16 +507,22 @@ impl VnicQueue {
         }
         let cap = if SPLIT { h } else { max };
         let mut hc = self.hdr.nic_cursor();
-        if !TIMED && npay == 0 && self.rss.is_none() {
-            // Every frame whole in its header buffer, no hash: one pass.
+        if npay == 0 && self.rss.is_none() {
+            // Every frame whole in its header buffer, no hash: one pass (a timed queue books
+            // the pass's frames after it, in frame order).
             let mut cq = self.rx_cq.cursor();
-            Self::receive_whole(lens, &self.rx_batch, &mut hc, &mut cq, &mut self.model);
+            let (first, slot0) = (self.hdr.consumer(), cq.producer());
+            Self::receive_whole::<TIMED>(lens, &self.rx_batch, &mut hc, &mut cq, &mut self.model);
             self.hdr.nic_commit(hc);
             self.rx_cq.commit(cq);
             let model = &mut self.model;
             let bytes: u64 = lens.iter().map(|&l| u64::from(l)).sum();
             let frames = got as u64;
-            model.rx_wqes_untimed(got as u32, posted0);
+            if TIMED {
+                model.rx_book_whole(lens, &self.hdr_posted_at, first, posted0, slot0);
+            } else {
+                model.rx_wqes_untimed(got as u32, posted0);
+            }
             model.wire_rx_frames(frames, bytes + frames * model.wire_overhead());
             model.rx_pass_done();
             return;
@@ -695,9 +701,10 @@ impl VnicQueue {
     /// longer than the split offset) without a hash, in one pass: each frame's descriptor is
     /// validated as [`NicCursor::take`] validates it, the frame copied, and its completion
     /// written (an error completion for a refused descriptor), runs of equal lengths charged
-    /// together. The cursors are local copies for the pass.
+    /// together. The cursors are local copies for the pass. A timed queue (`TIMED`) notes each
+    /// refused frame for the booking after the pass ([`NicModel::rx_book_whole`]).
     #[inline(never)]
-    fn receive_whole(
+    fn receive_whole<const TIMED: bool>(
         lens: &[u32],
         batch: &[u8],
         hc: &mut NicCursor,
@@ -708,7 +715,7 @@ impl VnicQueue {
         let room = c.room();
         let (mut run_len, mut run) = (0u32, 0u64);
         let mut off = 0;
-        for &len in lens {
+        for (i, &len) in lens.iter().enumerate() {
             let (counter, r) = c.take(len as usize);
             let (syn, opcode) = match r {
                 Ok(dst) => {
@@ -723,7 +730,12 @@ impl VnicQueue {
                     run += 1;
                     (0, cqe_op::RESP_SEND)
                 }
-                Err(e) => refused_whole(model, e),
+                Err(e) => {
+                    if TIMED {
+                        model.rx_refused_in_pass(i);
+                    }
+                    refused_whole(model, e)
+                }
             };
             off += batch_step(len as usize);
             q.push(&Cqe {

@@ -1179,12 +1179,10 @@ unsafe fn gather_run<const TIMED: bool>(
                         let stage = std::slice::from_raw_parts_mut(out.add(off), MAX_WIRE_FRAME);
                         nicmem::copy_prefix(stage, std::slice::from_raw_parts(p, avail), n);
                     }
-                    let done = if TIMED {
+                    if TIMED {
                         // SAFETY: as for `timed_send` below.
-                        unsafe { timed_send(m, l, s, ready, n, [d.byte_count, 0], 0) }
-                    } else {
-                        ready
-                    };
+                        unsafe { timed_send(m, l, s, ready, n, [d.byte_count, 0], 0, 1) }
+                    }
                     m.tx_untimed([d.byte_count, 0], 0, n);
                     lens[k] = n as u32;
                     k += 1;
@@ -1196,11 +1194,8 @@ unsafe fn gather_run<const TIMED: bool>(
                             ci,
                             off,
                             k,
-                            completion: Some((at, done, 1)),
+                            completion: Some((at, sends_booked::<TIMED>(m, ready), 1)),
                         };
-                    }
-                    if TIMED {
-                        m.tx_done(done, 1);
                     }
                     continue;
                 }
@@ -1224,12 +1219,10 @@ unsafe fn gather_run<const TIMED: bool>(
                             std::slice::from_raw_parts(w.add(INLINE_AT), ds * SEG - INLINE_AT);
                         nicmem::copy_prefix(stage, src, inl);
                     }
-                    let done = if TIMED {
+                    if TIMED {
                         // SAFETY: as for `timed_send` below.
-                        unsafe { timed_send(m, l, s, ready, inl, [0, 0], 0) }
-                    } else {
-                        ready
-                    };
+                        unsafe { timed_send(m, l, s, ready, inl, [0, 0], 0, nbb as u32) }
+                    }
                     m.tx_untimed([0, 0], 0, inl);
                     lens[k] = inl as u32;
                     k += 1;
@@ -1241,11 +1234,8 @@ unsafe fn gather_run<const TIMED: bool>(
                             ci,
                             off,
                             k,
-                            completion: Some((at, done, nbb as u32)),
+                            completion: Some((at, sends_booked::<TIMED>(m, ready), nbb as u32)),
                         };
-                    }
-                    if TIMED {
-                        m.tx_done(done, nbb as u32);
                     }
                     continue;
                 }
@@ -1269,12 +1259,10 @@ unsafe fn gather_run<const TIMED: bool>(
         let Some(g) = (unsafe { gather_common(w, ds, s, l, stage) }) else {
             break;
         };
-        let done = if TIMED {
+        if TIMED {
             // SAFETY: `gather_common` accepted the WQE, so the slot holds a packet.
-            unsafe { timed_send(m, l, s, ready, g.len, g.host, g.nic) }
-        } else {
-            ready
-        };
+            unsafe { timed_send(m, l, s, ready, g.len, g.host, g.nic, nbb as u32) }
+        }
         m.tx_untimed(g.host, g.nic, g.len);
         lens[k] = g.len as u32;
         k += 1;
@@ -1286,12 +1274,12 @@ unsafe fn gather_run<const TIMED: bool>(
                 ci,
                 off,
                 k,
-                completion: Some((at, done, nbb as u32)),
+                completion: Some((at, sends_booked::<TIMED>(m, ready), nbb as u32)),
             };
         }
-        if TIMED {
-            m.tx_done(done, nbb as u32);
-        }
+    }
+    if TIMED {
+        m.tx_sends_book(true);
     }
     RunEnd {
         ci,
@@ -1301,15 +1289,18 @@ unsafe fn gather_run<const TIMED: bool>(
     }
 }
 
-/// Books the send of a common WQE of a timed queue whose WQE is at the NIC at `ready`: its
-/// host data reads (`host`, 0: none) and nicmem read (`nic` bytes, 0: none) from `ready` on,
-/// then the frame's `len` bytes on the wire; returns the departure. The caller charges the send
-/// with [`NicModel::tx_untimed`] (a run of identical sends is charged together).
+/// Queues the send of a common WQE of `nbb` WQEBBs of a timed queue whose WQE is at the NIC at
+/// `ready` ([`NicModel::tx_send`]): its host data reads (`host`, 0: none) and nicmem read
+/// (`nic` bytes, 0: none) from `ready` on, then the frame's `len` bytes on the wire. The run
+/// books the queued sends before it returns ([`sends_booked`], [`NicModel::tx_sends_book`]).
+/// The caller charges the send with [`NicModel::tx_untimed`] (a run of identical sends is
+/// charged together).
 ///
 /// # Safety
 /// The slot `s` must hold a packet of the arena `l` that the send queue owns (until its
 /// completion is reaped nothing else uses its metadata).
 #[inline(always)]
+#[allow(clippy::too_many_arguments)]
 unsafe fn timed_send(
     m: &mut NicModel,
     l: &ArenaLayout,
@@ -1318,17 +1309,18 @@ unsafe fn timed_send(
     len: usize,
     host: [u32; 2],
     nic: u32,
-) -> Ps {
-    let mut done = ready;
-    for h in host.into_iter().filter(|&h| h > 0) {
-        done = done.max(m.tx_host_read_book(ready, h));
-    }
-    if nic > 0 {
-        done = done.max(m.tx_nic_read_book(ready, nic));
-    }
+    nbb: u32,
+) {
     // SAFETY: the caller's contract.
     let arrival = unsafe { l.meta(s.hdr) }.arrival / PS_PER_NS;
-    m.tx_wire_book(done, len, arrival)
+    m.tx_send(ready, len, host, nic, arrival, nbb);
+}
+
+/// When the last send of a run that asks for a completion left (timed: books the queued sends,
+/// leaving that WQE's end to the caller's completion); `ready` untimed.
+#[inline(always)]
+fn sends_booked<const TIMED: bool>(m: &mut NicModel, ready: Ps) -> Ps {
+    if TIMED { m.tx_sends_book(false) } else { ready }
 }
 
 /// A frame gathered by [`gather_common`]: its length, the lengths of its host data segments
