@@ -955,6 +955,34 @@ struct SendRun {
 const SEND_RUN: usize = 64;
 
 impl Timing {
+    /// The DRAM traffic of a received packet (`hl` header and `host_payload` payload bytes in
+    /// host memory) in the share DDIO lost (`miss_ppm`), booked at `at` and counted in
+    /// `dram_bytes`: the write-back and re-read of the packet's host bytes and of its
+    /// completion, the DRAM read of each partial last line the DMA write merges into (its
+    /// buffer's line is no longer in the LLC), and the second write-back of the header line the
+    /// NF rewrote after reading it back. The DRAM timeline books the written bytes at their DRAM
+    /// time in read bytes (`write_milli`). One copy for the frame-by-frame receive and the
+    /// whole-frame pass, so both book the same bytes.
+    #[inline(always)]
+    fn book_lost_packet(&mut self, dram_bytes: &mut u64, at: Ps, hl: u32, host_payload: u32) {
+        if self.miss_ppm == 0 {
+            return;
+        }
+        let host = u64::from(hl) + u64::from(host_payload);
+        let rmw = CACHE_LINE * (partial_line(hl) + partial_line(host_payload));
+        let read = host + self.cqe_bytes + rmw;
+        let written = host + self.cqe_bytes + self.rewrite_bytes.min(u64::from(hl));
+        self.dram_acc += (read + written) * self.miss_ppm;
+        *dram_bytes += self.dram_acc / 1_000_000;
+        self.dram_acc %= 1_000_000;
+        self.dram_book_acc += (read * 1000 + written * self.mem.write_milli) * self.miss_ppm;
+        let booked = self.dram_book_acc / 1_000_000_000;
+        self.dram_book_acc %= 1_000_000_000;
+        if booked > 0 {
+            self.tl.get_mut(ResourceKind::Hostmem).reserve(at, booked);
+        }
+    }
+
     /// True for the virtual clock.
     #[inline]
     pub(crate) fn is_virtual(&self) -> bool {
@@ -1687,27 +1715,7 @@ impl NicModel {
             t.tl.get_mut(ResourceKind::Nicmem)
                 .reserve(at, u64::from(nic_payload));
         }
-        if t.miss_ppm > 0 {
-            // The missed share of: the write-back and re-read of the packet's host bytes and of
-            // its completion, the DRAM read of each partial last line the DMA write merges into
-            // (its buffer's line is no longer in the LLC), and the second write-back of the
-            // header line the NF rewrote after reading it back. The DRAM timeline books the
-            // written bytes at their DRAM time in read bytes (`write_milli`).
-            let host = u64::from(hl) + u64::from(host_payload);
-            let rmw = CACHE_LINE * (partial_line(hl) + partial_line(host_payload));
-            let read = host + t.cqe_bytes + rmw;
-            let written = host + t.cqe_bytes + t.rewrite_bytes.min(u64::from(hl));
-            t.dram_acc += (read + written) * t.miss_ppm;
-            let b = t.dram_acc / 1_000_000;
-            t.dram_acc %= 1_000_000;
-            self.c.dram_bytes += b;
-            t.dram_book_acc += (read * 1000 + written * t.mem.write_milli) * t.miss_ppm;
-            let booked = t.dram_book_acc / 1_000_000_000;
-            t.dram_book_acc %= 1_000_000_000;
-            if booked > 0 {
-                t.tl.get_mut(ResourceKind::Hostmem).reserve(at, booked);
-            }
-        }
+        t.book_lost_packet(&mut self.c.dram_bytes, at, hl, host_payload);
         Self::rx_cqe_book(t, &self.k, at)
     }
 
@@ -1825,16 +1833,7 @@ impl NicModel {
                 dma.posted_write(at, eng_w, data_s);
                 datas += 1;
                 writes_n += 1;
-                if t.miss_ppm > 0 {
-                    let rmw = CACHE_LINE * partial_line(len);
-                    t.dram_acc += (2 * (u64::from(len) + t.cqe_bytes) + rmw) * t.miss_ppm;
-                    let b = t.dram_acc / 1_000_000;
-                    t.dram_acc %= 1_000_000;
-                    if b > 0 {
-                        self.c.dram_bytes += b;
-                        t.tl.get_mut(ResourceKind::Hostmem).reserve(at, b);
-                    }
-                }
+                t.book_lost_packet(&mut self.c.dram_bytes, at, len, 0);
             }
             // The completion (`rx_cqe_book`).
             let visible = if Self::cqe_written(t, k) {
