@@ -542,6 +542,9 @@ impl TxRing {
         let bbs = self.bbs.as_ptr().cast::<u8>();
         let slots = self.slots.as_ptr();
         let pools = *l;
+        // The queue's WQEs carry their frames inline or in a data segment: the run of the
+        // commonest WQE of that kind first.
+        let inline = self.inline > 0;
         while ci != pi {
             if k == lens.len() || off > last_off {
                 wire(&out[..off], &lens[..k]);
@@ -550,11 +553,25 @@ impl TxRing {
             }
             // SAFETY: `bbs` and `slots` are the ring's `mask + 1` WQEBBs and slots, which the
             // driver does not write while the NIC processes them.
-            let r = unsafe {
-                gather_run::<TIMED>(
-                    bbs, slots, mask, ci, pi, &pools, out, off, lens, k, m, ready,
-                )
+            let mut r = unsafe {
+                if inline {
+                    gather_inline::<TIMED>(
+                        bbs, slots, mask, ci, pi, &pools, out, off, lens, k, m, ready,
+                    )
+                } else {
+                    gather_plain::<TIMED>(
+                        bbs, slots, mask, ci, pi, &pools, out, off, lens, k, m, ready,
+                    )
+                }
             };
+            if r.completion.is_none() && r.ci != pi && r.k < lens.len() && r.off <= last_off {
+                // SAFETY: as above.
+                r = unsafe {
+                    gather_run::<TIMED>(
+                        bbs, slots, mask, r.ci, pi, &pools, out, r.off, lens, r.k, m, ready,
+                    )
+                };
+            }
             (ci, off, k) = (r.ci, r.off, r.k);
             if let Some((at, done, nbb)) = r.completion {
                 self.tx_completion(at, Ok(()), m, done);
@@ -1410,6 +1427,212 @@ unsafe fn gather_run<const TIMED: bool>(
         off,
         k,
         completion: None,
+    }
+}
+
+/// The NIC's pass over a run of plain WQEs from `ci`, as [`gather_run`] but for the commonest
+/// WQE only: one WQEBB with the send's control segment (its own WQE index, 3 segments), no
+/// inline bytes, and one data segment inside the header buffer of the packet posted with it.
+/// Stops at the first other WQE (left to [`gather_run`]) and where [`gather_run`] stops. Runs of
+/// equal frames are charged together.
+///
+/// # Safety
+/// As [`gather_run`].
+#[allow(clippy::too_many_arguments)]
+#[inline(never)]
+unsafe fn gather_plain<const TIMED: bool>(
+    bbs: *const u8,
+    slots: *const TxSlot,
+    mask: u32,
+    mut ci: u32,
+    pi: u32,
+    l: &ArenaLayout,
+    out: &mut [u8],
+    mut off: usize,
+    lens: &mut [u32],
+    mut k: usize,
+    m: &mut NicModel,
+    ready: Ps,
+) -> RunEnd {
+    let last_off = out.len().saturating_sub(MAX_WIRE_FRAME);
+    let out = out.as_mut_ptr();
+    let hdr_l = l.hdr;
+    // Header pools never alias (only nicmem pools may): buffer `h` starts `h * buf_size` bytes
+    // in. A segment must lie in the buffer after its metadata (what `inside` checks).
+    debug_assert!(!hdr_l.aliased, "header pools never alias");
+    let (key, iova, size) = (u64::from(hdr_l.key.0), hdr_l.iova, hdr_l.buf_size as u64);
+    let room = size - META_BYTES as u64;
+    let (mut run_len, mut run_n) = (0u32, 0u64);
+    let mut completion = None;
+    while ci != pi && k < lens.len() && off <= last_off {
+        let slot = (ci & mask) as usize;
+        // SAFETY: `slot <= mask` indexes the ring's WQEBBs and slots (the caller's contract);
+        // the control, Ethernet and first data segments lie in the first WQEBB.
+        let (s, c0, flags, inl, lo, addr) = unsafe {
+            let w = bbs.add(slot * WQEBB);
+            let q = w.cast::<u64>();
+            (
+                &*slots.add(slot),
+                q.read_unaligned(),
+                *w.add(11),
+                w.add(SEG + 12).cast::<u16>().read_unaligned(),
+                u64::from_be(q.add(4).read_unaligned()),
+                u64::from_be(q.add(5).read_unaligned()),
+            )
+        };
+        // The control segment's first 8 bytes: WQE index, opcode, segment count.
+        let want = ((u64::from(ci as u16) << 40) | (u64::from(OPCODE_SEND) << 32) | 3).to_be();
+        let n = lo >> 32;
+        let o = addr.wrapping_sub(iova + u64::from(s.hdr) * size);
+        if c0 != want
+            || inl != 0
+            || s.at != ci
+            || s.hdr == NO_PKT
+            || lo as u32 as u64 != key
+            || n == 0
+            || n > room.min(MAX_WIRE_FRAME as u64)
+            || o.wrapping_sub(META_BYTES as u64) > room - n
+        {
+            break;
+        }
+        let n = n as usize;
+        // SAFETY: the segment's `n` bytes lie in the packet's header buffer from byte `o` on,
+        // which the send queue owns until completion, with `size - o` bytes of the buffer from
+        // there; the stage behind `off` holds `MAX_WIRE_FRAME` bytes.
+        unsafe {
+            let src = std::slice::from_raw_parts(
+                hdr_l.base.add(s.hdr as usize * size as usize + o as usize),
+                (size - o) as usize,
+            );
+            let stage = std::slice::from_raw_parts_mut(out.add(off), MAX_WIRE_FRAME);
+            nicmem::copy_prefix(stage, src, n);
+        }
+        let done = if TIMED {
+            // SAFETY: the slot holds a packet of the arena (checked above).
+            unsafe { timed_send(m, l, s, ready, n, [n as u32, 0], 0) }
+        } else {
+            ready
+        };
+        if n as u32 != run_len {
+            m.tx_untimed_many([run_len, 0], 0, run_len as usize, run_n);
+            (run_len, run_n) = (n as u32, 0);
+        }
+        run_n += 1;
+        lens[k] = n as u32;
+        k += 1;
+        off += batch_step(n);
+        let at = ci;
+        ci = ci.wrapping_add(1);
+        if flags & FLAG_CQE_REQUEST != 0 {
+            completion = Some((at, done, 1));
+            break;
+        }
+        if TIMED {
+            m.tx_done(done, 1);
+        }
+    }
+    m.tx_untimed_many([run_len, 0], 0, run_len as usize, run_n);
+    RunEnd {
+        ci,
+        off,
+        k,
+        completion,
+    }
+}
+
+/// [`gather_plain`] for a queue that inlines: the run of inline-only WQEs (the whole frame in
+/// the WQE, no data segment) from `ci`, each posted with its packet and not wrapping around the
+/// ring's end. Stops at the first other WQE (left to [`gather_run`]) and where [`gather_run`]
+/// stops. Runs of equal frames are charged together.
+///
+/// # Safety
+/// As [`gather_run`].
+#[allow(clippy::too_many_arguments)]
+#[inline(never)]
+unsafe fn gather_inline<const TIMED: bool>(
+    bbs: *const u8,
+    slots: *const TxSlot,
+    mask: u32,
+    mut ci: u32,
+    pi: u32,
+    l: &ArenaLayout,
+    out: &mut [u8],
+    mut off: usize,
+    lens: &mut [u32],
+    mut k: usize,
+    m: &mut NicModel,
+    ready: Ps,
+) -> RunEnd {
+    let size = mask as usize + 1;
+    let last_off = out.len().saturating_sub(MAX_WIRE_FRAME);
+    let out = out.as_mut_ptr();
+    let (mut run_len, mut run_n) = (0u32, 0u64);
+    let mut completion = None;
+    while ci != pi && k < lens.len() && off <= last_off {
+        let slot = (ci & mask) as usize;
+        // SAFETY: `slot <= mask` indexes the ring's WQEBBs and slots (the caller's contract);
+        // the control and Ethernet segments lie in the first WQEBB.
+        let (w, s, c0, flags, inl) = unsafe {
+            let w = bbs.add(slot * WQEBB);
+            (
+                w,
+                &*slots.add(slot),
+                w.cast::<u64>().read_unaligned(),
+                *w.add(11),
+                u16::from_be(w.add(SEG + 12).cast::<u16>().read_unaligned()) as usize,
+            )
+        };
+        let ds = data_segment_at(inl);
+        let nbb = ds.div_ceil(4);
+        // The control segment's first 8 bytes: WQE index, opcode, segment count.
+        let want =
+            ((u64::from(ci as u16) << 40) | (u64::from(OPCODE_SEND) << 32) | ds as u64).to_be();
+        if c0 != want
+            || inl == 0
+            || s.at != ci
+            || s.hdr == NO_PKT
+            || nbb as u32 > pi.wrapping_sub(ci)
+            || slot + nbb > size
+        {
+            break;
+        }
+        // SAFETY: the WQE's `ds` segments lie flat in the ring from `w`, its inline bytes
+        // between `INLINE_AT` and their end; the stage behind `off` holds `MAX_WIRE_FRAME` bytes.
+        unsafe {
+            let stage = std::slice::from_raw_parts_mut(out.add(off), MAX_WIRE_FRAME);
+            let src = std::slice::from_raw_parts(w.add(INLINE_AT), ds * SEG - INLINE_AT);
+            nicmem::copy_prefix(stage, src, inl);
+        }
+        let done = if TIMED {
+            // SAFETY: the slot holds a packet of the arena (checked above).
+            unsafe { timed_send(m, l, s, ready, inl, [0, 0], 0) }
+        } else {
+            ready
+        };
+        if inl as u32 != run_len {
+            m.tx_untimed_many([0, 0], 0, run_len as usize, run_n);
+            (run_len, run_n) = (inl as u32, 0);
+        }
+        run_n += 1;
+        lens[k] = inl as u32;
+        k += 1;
+        off += batch_step(inl);
+        let at = ci;
+        ci = ci.wrapping_add(nbb as u32);
+        if flags & FLAG_CQE_REQUEST != 0 {
+            completion = Some((at, done, nbb as u32));
+            break;
+        }
+        if TIMED {
+            m.tx_done(done, nbb as u32);
+        }
+    }
+    m.tx_untimed_many([0, 0], 0, run_len as usize, run_n);
+    RunEnd {
+        ci,
+        off,
+        k,
+        completion,
     }
 }
 
