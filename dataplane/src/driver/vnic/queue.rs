@@ -488,11 +488,14 @@ impl VnicQueue {
         let lens = &self.rx_lens[..got];
         let (max, h) = (self.p.max_frame as u32, self.p.split_offset as u32);
         let posted0 = self.hdr.posted();
-        let (mut simple, mut npay) = (posted0 >= got as u32, 0u32);
+        // The batch's bytes too (in `u32`: they all fit the staging area).
+        let (mut simple, mut npay, mut bytes) = (posted0 >= got as u32, 0u32, 0u32);
         for &l in lens {
             simple &= l != 0 && l <= max;
             npay += u32::from(SPLIT && l > h);
+            bytes = bytes.wrapping_add(l);
         }
+        let bytes = u64::from(bytes);
         let prim = self.primary.as_ref().map_or(0, |r| r.posted());
         let sec = self.secondary.as_ref().map_or(0, |r| r.posted());
         if !simple || npay > prim + sec {
@@ -511,7 +514,6 @@ impl VnicQueue {
             self.hdr.nic_commit(hc);
             self.rx_cq.commit(cq);
             let model = &mut self.model;
-            let bytes: u64 = lens.iter().map(|&l| u64::from(l)).sum();
             let frames = got as u64;
             model.rx_wqes_untimed(got as u32, posted0);
             model.wire_rx_frames(frames, bytes + frames * model.wire_overhead());
@@ -658,7 +660,6 @@ impl VnicQueue {
             r.nic_commit(c);
         }
         self.rx_cq.commit(cq);
-        let bytes: u64 = lens.iter().map(|&l| u64::from(l)).sum();
         let frames = got as u64;
         if !TIMED {
             model.rx_untimed_many(run.0, run.1, run.2, run.3);

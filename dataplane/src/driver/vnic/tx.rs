@@ -935,8 +935,8 @@ impl PostState {
 /// Posts packets `from..` of `v` while each is simple: no payload bytes, the whole frame inlined,
 /// its WQE within the room and the ring's end. Returns the first packet it did not post (the
 /// caller posts or refuses that one, then calls again). In short passes, each with few live
-/// values: find the run and pace its completion requests; write the WQEs; the driver's records;
-/// then set the completion requests.
+/// values: find the run, pace its completion requests and write the driver's records; write
+/// the WQEs; then set the completion requests.
 ///
 /// # Safety
 /// `st` must name the arrays and positions of the send queue posting packets of the arena `l`
@@ -961,22 +961,41 @@ unsafe fn post_inline(
     let size = mask as usize + 1;
     let (pi0, hpi0) = (st.pi, st.hpi);
     // The run: each frame whole in its header segment and inlined, its WQE inside the room and
-    // the ring's end; which WQEs ask for a completion (positions in the run).
-    let mut flagged = [const { std::mem::MaybeUninit::<(u32, u32)>::uninit() }; MAX_BURST];
+    // the ring's end, with the driver's records (which packet each WQE carries, the header
+    // buffers in posting order) written as it is found; which WQEs ask for a completion.
+    let mut flagged = [const { std::mem::MaybeUninit::<u32>::uninit() }; MAX_BURST];
     let (mut nflag, mut pi, mut k) = (0, pi0, 0);
     while k < hdr_len.len() {
         let hlen = hdr_len[k] as usize;
         let nbb = data_segment_at(hlen).div_ceil(4) as u32;
+        let slot = (pi & mask) as usize;
         if frame_len[k] as usize != hlen
             || hlen > st.inline
-            || (pi & mask) as usize + nbb as usize > size
+            || slot + nbb as usize > size
             || nbb > st.room
         {
             break;
         }
-        if st.admit(nbb) != 0 {
-            // The WQE's producer count and its packet's place in the header ring.
-            flagged[nflag].write((pi, hpi0.wrapping_add(k as u32)));
+        let h = handle[k] as u32;
+        let hpi = hpi0.wrapping_add(k as u32);
+        let flag = st.admit(nbb) != 0;
+        // SAFETY: `& mask` indexes the ring's slots and header entries.
+        unsafe {
+            *st.slots.add(slot) = TxSlot {
+                at: pi,
+                hdr: h,
+                pay: 0,
+                nbb: nbb as u8,
+                ring: PayloadRing::None,
+                ends: flag,
+            };
+            *st.hdrs.add((hpi & mask) as usize) = h;
+        }
+        if flag {
+            // SAFETY: as above.
+            unsafe { *st.ends.add(slot) = [hpi.wrapping_add(1), st.pay_pis[0], st.pay_pis[1]] };
+            // The WQE's producer count, for its control segment below.
+            flagged[nflag].write(pi);
             nflag += 1;
         }
         pi = pi.wrapping_add(nbb);
@@ -1014,37 +1033,12 @@ unsafe fn post_inline(
         }
         pi = pi.wrapping_add(nbb as u32);
     }
-    // The driver's records: which packet each WQE carries, and the header buffers in posting
-    // order.
-    let mut pi = pi0;
-    for (j, (&h, &hl)) in handle[..k].iter().zip(&hdr_len[..k]).enumerate() {
-        let nbb = data_segment_at(hl as usize).div_ceil(4) as u32;
-        // SAFETY: `& mask` indexes the ring's slots and header entries.
-        unsafe {
-            *st.slots.add((pi & mask) as usize) = TxSlot {
-                at: pi,
-                hdr: h as u32,
-                pay: 0,
-                nbb: nbb as u8,
-                ring: PayloadRing::None,
-                ends: false,
-            };
-            *st.hdrs.add((hpi0.wrapping_add(j as u32) & mask) as usize) = h as u32;
-        }
-        pi = pi.wrapping_add(nbb);
-    }
     // The completion requests.
     for f in &flagged[..nflag] {
         // SAFETY: the first `nflag` entries were written above.
-        let (at, hpi) = unsafe { f.assume_init() };
-        let slot = (at & mask) as usize;
-        // SAFETY: the slot of a WQE just written; byte 11 of the control segment holds its
-        // flags.
-        unsafe {
-            *st.bbs.add(slot * WQEBB + 11) = FLAG_CQE_REQUEST;
-            (*st.slots.add(slot)).ends = true;
-            *st.ends.add(slot) = [hpi.wrapping_add(1), st.pay_pis[0], st.pay_pis[1]];
-        }
+        let at = unsafe { f.assume_init() };
+        // SAFETY: a WQE just written; byte 11 of its control segment holds its flags.
+        unsafe { *st.bbs.add((at & mask) as usize * WQEBB + 11) = FLAG_CQE_REQUEST };
     }
     st.pi = pi;
     st.hpi = hpi0.wrapping_add(k as u32);
