@@ -516,10 +516,12 @@ impl TxRing {
     }
 
     /// [`TxRing::nic_process`] for a timed (`TIMED`) or an untimed queue, each compiled on its
-    /// own. Runs of common WQEs (a send posted with its packet, not wrapping around the ring,
-    /// with at most two data segments that lie in the packet's buffers) are gathered by
-    /// [`gather_run`]; every other WQE, and every WQE the common path does not fully accept,
-    /// goes through [`TxRing::nic_wqe`], the general parse with every error case.
+    /// own. Runs of the queue's commonest WQE (one data segment in the packet's header buffer,
+    /// or the frame inline) are gathered by [`gather_plain`] or [`gather_inline`], runs of
+    /// other common WQEs (a send posted with its packet, not wrapping around the ring, with at
+    /// most two data segments that lie in the packet's buffers) by [`gather_run`]; every other
+    /// WQE, and every WQE the common paths do not fully accept, goes through
+    /// [`TxRing::nic_wqe`], the general parse with every error case.
     #[allow(clippy::too_many_arguments)]
     #[inline(never)]
     fn nic_pass<const TIMED: bool>(
