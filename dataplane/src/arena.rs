@@ -42,7 +42,8 @@ pub struct PacketMeta {
     pub payload: u32,
     /// Which ring (pool) the payload buffer came from.
     pub ring: PayloadRing,
-    /// When the frame arrived (driver time base: the virtual NIC's picoseconds).
+    /// When the frame arrived (driver time base: the virtual NIC's picoseconds; 0 from a queue
+    /// without the timing layer, which keeps no clock).
     pub arrival: u64,
 }
 

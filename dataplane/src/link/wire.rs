@@ -136,8 +136,12 @@ fn backoff(idle: &mut u32) {
     }
 }
 
-/// The counters of a tester thread, readable while it runs.
+/// The counters of a tester thread, readable while it runs. The tester's counters and the
+/// port's lie in cache lines of their own: each side writes its own once per batch, and a line
+/// both wrote would move between their cores every time (false sharing costs the worker time
+/// that no instruction count shows).
 #[derive(Debug, Default)]
+#[repr(C, align(64))]
 pub struct WireCounters {
     /// Frames the tester put into the port's receive queue.
     pub rx_frames: AtomicU64,
@@ -145,6 +149,10 @@ pub struct WireCounters {
     pub tx_frames: AtomicU64,
     /// Times the tester found the port's receive queue full (it waits; nothing is dropped).
     pub rx_full: AtomicU64,
+    /// CPU time of the tester thread in ns (`CLOCK_THREAD_CPUTIME_ID`), set when it ends.
+    pub cpu_ns: AtomicU64,
+    /// Keeps the port's counters below off the tester's cache line.
+    _tester_line: [u64; 4],
     /// Times the port found the transmit queue full (it waits; nothing is dropped).
     pub tx_full: AtomicU64,
     /// Times the port found no frame waiting (a tester behind the port; wall clock only).
@@ -154,8 +162,6 @@ pub struct WireCounters {
     /// first frame only move where a paced load starts). Zero means a paced port got every
     /// frame at its paced time: the offered load was offered exactly.
     pub rx_starved: AtomicU64,
-    /// CPU time of the tester thread in ns (`CLOCK_THREAD_CPUTIME_ID`), set when it ends.
-    pub cpu_ns: AtomicU64,
     /// Wall clock: looks of the port at the wire (timed when it takes a batch or finds none)
     /// more than `look_gap_limit_ns` apart while frames flowed. The port looks whenever its
     /// worker polls it, so a long gap is a worker off its core (descheduled on a shared
@@ -168,6 +174,8 @@ pub struct WireCounters {
     /// The gap counted in `look_gaps`, ns (0: none counted; set before the port is polled).
     pub look_gap_limit_ns: AtomicU64,
 }
+
+const _: () = assert!(std::mem::offset_of!(WireCounters, tx_full) == 64);
 
 impl WireCounters {
     /// The counters by name, for a run summary.
@@ -246,18 +254,22 @@ impl WireRx {
     fn time_look(&mut self) {
         let now = Instant::now();
         if self.flowing
-            && !self.dir.finished()
             && let Some(prev) = self.last_look
         {
             let gap = now.duration_since(prev).as_nanos() as u64;
             let c = &self.counters;
-            // Only this side writes the gap counters.
-            if gap > c.look_gap_max_ns.load(Ordering::Relaxed) {
-                c.look_gap_max_ns.store(gap, Ordering::Relaxed);
-            }
+            // Only this side writes the gap counters. Whether the wire has finished (its queue
+            // indices, which the tester writes) is read only for a gap that counts.
             let limit = c.look_gap_limit_ns.load(Ordering::Relaxed);
-            if limit > 0 && gap > limit {
-                c.look_gaps.fetch_add(1, Ordering::Relaxed);
+            let longest = gap > c.look_gap_max_ns.load(Ordering::Relaxed);
+            let counts = limit > 0 && gap > limit;
+            if (longest || counts) && !self.dir.finished() {
+                if longest {
+                    c.look_gap_max_ns.store(gap, Ordering::Relaxed);
+                }
+                if counts {
+                    c.look_gaps.fetch_add(1, Ordering::Relaxed);
+                }
             }
         }
         self.last_look = Some(now);

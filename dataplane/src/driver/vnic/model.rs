@@ -2281,6 +2281,26 @@ impl NicModel {
         };
     }
 
+    /// Untimed: `n` sends like [`NicModel::tx_untimed`]'s (the same charges as `n` calls).
+    #[inline]
+    pub(crate) fn tx_untimed_many(&mut self, host: [u32; 2], nic: u32, len: usize, n: u64) {
+        if n == 0 {
+            return;
+        }
+        let r = &mut self.tx_run;
+        if r.host == host && r.nic == nic && r.len == len as u32 {
+            r.n += n;
+            return;
+        }
+        self.tx_flush();
+        self.tx_run = TxRun {
+            host,
+            nic,
+            len: len as u32,
+            n,
+        };
+    }
+
     /// Untimed: the reads of a WQE that failed after them (no frame left).
     pub(crate) fn tx_reads_untimed(&mut self, host: [u32; 2], nic: u32) {
         for h in host.into_iter().filter(|&h| h > 0) {

@@ -29,7 +29,6 @@
 //! completions carry 0); a multi-queue port hashes every frame (Toeplitz) and reports it.
 
 use std::sync::Arc;
-use std::time::Instant;
 
 use nicmem::{ProtectionDomain, RegionTable};
 
@@ -43,7 +42,7 @@ use crate::burst::{Burst, MAX_BURST, RxPacket};
 use crate::link::{FrameRing, FrameSink, FrameSource, MAX_WIRE_FRAME, batch_step};
 use crate::mode::DatapathMode;
 use crate::packet::{PacketOwner, PayloadRing};
-use crate::pcie_model::timeline::{PS_PER_NS, Ps};
+use crate::pcie_model::timeline::Ps;
 use crate::port::{Queue, QueueStats};
 use crate::rss::Rss;
 use crate::verdict::{DropCounts, DropReason, Verdict};
@@ -215,7 +214,6 @@ pub struct VnicQueue {
     hdr_posted_at: Box<[Ps]>,
     rss: Option<Rss>,
     stats: QueueStats,
-    epoch: Instant,
     model: NicModel,
     sink: Option<ModelSinkRef>,
     scratch: Box<[u32]>,
@@ -327,7 +325,6 @@ impl VnicQueue {
             hdr_posted_at: vec![0; posted_slots].into_boxed_slice(),
             rss,
             stats: QueueStats::default(),
-            epoch: Instant::now(),
             model: qm.model,
             sink: qm.sink,
             scratch: vec![0u32; p.rx_ring.next_power_of_two()].into_boxed_slice(),
@@ -491,11 +488,14 @@ impl VnicQueue {
         let lens = &self.rx_lens[..got];
         let (max, h) = (self.p.max_frame as u32, self.p.split_offset as u32);
         let posted0 = self.hdr.posted();
-        let (mut simple, mut npay) = (posted0 >= got as u32, 0u32);
+        // The batch's bytes too (in `u32`: they all fit the staging area).
+        let (mut simple, mut npay, mut bytes) = (posted0 >= got as u32, 0u32, 0u32);
         for &l in lens {
             simple &= l != 0 && l <= max;
             npay += u32::from(SPLIT && l > h);
+            bytes = bytes.wrapping_add(l);
         }
+        let bytes = u64::from(bytes);
         let prim = self.primary.as_ref().map_or(0, |r| r.posted());
         let sec = self.secondary.as_ref().map_or(0, |r| r.posted());
         if !simple || npay > prim + sec {
@@ -516,7 +516,6 @@ impl VnicQueue {
             self.hdr.nic_commit(hc);
             self.rx_cq.commit(cq);
             let model = &mut self.model;
-            let bytes: u64 = lens.iter().map(|&l| u64::from(l)).sum();
             let frames = got as u64;
             if TIMED {
                 model.rx_book_whole(lens, &self.hdr_posted_at, first, posted0, slot0);
@@ -667,7 +666,6 @@ impl VnicQueue {
             r.nic_commit(c);
         }
         self.rx_cq.commit(cq);
-        let bytes: u64 = lens.iter().map(|&l| u64::from(l)).sum();
         let frames = got as u64;
         if !TIMED {
             model.rx_untimed_many(run.0, run.1, run.2, run.3);
@@ -1313,17 +1311,17 @@ impl VnicQueue {
     /// per pass; byte counts are summed from the burst afterwards); the layout and the rings'
     /// views are locals. `SPLIT` is the mode's [`DatapathMode::splits`].
     ///
-    /// An untimed queue stamps every packet with `wall`; a timed one (`TIMED`) stamps each with
-    /// its frame's arrival and, with `until`, takes only completions visible by then. Returns
-    /// the packets added and the latest visibility time harvested (timed).
+    /// An untimed queue stamps every packet's arrival 0 (it keeps no clock); a timed one
+    /// (`TIMED`) stamps each with its frame's arrival and, with `until`, takes only completions
+    /// visible by then. Returns the packets added and the latest visibility time harvested
+    /// (timed).
     #[inline(never)]
     fn harvest<const SPLIT: bool, const TIMED: bool>(
         &mut self,
         burst: &mut Burst,
         until: Option<Ps>,
-        wall: Ps,
     ) -> (usize, Ps) {
-        let from = burst.len();
+        let (from, bytes0) = (burst.len(), burst.bytes());
         let mut cq = self.rx_cq.poll_cursor();
         let hc = self.hdr.sw_cursor();
         // The payload rings' views as locals: the metadata writes below go through raw pointers,
@@ -1333,6 +1331,10 @@ impl VnicQueue {
         let (mut np, mut ns) = (0u32, 0u32);
         let hroom = hc.room();
         let hdr_l = self.layout.hdr;
+        // Header pools never alias (only nicmem pools may): buffer `h` starts `h * buf_size`
+        // bytes in.
+        debug_assert!(!hdr_l.aliased, "header pools never alias");
+        let (hbase, hsize) = (hdr_l.base, hdr_l.buf_size);
         let cache = &mut self.cache;
         let mut w = burst.rx_writer();
         let n = (w.room() as u32).min(self.rx_cq.pending());
@@ -1352,7 +1354,7 @@ impl VnicQueue {
                     latest = latest.max(ready);
                     t.cq_arrival(slot)
                 }
-                _ => wall,
+                _ => 0,
             };
             let Some(cqe) = cq.poll() else {
                 break;
@@ -1367,7 +1369,7 @@ impl VnicQueue {
             {
                 // The commonest completion of a split mode, straight-line: the whole frame in its
                 // header buffer (what the general checks below accept for it).
-                let buf = hdr_l.ptr(h);
+                let buf = hbase.wrapping_add(h as usize * hsize);
                 // SAFETY: as below.
                 unsafe {
                     *buf.cast::<PacketMeta>() = PacketMeta {
@@ -1421,7 +1423,7 @@ impl VnicQueue {
                 give_back(cache, h, ring, pidx);
                 continue;
             }
-            let buf = hdr_l.ptr(h);
+            let buf = hbase.wrapping_add(h as usize * hsize);
             // SAFETY: header buffer `h` was just harvested: the driver owns it and nothing else
             // refers to its metadata, which starts the buffer (64-byte aligned, `META_BYTES`
             // long).
@@ -1461,12 +1463,8 @@ impl VnicQueue {
         let got = burst.len() - from;
         let port = self.p.port_id;
         burst.set_rx_defaults(from, port, Verdict::tx(port));
-        let v = burst.tx_view();
         self.stats.rx_packets += got as u64;
-        self.stats.rx_bytes += v.frame_len[from..]
-            .iter()
-            .map(|&l| u64::from(l))
-            .sum::<u64>();
+        self.stats.rx_bytes += burst.bytes() - bytes0;
         self.stats.rx_primary += u64::from(np - err_p);
         self.stats.rx_secondary += u64::from(ns - err_s);
         self.stats.desc_errors += u64::from(polled) - got as u64;
@@ -1483,9 +1481,9 @@ impl VnicQueue {
         if !paced {
             self.nic_rx(want);
             let (got, latest) = if self.p.mode.splits() {
-                self.harvest::<true, true>(burst, None, 0)
+                self.harvest::<true, true>(burst, None)
             } else {
-                self.harvest::<false, true>(burst, None, 0)
+                self.harvest::<false, true>(burst, None)
             };
             if let Some(t) = self.model.t.as_deref_mut() {
                 // The burst is handed over when its last completion is visible.
@@ -1523,9 +1521,9 @@ impl VnicQueue {
             until = self.model.t.as_deref().map_or(now, |t| t.now());
         }
         let (got, _) = if self.p.mode.splits() {
-            self.harvest::<true, true>(burst, Some(until), 0)
+            self.harvest::<true, true>(burst, Some(until))
         } else {
-            self.harvest::<false, true>(burst, Some(until), 0)
+            self.harvest::<false, true>(burst, Some(until))
         };
         if let Some(t) = self.model.t.as_deref_mut() {
             t.cpu_packets(got as u64);
@@ -1627,12 +1625,12 @@ impl Queue for VnicQueue {
             got
         } else {
             self.nic_rx(want);
-            // One clock read per burst: every packet of a burst shares its arrival time.
-            let now = self.epoch.elapsed().as_nanos() as u64 * PS_PER_NS;
+            // An untimed queue keeps no clock (a clock read costs about as much as forwarding a
+            // packet here): its packets' arrival is 0, which only the timing layer would read.
             if self.p.mode.splits() {
-                self.harvest::<true, false>(burst, None, now).0
+                self.harvest::<true, false>(burst, None).0
             } else {
-                self.harvest::<false, false>(burst, None, now).0
+                self.harvest::<false, false>(burst, None).0
             }
         };
         self.refill();

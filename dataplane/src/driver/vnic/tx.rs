@@ -22,7 +22,7 @@ use super::desc::{
 use super::model::NicModel;
 use super::rx::CompletionQueue;
 use crate::arena::{ArenaLayout, META_BYTES};
-use crate::burst::TxView;
+use crate::burst::{MAX_BURST, TxView};
 use crate::link::{MAX_WIRE_FRAME, batch_step};
 use crate::packet::PayloadRing;
 use crate::pcie_model::timeline::{PS_PER_NS, Ps};
@@ -245,8 +245,8 @@ impl TxRing {
     /// [`TxRing::post_burst`] for one shape of WQE: with inline headers (`INLINE`) or without,
     /// for an arena with payload pools (`PAYLOADS`) or without, each compiled on its own (a WQE
     /// without inline bytes is one WQEBB and never wraps). Runs of packets without payload
-    /// bytes that fit in the ring's end go through [`post_run`]; every other packet (with a
-    /// payload, wrapping around the ring, or refused) is posted here.
+    /// bytes that fit in the ring's end go through [`post_inline`] or [`post_plain`]; every
+    /// other packet (with a payload, wrapping around the ring, or refused) is posted here.
     #[inline(always)]
     fn post<const INLINE: bool, const PAYLOADS: bool>(
         &mut self,
@@ -267,8 +267,8 @@ impl TxRing {
             mask,
             pi: self.pi,
             hpi: self.hdrs.pi,
-            since: self.since_comp,
-            bbs_since: self.bbs_since_comp,
+            comp_left: self.comp_every - self.since_comp,
+            bbs_left: (mask / 2 - self.bbs_since_comp) as i32,
             room: (mask + 1 - self.in_use()).min(limit),
             comp_every: self.comp_every,
             half: mask / 2,
@@ -282,7 +282,12 @@ impl TxRing {
         let mut i = 0;
         loop {
             // SAFETY: the state names this ring's arrays and positions.
-            i = unsafe { post_run::<INLINE>(&mut st, &v, l, i) };
+            i = if INLINE {
+                unsafe { post_inline(&mut st, &v, l, i) }
+            } else {
+                // SAFETY: as above.
+                unsafe { post_plain(&mut st, &v, l, i) }
+            };
             if i == n {
                 break;
             }
@@ -435,8 +440,8 @@ impl TxRing {
             i += 1;
         }
         self.pi = st.pi;
-        self.since_comp = st.since;
-        self.bbs_since_comp = st.bbs_since;
+        self.since_comp = st.comp_every - st.comp_left;
+        self.bbs_since_comp = (st.half as i32 - st.bbs_left) as u32;
         self.hdrs.pi = st.hpi;
         (n - nref, st.bytes, nref)
     }
@@ -511,10 +516,12 @@ impl TxRing {
     }
 
     /// [`TxRing::nic_process`] for a timed (`TIMED`) or an untimed queue, each compiled on its
-    /// own. Runs of common WQEs (a send posted with its packet, not wrapping around the ring,
-    /// with at most two data segments that lie in the packet's buffers) are gathered by
-    /// [`gather_run`]; every other WQE, and every WQE the common path does not fully accept,
-    /// goes through [`TxRing::nic_wqe`], the general parse with every error case.
+    /// own. Runs of the queue's commonest WQE (one data segment in the packet's header buffer,
+    /// or the frame inline) are gathered by [`gather_plain`] or [`gather_inline`], runs of
+    /// other common WQEs (a send posted with its packet, not wrapping around the ring, with at
+    /// most two data segments that lie in the packet's buffers) by [`gather_run`]; every other
+    /// WQE, and every WQE the common paths do not fully accept, goes through
+    /// [`TxRing::nic_wqe`], the general parse with every error case.
     #[allow(clippy::too_many_arguments)]
     #[inline(never)]
     fn nic_pass<const TIMED: bool>(
@@ -537,6 +544,9 @@ impl TxRing {
         let bbs = self.bbs.as_ptr().cast::<u8>();
         let slots = self.slots.as_ptr();
         let pools = *l;
+        // The queue's WQEs carry their frames inline or in a data segment: the run of the
+        // commonest WQE of that kind first.
+        let inline = self.inline > 0;
         while ci != pi {
             if k == lens.len() || off > last_off {
                 wire(&out[..off], &lens[..k]);
@@ -545,11 +555,25 @@ impl TxRing {
             }
             // SAFETY: `bbs` and `slots` are the ring's `mask + 1` WQEBBs and slots, which the
             // driver does not write while the NIC processes them.
-            let r = unsafe {
-                gather_run::<TIMED>(
-                    bbs, slots, mask, ci, pi, &pools, out, off, lens, k, m, ready,
-                )
+            let mut r = unsafe {
+                if inline {
+                    gather_inline::<TIMED>(
+                        bbs, slots, mask, ci, pi, &pools, out, off, lens, k, m, ready,
+                    )
+                } else {
+                    gather_plain::<TIMED>(
+                        bbs, slots, mask, ci, pi, &pools, out, off, lens, k, m, ready,
+                    )
+                }
             };
+            if r.completion.is_none() && r.ci != pi && r.k < lens.len() && r.off <= last_off {
+                // SAFETY: as above.
+                r = unsafe {
+                    gather_run::<TIMED>(
+                        bbs, slots, mask, r.ci, pi, &pools, out, r.off, lens, r.k, m, ready,
+                    )
+                };
+            }
             (ci, off, k) = (r.ci, r.off, r.k);
             if let Some((at, done, nbb)) = r.completion {
                 self.tx_completion(at, Ok(()), m, done);
@@ -878,8 +902,11 @@ struct PostState {
     mask: u32,
     pi: u32,
     hpi: u32,
-    since: u32,
-    bbs_since: u32,
+    /// WQEs until the next completion request is due (at least 1).
+    comp_left: u32,
+    /// WQEBBs that may still be posted before half a ring passes without a completion request
+    /// (negative once it has).
+    bbs_left: i32,
     room: u32,
     comp_every: u32,
     half: u32,
@@ -895,11 +922,11 @@ impl PostState {
     #[inline(always)]
     fn admit(&mut self, nbb: u32) -> u8 {
         self.room -= nbb;
-        self.since += 1;
-        self.bbs_since += nbb;
-        if self.since >= self.comp_every || self.bbs_since > self.half {
-            self.since = 0;
-            self.bbs_since = 0;
+        self.comp_left -= 1;
+        self.bbs_left -= nbb as i32;
+        if (self.comp_left == 0) | (self.bbs_left < 0) {
+            self.comp_left = self.comp_every;
+            self.bbs_left = self.half as i32;
             FLAG_CQE_REQUEST
         } else {
             0
@@ -907,135 +934,233 @@ impl PostState {
     }
 }
 
-/// Posts packets `from..` of `v` while each is simple: no payload bytes, the whole frame inlined
-/// (`INLINE`) or in one data segment, its WQE within the room and the ring's end. Returns the
-/// first packet it did not post (the caller posts or refuses that one, then calls again). Its own function, so the loop keeps its
-/// few values in registers.
+/// Posts packets `from..` of `v` while each is simple: no payload bytes, the whole frame inlined,
+/// its WQE within the room and the ring's end. Returns the first packet it did not post (the
+/// caller posts or refuses that one, then calls again). In short passes, each with few live
+/// values: find the run, pace its completion requests and write the driver's records; write
+/// the WQEs; then set the completion requests.
 ///
 /// # Safety
 /// `st` must name the arrays and positions of the send queue posting packets of the arena `l`
 /// held by the burst `v`.
 #[inline(never)]
-unsafe fn post_run<const INLINE: bool>(
+unsafe fn post_inline(
     state: &mut PostState,
     v: &TxView<'_>,
     l: &ArenaLayout,
     from: usize,
 ) -> usize {
-    // The state in a local for the pass: the WQE writes go through raw pointers, which would
-    // otherwise make the compiler store every position back after each.
     let mut st = *state;
-    // SAFETY: the caller's contract.
-    let i = unsafe { post_run_in::<INLINE>(&mut st, v, l, from) };
-    *state = st;
-    i
-}
-
-/// The loop of [`post_run`], on its local copy of the state.
-///
-/// # Safety
-/// As [`post_run`].
-#[inline(always)]
-unsafe fn post_run_in<const INLINE: bool>(
-    st: &mut PostState,
-    v: &TxView<'_>,
-    l: &ArenaLayout,
-    from: usize,
-) -> usize {
     let n = v.handle.len();
     let (handle, hdr, hdr_len, headroom, frame_len) = (
-        &v.handle[..n],
-        &v.hdr[..n],
-        &v.hdr_len[..n],
-        &v.headroom[..n],
-        &v.frame_len[..n],
+        &v.handle[from..n],
+        &v.hdr[from..n],
+        &v.hdr_len[from..n],
+        &v.headroom[from..n],
+        &v.frame_len[from..n],
     );
-    let hdr_l = l.hdr;
     let mask = st.mask;
     let size = mask as usize + 1;
-    let hpi0 = st.hpi;
-    let mut i = from;
-    while i < n {
-        let hlen = hdr_len[i] as usize;
-        // Inline: the whole frame in the WQE. Otherwise: the frame in one data segment.
-        let ds = if INLINE { data_segment_at(hlen) } else { 3 };
-        let nbb = if INLINE { ds.div_ceil(4) as u32 } else { 1 };
-        let slot = (st.pi & mask) as usize;
-        let fits = if INLINE {
-            hlen <= st.inline && slot + nbb as usize <= size
-        } else {
-            hlen > 0
-        };
-        if frame_len[i] as usize != hlen || nbb > st.room || !fits {
+    let (pi0, hpi0) = (st.pi, st.hpi);
+    // The run: each frame whole in its header segment and inlined, its WQE inside the room and
+    // the ring's end, with the driver's records (which packet each WQE carries, the header
+    // buffers in posting order) written as it is found; which WQEs ask for a completion.
+    let mut flagged = [const { std::mem::MaybeUninit::<u32>::uninit() }; MAX_BURST];
+    let (mut nflag, mut pi, mut k) = (0, pi0, 0);
+    while k < hdr_len.len() {
+        let hlen = hdr_len[k] as usize;
+        let nbb = data_segment_at(hlen).div_ceil(4) as u32;
+        let slot = (pi & mask) as usize;
+        if frame_len[k] as usize != hlen
+            || hlen > st.inline
+            || slot + nbb as usize > size
+            || nbb > st.room
+        {
             break;
         }
-        let h = handle[i] as u32;
-        let flags = st.admit(nbb);
-        // SAFETY: slots `slot..slot + nbb` of the ring are free (`nbb <= room`) and inside it;
-        // nothing else refers to them during the pass.
-        let w = unsafe { st.bbs.add(slot * WQEBB) };
-        let ctrl = CtrlSeg {
-            opcode: OPCODE_SEND,
-            wqe_index: st.pi as u16,
-            ds: ds as u8,
-            flags,
-        };
-        let inl = if INLINE { hlen } else { 0 };
-        // SAFETY: `w` has `nbb * WQEBB >= ds * SEG` writable bytes; segment writes stay below
-        // `ds * SEG`, the inline copy below `nbb * WQEBB`.
+        let h = handle[k] as u32;
+        let hpi = hpi0.wrapping_add(k as u32);
+        let flag = st.admit(nbb) != 0;
+        // SAFETY: `& mask` indexes the ring's slots and header entries.
         unsafe {
-            put_seg(w, ctrl.encode());
-            // Ethernet segment: 12 zero bytes, the inline size, then the inline bytes.
-            put_seg(w.add(SEG), (u128::from(inl as u16) << 16).to_be_bytes());
-            let hdr_off = META_BYTES + headroom[i] as usize;
-            if INLINE {
-                if inl > 0 {
-                    // SAFETY: the burst owns the packet; its header starts `hdr_off` bytes into
-                    // header buffer `h`, whose bytes up to its end belong to the packet.
-                    let src =
-                        std::slice::from_raw_parts(hdr[i].cast_const(), hdr_l.buf_size - hdr_off);
-                    let dst = std::slice::from_raw_parts_mut(
-                        w.add(INLINE_AT),
-                        nbb as usize * WQEBB - INLINE_AT,
-                    );
-                    nicmem::copy_prefix(dst, src, inl);
-                }
-            } else {
-                // The header's bus address: header buffers keep the metadata first, then the
-                // headroom the header may have grown into.
-                let seg = DataSeg {
-                    byte_count: hlen as u32,
-                    key: hdr_l.key.0,
-                    addr: hdr_l.iova_of(h) + hdr_off as u64,
-                };
-                put_seg(w.add(2 * SEG), seg.encode());
-            }
-            // The packet's header buffer joins the ring completions release, in posting order.
-            let hpi = hpi0.wrapping_add((i - from) as u32);
-            *st.hdrs.add(hpi as usize & mask as usize) = h;
-            if flags != 0 {
-                // SAFETY: `slot <= mask` indexes the ring's slots.
-                *st.ends.add(slot) = [hpi.wrapping_add(1), st.pay_pis[0], st.pay_pis[1]];
-            }
-            // SAFETY: as above.
             *st.slots.add(slot) = TxSlot {
-                at: st.pi,
+                at: pi,
                 hdr: h,
                 pay: 0,
                 nbb: nbb as u8,
                 ring: PayloadRing::None,
-                ends: flags != 0,
+                ends: flag,
             };
+            *st.hdrs.add((hpi & mask) as usize) = h;
         }
-        st.pi = st.pi.wrapping_add(nbb);
-        i += 1;
+        if flag {
+            // SAFETY: as above.
+            unsafe { *st.ends.add(slot) = [hpi.wrapping_add(1), st.pay_pis[0], st.pay_pis[1]] };
+            // The WQE's producer count, for its control segment below.
+            flagged[nflag].write(pi);
+            nflag += 1;
+        }
+        pi = pi.wrapping_add(nbb);
+        k += 1;
     }
-    st.hpi = hpi0.wrapping_add((i - from) as u32);
-    st.bytes += frame_len[from..i]
+    let buf_size = l.hdr.buf_size;
+    // The WQEs, none asking for a completion yet: control segment, Ethernet segment with the
+    // inline size, the frame inlined from its last 2 bytes on.
+    let mut pi = pi0;
+    for ((&p, &hl), &hr) in hdr[..k].iter().zip(&hdr_len[..k]).zip(&headroom[..k]) {
+        let hlen = hl as usize;
+        let ds = data_segment_at(hlen);
+        let nbb = ds.div_ceil(4);
+        let ctrl = CtrlSeg {
+            opcode: OPCODE_SEND,
+            wqe_index: pi as u16,
+            ds: ds as u8,
+            flags: 0,
+        };
+        // SAFETY: the run's WQEBBs are free, inside the room and before the ring's end; `w` has
+        // `nbb * WQEBB >= ds * SEG` writable bytes; segment writes stay below `ds * SEG`, the
+        // inline copy below `nbb * WQEBB`. Nothing else refers to them during the pass.
+        unsafe {
+            let w = st.bbs.add((pi & mask) as usize * WQEBB);
+            put_seg(w, ctrl.encode());
+            put_seg(w.add(SEG), (u128::from(hl) << 16).to_be_bytes());
+            if hlen > 0 {
+                let hdr_off = META_BYTES + hr as usize;
+                // SAFETY: the burst owns the packet; its header starts `hdr_off` bytes into its
+                // header buffer, whose bytes up to its end belong to the packet.
+                let src = std::slice::from_raw_parts(p.cast_const(), buf_size - hdr_off);
+                let dst = std::slice::from_raw_parts_mut(w.add(INLINE_AT), nbb * WQEBB - INLINE_AT);
+                nicmem::copy_prefix(dst, src, hlen);
+            }
+        }
+        pi = pi.wrapping_add(nbb as u32);
+    }
+    // The completion requests.
+    for f in &flagged[..nflag] {
+        // SAFETY: the first `nflag` entries were written above.
+        let at = unsafe { f.assume_init() };
+        // SAFETY: a WQE just written; byte 11 of its control segment holds its flags.
+        unsafe { *st.bbs.add((at & mask) as usize * WQEBB + 11) = FLAG_CQE_REQUEST };
+    }
+    st.pi = pi;
+    st.hpi = hpi0.wrapping_add(k as u32);
+    st.bytes += frame_len[..k].iter().map(|&f| u64::from(f)).sum::<u64>();
+    *state = st;
+    from + k
+}
+
+/// [`post_inline`] without inline bytes: posts packets `from..` of `v` while each has no payload
+/// bytes (its frame in one data segment) and the ring has room, and returns the first it did not
+/// post. Every such WQE is one WQEBB, so the run is known before anything is written, and it is
+/// posted in short passes (find the run; write the WQEs; the driver's records; then the
+/// completion requests, which fall every few WQEs at positions known from the pacing counters),
+/// each with few enough live values to stay in registers.
+///
+/// # Safety
+/// As [`post_inline`].
+#[inline(never)]
+unsafe fn post_plain(state: &mut PostState, v: &TxView<'_>, l: &ArenaLayout, from: usize) -> usize {
+    let mut st = *state;
+    let n = v.handle.len();
+    let end = from + (n - from).min(st.room as usize);
+    let (handle, hdr_len, headroom, frame_len) = (
+        &v.handle[from..end],
+        &v.hdr_len[from..end],
+        &v.headroom[from..end],
+        &v.frame_len[from..end],
+    );
+    // The run: packets whose whole frame is their header segment.
+    let k = hdr_len
         .iter()
-        .map(|&f| u64::from(f))
-        .sum::<u64>();
-    i
+        .zip(frame_len)
+        .position(|(&h, &f)| h == 0 || u32::from(h) != f)
+        .unwrap_or(handle.len());
+    let (handle, hdr_len, headroom) = (&handle[..k], &hdr_len[..k], &headroom[..k]);
+    let hdr_l = l.hdr;
+    // Header pools never alias (only nicmem pools may), so buffer `h` is `h * buf_size` bytes
+    // in; the header starts after the metadata and the headroom left in front of it.
+    debug_assert!(!hdr_l.aliased, "header pools never alias");
+    let (key, iova, stride) = (
+        u64::from(hdr_l.key.0),
+        hdr_l.iova + META_BYTES as u64,
+        hdr_l.buf_size as u64,
+    );
+    let (mask, pi0, hpi0) = (st.mask, st.pi, st.hpi);
+    // The WQEs, none asking for a completion yet: control segment (opcode, WQE index, 3
+    // segments), an Ethernet segment without inline bytes, and the frame's data segment.
+    let ctrl_lo = (u64::from(OPCODE_SEND) << 32) | 3;
+    for (j, ((&h, &hl), &hr)) in handle.iter().zip(hdr_len).zip(headroom).enumerate() {
+        let pi = pi0.wrapping_add(j as u32);
+        let slot = (pi & mask) as usize;
+        let addr = iova + (h as u32 as u64) * stride + u64::from(hr);
+        // SAFETY: the run fits the room, so slot `slot` of the ring is free; `slot <= mask`
+        // indexes the ring's WQEBBs; nothing else refers to them during the pass.
+        unsafe {
+            let w = st.bbs.add(slot * WQEBB).cast::<u64>();
+            w.write_unaligned(((u64::from(pi as u16) << 40) | ctrl_lo).to_be());
+            w.add(1).write_unaligned(0);
+            w.add(2).write_unaligned(0);
+            w.add(3).write_unaligned(0);
+            w.add(4)
+                .write_unaligned(((u64::from(hl) << 32) | key).to_be());
+            w.add(5).write_unaligned(addr.to_be());
+        }
+    }
+    // The driver's records: which packet each WQE carries, and the header buffers in posting
+    // order.
+    for (j, &h) in handle.iter().enumerate() {
+        let pi = pi0.wrapping_add(j as u32);
+        // SAFETY: `& mask` indexes the ring's slots and header entries.
+        unsafe {
+            *st.slots.add((pi & mask) as usize) = TxSlot {
+                at: pi,
+                hdr: h as u32,
+                pay: 0,
+                nbb: 1,
+                ring: PayloadRing::None,
+                ends: false,
+            };
+            *st.hdrs.add((hpi0.wrapping_add(j as u32) & mask) as usize) = h as u32;
+        }
+    }
+    // The completion requests: [`PostState::admit`] flags the WQE that uses up either counter,
+    // then both start afresh, so with one WQEBB per WQE they fall at fixed steps.
+    let cnt = k as u32;
+    let first = st.comp_left.min((st.bbs_left + 1) as u32);
+    let step = st.comp_every.min(st.half + 1);
+    let mut at = first;
+    let mut last = None;
+    while at <= cnt {
+        let j = at - 1;
+        let pi = pi0.wrapping_add(j);
+        let slot = (pi & mask) as usize;
+        let hpi = hpi0.wrapping_add(j);
+        // SAFETY: as above; byte 11 of the control segment holds its flags.
+        unsafe {
+            *st.bbs.add(slot * WQEBB + 11) = FLAG_CQE_REQUEST;
+            (*st.slots.add(slot)).ends = true;
+            *st.ends.add(slot) = [hpi.wrapping_add(1), st.pay_pis[0], st.pay_pis[1]];
+        }
+        last = Some(at);
+        at += step;
+    }
+    match last {
+        None => {
+            st.comp_left -= cnt;
+            st.bbs_left -= cnt as i32;
+        }
+        Some(t) => {
+            let since = cnt - t;
+            st.comp_left = st.comp_every - since;
+            st.bbs_left = st.half as i32 - since as i32;
+        }
+    }
+    st.room -= cnt;
+    st.pi = pi0.wrapping_add(cnt);
+    st.hpi = hpi0.wrapping_add(cnt);
+    st.bytes += frame_len[..k].iter().map(|&f| u64::from(f)).sum::<u64>();
+    *state = st;
+    from + k
 }
 
 /// Writes one 16 B segment at `p`.
@@ -1286,6 +1411,208 @@ unsafe fn gather_run<const TIMED: bool>(
         off,
         k,
         completion: None,
+    }
+}
+
+/// The NIC's pass over a run of plain WQEs from `ci`, as [`gather_run`] but for the commonest
+/// WQE only: one WQEBB with the send's control segment (its own WQE index, 3 segments), no
+/// inline bytes, and one data segment inside the header buffer of the packet posted with it.
+/// Stops at the first other WQE (left to [`gather_run`]) and where [`gather_run`] stops. Runs of
+/// equal frames are charged together.
+///
+/// # Safety
+/// As [`gather_run`].
+#[allow(clippy::too_many_arguments)]
+#[inline(never)]
+unsafe fn gather_plain<const TIMED: bool>(
+    bbs: *const u8,
+    slots: *const TxSlot,
+    mask: u32,
+    mut ci: u32,
+    pi: u32,
+    l: &ArenaLayout,
+    out: &mut [u8],
+    mut off: usize,
+    lens: &mut [u32],
+    mut k: usize,
+    m: &mut NicModel,
+    ready: Ps,
+) -> RunEnd {
+    let last_off = out.len().saturating_sub(MAX_WIRE_FRAME);
+    let out = out.as_mut_ptr();
+    let hdr_l = l.hdr;
+    // Header pools never alias (only nicmem pools may): buffer `h` starts `h * buf_size` bytes
+    // in. A segment must lie in the buffer after its metadata (what `inside` checks).
+    debug_assert!(!hdr_l.aliased, "header pools never alias");
+    let (key, iova, size) = (u64::from(hdr_l.key.0), hdr_l.iova, hdr_l.buf_size as u64);
+    let room = size - META_BYTES as u64;
+    let (mut run_len, mut run_n) = (0u32, 0u64);
+    let mut completion = None;
+    while ci != pi && k < lens.len() && off <= last_off {
+        let slot = (ci & mask) as usize;
+        // SAFETY: `slot <= mask` indexes the ring's WQEBBs and slots (the caller's contract);
+        // the control, Ethernet and first data segments lie in the first WQEBB.
+        let (s, c0, flags, inl, lo, addr) = unsafe {
+            let w = bbs.add(slot * WQEBB);
+            let q = w.cast::<u64>();
+            (
+                &*slots.add(slot),
+                q.read_unaligned(),
+                *w.add(11),
+                w.add(SEG + 12).cast::<u16>().read_unaligned(),
+                u64::from_be(q.add(4).read_unaligned()),
+                u64::from_be(q.add(5).read_unaligned()),
+            )
+        };
+        // The control segment's first 8 bytes: WQE index, opcode, segment count.
+        let want = ((u64::from(ci as u16) << 40) | (u64::from(OPCODE_SEND) << 32) | 3).to_be();
+        let n = lo >> 32;
+        let o = addr.wrapping_sub(iova + u64::from(s.hdr) * size);
+        if c0 != want
+            || inl != 0
+            || s.at != ci
+            || s.hdr == NO_PKT
+            || lo as u32 as u64 != key
+            || n == 0
+            || n > room.min(MAX_WIRE_FRAME as u64)
+            || o.wrapping_sub(META_BYTES as u64) > room - n
+        {
+            break;
+        }
+        let n = n as usize;
+        // SAFETY: the segment's `n` bytes lie in the packet's header buffer from byte `o` on,
+        // which the send queue owns until completion, with `size - o` bytes of the buffer from
+        // there; the stage behind `off` holds `MAX_WIRE_FRAME` bytes.
+        unsafe {
+            let src = std::slice::from_raw_parts(
+                hdr_l.base.add(s.hdr as usize * size as usize + o as usize),
+                (size - o) as usize,
+            );
+            let stage = std::slice::from_raw_parts_mut(out.add(off), MAX_WIRE_FRAME);
+            nicmem::copy_prefix(stage, src, n);
+        }
+        if TIMED {
+            // SAFETY: the slot holds a packet of the arena (checked above).
+            unsafe { timed_send(m, l, s, ready, n, [n as u32, 0], 0, 1) }
+        }
+        if n as u32 != run_len {
+            m.tx_untimed_many([run_len, 0], 0, run_len as usize, run_n);
+            (run_len, run_n) = (n as u32, 0);
+        }
+        run_n += 1;
+        lens[k] = n as u32;
+        k += 1;
+        off += batch_step(n);
+        let at = ci;
+        ci = ci.wrapping_add(1);
+        if flags & FLAG_CQE_REQUEST != 0 {
+            completion = Some((at, sends_booked::<TIMED>(m, ready), 1));
+            break;
+        }
+    }
+    if TIMED && completion.is_none() {
+        m.tx_sends_book(true);
+    }
+    m.tx_untimed_many([run_len, 0], 0, run_len as usize, run_n);
+    RunEnd {
+        ci,
+        off,
+        k,
+        completion,
+    }
+}
+
+/// [`gather_plain`] for a queue that inlines: the run of inline-only WQEs (the whole frame in
+/// the WQE, no data segment) from `ci`, each posted with its packet and not wrapping around the
+/// ring's end. Stops at the first other WQE (left to [`gather_run`]) and where [`gather_run`]
+/// stops. Runs of equal frames are charged together.
+///
+/// # Safety
+/// As [`gather_run`].
+#[allow(clippy::too_many_arguments)]
+#[inline(never)]
+unsafe fn gather_inline<const TIMED: bool>(
+    bbs: *const u8,
+    slots: *const TxSlot,
+    mask: u32,
+    mut ci: u32,
+    pi: u32,
+    l: &ArenaLayout,
+    out: &mut [u8],
+    mut off: usize,
+    lens: &mut [u32],
+    mut k: usize,
+    m: &mut NicModel,
+    ready: Ps,
+) -> RunEnd {
+    let size = mask as usize + 1;
+    let last_off = out.len().saturating_sub(MAX_WIRE_FRAME);
+    let out = out.as_mut_ptr();
+    let (mut run_len, mut run_n) = (0u32, 0u64);
+    let mut completion = None;
+    while ci != pi && k < lens.len() && off <= last_off {
+        let slot = (ci & mask) as usize;
+        // SAFETY: `slot <= mask` indexes the ring's WQEBBs and slots (the caller's contract);
+        // the control and Ethernet segments lie in the first WQEBB.
+        let (w, s, c0, flags, inl) = unsafe {
+            let w = bbs.add(slot * WQEBB);
+            (
+                w,
+                &*slots.add(slot),
+                w.cast::<u64>().read_unaligned(),
+                *w.add(11),
+                u16::from_be(w.add(SEG + 12).cast::<u16>().read_unaligned()) as usize,
+            )
+        };
+        let ds = data_segment_at(inl);
+        let nbb = ds.div_ceil(4);
+        // The control segment's first 8 bytes: WQE index, opcode, segment count.
+        let want =
+            ((u64::from(ci as u16) << 40) | (u64::from(OPCODE_SEND) << 32) | ds as u64).to_be();
+        if c0 != want
+            || inl == 0
+            || s.at != ci
+            || s.hdr == NO_PKT
+            || nbb as u32 > pi.wrapping_sub(ci)
+            || slot + nbb > size
+        {
+            break;
+        }
+        // SAFETY: the WQE's `ds` segments lie flat in the ring from `w`, its inline bytes
+        // between `INLINE_AT` and their end; the stage behind `off` holds `MAX_WIRE_FRAME` bytes.
+        unsafe {
+            let stage = std::slice::from_raw_parts_mut(out.add(off), MAX_WIRE_FRAME);
+            let src = std::slice::from_raw_parts(w.add(INLINE_AT), ds * SEG - INLINE_AT);
+            nicmem::copy_prefix(stage, src, inl);
+        }
+        if TIMED {
+            // SAFETY: the slot holds a packet of the arena (checked above).
+            unsafe { timed_send(m, l, s, ready, inl, [0, 0], 0, nbb as u32) }
+        }
+        if inl as u32 != run_len {
+            m.tx_untimed_many([0, 0], 0, run_len as usize, run_n);
+            (run_len, run_n) = (inl as u32, 0);
+        }
+        run_n += 1;
+        lens[k] = inl as u32;
+        k += 1;
+        off += batch_step(inl);
+        let at = ci;
+        ci = ci.wrapping_add(nbb as u32);
+        if flags & FLAG_CQE_REQUEST != 0 {
+            completion = Some((at, sends_booked::<TIMED>(m, ready), nbb as u32));
+            break;
+        }
+    }
+    if TIMED && completion.is_none() {
+        m.tx_sends_book(true);
+    }
+    m.tx_untimed_many([0, 0], 0, run_len as usize, run_n);
+    RunEnd {
+        ci,
+        off,
+        k,
+        completion,
     }
 }
 
