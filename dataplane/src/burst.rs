@@ -231,6 +231,8 @@ pub struct PacketMut<'a> {
     frame_len: usize,
     rx_port: u16,
     verdict: &'a mut Verdict,
+    /// The burst's note that a walk wrote a verdict (see [`Burst::packets_mut`]).
+    written: &'a Cell<bool>,
 }
 
 impl PacketMut<'_> {
@@ -268,12 +270,13 @@ impl PacketMut<'_> {
     #[inline(always)]
     pub fn set_verdict(&mut self, v: Verdict) {
         *self.verdict = v;
+        self.written.set(true);
     }
 
     /// Drops the packet for `reason`.
     #[inline(always)]
     pub fn drop_packet(&mut self, reason: DropReason) {
-        *self.verdict = Verdict::drop(reason);
+        self.set_verdict(Verdict::drop(reason));
     }
 }
 
@@ -294,6 +297,7 @@ pub struct PacketsMut<'a> {
     frame_len: *const u32,
     port: *const u16,
     verdict: *mut Verdict,
+    written: &'a Cell<bool>,
     _burst: std::marker::PhantomData<&'a mut Burst>,
 }
 
@@ -353,6 +357,7 @@ impl<'a> PacketsMut<'a> {
                 frame_len,
                 rx_port: *self.port.add(i),
                 verdict,
+                written: self.written,
             }
         }
     }
@@ -438,6 +443,10 @@ pub struct Burst {
     /// burst's values back at Tx.
     reshaped: bool,
     owner: Option<Arc<dyn PacketOwner>>,
+    /// The address of `owner`'s data (0 without an owner), taken once when the owner is set:
+    /// the per-burst owner checks ([`Burst::adopt`], [`Burst::owned_by`]) compare it with one
+    /// load instead of reading the burst's `Arc` and its vtable.
+    owner_addr: usize,
     /// Packets `0..described` have their fields in `desc`; the rest are bare handles that
     /// `describe` fills in when a field is first read.
     described: Cell<usize>,
@@ -447,11 +456,21 @@ pub struct Burst {
     /// Frame bytes of every packet in the burst (kept up to date by every change of a frame's
     /// length, so a driver counts transmitted bytes without reading each packet).
     bytes: u64,
-    /// Every verdict of packets `0..uniform_len` is this one (set by whole-burst verdict writes,
-    /// cleared by any per-packet one): [`Burst::single_tx_port`] then needs no pass over the
-    /// verdicts. Valid only while `uniform_len == len`.
+    /// Entries `0..uniform_len` of the verdict array all hold this verdict (set by whole-burst
+    /// verdict writes, cleared by per-packet ones; not valid while `written`). It describes the
+    /// array, not the packets, so it outlives a burst: a burst that receives from one queue
+    /// again and again finds its verdicts already written ([`Burst::set_rx_defaults`] skips
+    /// the fill), and [`Burst::single_tx_port`] needs no pass over the verdicts while
+    /// `uniform_len >= len`.
     uniform: Option<Verdict>,
     uniform_len: usize,
+    /// A packet of a walk ([`Burst::packets_mut`]) set its verdict since `uniform` was set: the
+    /// walk hands out each verdict to write, and only a write clears the whole-burst verdict.
+    written: Cell<bool>,
+    /// Entries `0..port_fill_len` of the port array all hold this port (as `uniform` for the
+    /// verdicts): a burst received from the same queue as the last one writes no port.
+    port_fill: Option<u16>,
+    port_fill_len: usize,
     handle: [usize; MAX_BURST],
     port: [u16; MAX_BURST],
     verdict: [Verdict; MAX_BURST],
@@ -483,12 +502,16 @@ impl Burst {
             cap: cap.clamp(1, MAX_BURST),
             reshaped: false,
             owner: None,
+            owner_addr: 0,
             described: Cell::new(0),
             describe: None,
             locate: None,
             bytes: 0,
             uniform: None,
             uniform_len: 0,
+            written: Cell::new(false),
+            port_fill: None,
+            port_fill_len: 0,
             handle: [0; MAX_BURST],
             port: [0; MAX_BURST],
             verdict: [Verdict::tx(0); MAX_BURST],
@@ -644,6 +667,7 @@ impl Burst {
     #[inline]
     pub fn set_rx_port(&mut self, i: usize, port: u16) {
         self.port[..self.len][i] = port;
+        self.port_fill = None;
     }
 
     /// The payload segment of packet `i`: bytes in host memory, or a nicmem payload with only
@@ -754,9 +778,7 @@ impl Burst {
     /// one verdict, as it has from Rx until a network function sets one per packet).
     #[inline]
     pub fn live_count(&self) -> usize {
-        if self.uniform_len == self.len
-            && let Some(u) = self.uniform
-        {
+        if let Some(u) = self.whole_verdict() {
             return if u.is_drop() { 0 } else { self.len };
         }
         self.verdicts().iter().filter(|v| !v.is_drop()).count()
@@ -771,18 +793,39 @@ impl Burst {
     /// Sets every verdict to `v`.
     #[inline]
     pub fn set_all_verdicts(&mut self, v: Verdict) {
+        if self.whole_verdict() == Some(v) {
+            return;
+        }
         self.verdict[..self.len].fill(v);
         self.uniform = Some(v);
         self.uniform_len = self.len;
+        self.written.set(false);
+    }
+
+    /// What `uniform` says when it is valid: the verdict of array entries `0..n`, and `n`.
+    #[inline(always)]
+    fn uniform_prefix(&self) -> Option<(Verdict, usize)> {
+        match self.uniform {
+            Some(u) if !self.written.get() => Some((u, self.uniform_len)),
+            _ => None,
+        }
+    }
+
+    /// The verdict of every packet, when one verdict is known to cover the whole burst.
+    #[inline(always)]
+    fn whole_verdict(&self) -> Option<Verdict> {
+        match self.uniform_prefix() {
+            Some((u, n)) if n >= self.len => Some(u),
+            _ => None,
+        }
     }
 
     /// The port every packet goes to, if all verdicts are `Tx` of one port (the common case the
     /// run loop sends without sorting).
     #[inline]
     pub fn single_tx_port(&self) -> Option<u16> {
-        if let Some(u) = self.uniform
-            && self.uniform_len == self.len
-            && self.len > 0
+        if self.len > 0
+            && let Some(u) = self.whole_verdict()
         {
             return u.tx_port();
         }
@@ -798,13 +841,12 @@ impl Burst {
 
     /// The live packets (verdict not a drop) one by one, each with its header, frame length and
     /// verdict, prefetching the headers a few packets ahead: the fast way for a network
-    /// function to walk a burst once (one check per burst, none per packet).
+    /// function to walk a burst once (one check per burst, none per packet). A walk that sets
+    /// no verdict leaves the burst's single verdict known (no pass over the verdicts at Tx).
     #[inline]
     pub fn packets_mut(&mut self) -> PacketsMut<'_> {
         let len = self.len;
-        let all_live = self.uniform_len == len && self.uniform.is_some_and(|v| !v.is_drop());
-        // The walk hands out each packet's verdict to write.
-        self.uniform = None;
+        let all_live = self.whole_verdict().is_some_and(|v| !v.is_drop());
         // Bare handles with a known metadata layout are read in the same pass; anything else is
         // described first.
         let locate = if self.is_described() {
@@ -830,6 +872,7 @@ impl Burst {
             frame_len,
             port: self.port.as_ptr(),
             verdict: self.verdict.as_mut_ptr(),
+            written: &self.written,
             _burst: std::marker::PhantomData,
         }
     }
@@ -906,11 +949,7 @@ impl Burst {
     /// True when the burst's packets belong to `owner` (or the burst holds none).
     #[inline]
     pub fn owned_by(&self, owner: &Arc<dyn PacketOwner>) -> bool {
-        self.len == 0
-            || self
-                .owner
-                .as_ref()
-                .is_some_and(|o| std::ptr::addr_eq(Arc::as_ptr(o), Arc::as_ptr(owner)))
+        self.len == 0 || self.owner_addr == owner_addr(owner)
     }
 
     /// Makes `owner` the owner of the packets about to be pushed. Cheap when it already is (no
@@ -918,17 +957,15 @@ impl Burst {
     /// burst still holds packets of another owner.
     #[inline]
     pub fn adopt(&mut self, owner: &Arc<dyn PacketOwner>) -> bool {
-        let same = self
-            .owner
-            .as_ref()
-            .is_some_and(|o| std::ptr::addr_eq(Arc::as_ptr(o), Arc::as_ptr(owner)));
-        if same {
+        let addr = owner_addr(owner);
+        if self.owner_addr == addr {
             return true;
         }
         if self.len > 0 {
             return false;
         }
         self.owner = Some(owner.clone());
+        self.owner_addr = addr;
         self.describe = None;
         self.locate = None;
         true
@@ -1036,23 +1073,41 @@ impl Burst {
     pub fn set_rx_defaults(&mut self, from: usize, port: u16, verdict: Verdict) {
         let to = self.len;
         if from == 0 {
-            // The common case, a burst received whole: both arrays are written in whole groups
-            // of 8 (one 16-byte store each, no remainder loop). Entries past `to` hold nothing
-            // (nothing reads past the length), and the rounded end stays within the arrays
-            // (`to <= MAX_BURST`, a multiple of 8).
+            // The common case, a burst received whole. An array that already holds the value
+            // far enough (the last burst came from the same queue) is not written at all;
+            // otherwise it is written in whole groups of 8 (one 16-byte store each, no
+            // remainder loop). Entries past `to` hold nothing (nothing reads past the length),
+            // and the rounded end stays within the arrays (`to <= MAX_BURST`, a multiple of 8).
             let end = (to + 7) & !7;
-            self.port[..end].fill(port);
-            self.verdict[..end].fill(verdict);
+            if self.port_fill != Some(port) || self.port_fill_len < to {
+                self.port[..end].fill(port);
+                self.port_fill = Some(port);
+                self.port_fill_len = end;
+            }
+            if !matches!(self.uniform_prefix(), Some((u, n)) if u == verdict && n >= to) {
+                self.verdict[..end].fill(verdict);
+                self.uniform = Some(verdict);
+                self.uniform_len = end;
+                self.written.set(false);
+            }
         } else if from < to {
             self.port[from..to].fill(port);
             self.verdict[from..to].fill(verdict);
-        }
-        // Still one verdict for the whole burst when it started empty or already had this one.
-        if from == 0 || (self.uniform == Some(verdict) && self.uniform_len == from) {
-            self.uniform = Some(verdict);
-            self.uniform_len = to;
-        } else {
-            self.uniform = None;
+            // A prefix of one value that reached `from` now reaches `to`.
+            self.port_fill = match self.port_fill {
+                Some(p) if p == port && self.port_fill_len >= from => {
+                    self.port_fill_len = self.port_fill_len.max(to);
+                    Some(p)
+                }
+                _ => None,
+            };
+            self.uniform = match self.uniform_prefix() {
+                Some((u, n)) if u == verdict && n >= from => {
+                    self.uniform_len = n.max(to);
+                    Some(u)
+                }
+                _ => None,
+            };
         }
     }
 
@@ -1116,7 +1171,6 @@ impl Burst {
         self.bytes = 0;
         self.described.set(0);
         self.reshaped = false;
-        self.uniform = None;
     }
 
     /// Moves packet `i` to the end of `dst` (same owner; the run loop sorts packets by verdict
@@ -1148,6 +1202,7 @@ impl Burst {
         dst.port[j] = self.port[i];
         dst.verdict[j] = self.verdict[i];
         dst.uniform = None;
+        dst.port_fill = None;
         dst.reshaped |= self.reshaped;
         true
     }
@@ -1174,6 +1229,7 @@ impl Burst {
         self.port.copy_within(i + 1..n, i);
         self.verdict.copy_within(i + 1..n, i);
         self.uniform = None;
+        self.port_fill = None;
         self.len = n - 1;
         self.described.set(self.len);
         self.bytes -= u64::from(frame);
@@ -1201,6 +1257,12 @@ impl Drop for Burst {
     fn drop(&mut self) {
         self.clear();
     }
+}
+
+/// The address of `owner`'s data, what the burst's owner checks compare (never 0).
+#[inline(always)]
+fn owner_addr(owner: &Arc<dyn PacketOwner>) -> usize {
+    Arc::as_ptr(owner).cast::<()>() as usize
 }
 
 /// Prefetches the cache line at `p` for reading (a hint: never faults, whatever `p` is).

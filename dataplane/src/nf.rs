@@ -173,8 +173,13 @@ impl NfChain {
     #[inline]
     pub fn process(&mut self, burst: &mut Burst, ctx: &NfContext) {
         let n = burst.len();
-        for nf in &mut self.nfs {
+        // A chain of one function (the common case) calls it without a loop.
+        if let [nf] = &mut self.nfs[..] {
             nf.process(burst, ctx);
+        } else {
+            for nf in &mut self.nfs {
+                nf.process(burst, ctx);
+            }
         }
         // A function holds packets only by taking them out of a burst (`Burst::remove_to`); one
         // with work pending after the burst (a log to flush) says so through `wants_release`,
