@@ -103,6 +103,26 @@ impl Mbuf {
         self.r().pkt_len
     }
 
+    /// The eight bytes from `pkt_len` on: `pkt_len` in bits 0..32, `data_len` in bits 32..48
+    /// (and `vlan_tci` above), as one load (the fields are adjacent: asserted in `dpdk-sys`).
+    /// The Rx pass sums these words to get a burst's bytes and whether every frame lies whole
+    /// in its first segment at one load per packet.
+    #[inline(always)]
+    pub(crate) fn len_word(self) -> u64 {
+        let at = std::mem::offset_of!(rte_mbuf, pkt_len);
+        // SAFETY: the type's invariant (a live mbuf); `pkt_len` (offset 36) is followed by
+        // `data_len` and `vlan_tci` within the same 128-byte mbuf (offsets 40 and 42, asserted in
+        // `dpdk-sys`): eight readable bytes, read unaligned through the mbuf's own pointer.
+        unsafe {
+            self.0
+                .as_ptr()
+                .cast::<u8>()
+                .add(at)
+                .cast::<u64>()
+                .read_unaligned()
+        }
+    }
+
     /// Bytes in this segment (`data_len`).
     #[inline(always)]
     pub(crate) fn data_len(self) -> u16 {
