@@ -231,8 +231,9 @@ pub struct PacketMut<'a> {
     frame_len: usize,
     rx_port: u16,
     verdict: &'a mut Verdict,
-    /// The burst's note that a walk wrote a verdict (see [`Burst::packets_mut`]).
-    written: &'a Cell<bool>,
+    /// The burst's uniform-verdict prefix, which a verdict write clears (see
+    /// [`Burst::packets_mut`]).
+    uniform_len: &'a Cell<usize>,
 }
 
 impl PacketMut<'_> {
@@ -270,7 +271,7 @@ impl PacketMut<'_> {
     #[inline(always)]
     pub fn set_verdict(&mut self, v: Verdict) {
         *self.verdict = v;
-        self.written.set(true);
+        self.uniform_len.set(0);
     }
 
     /// Drops the packet for `reason`.
@@ -297,7 +298,7 @@ pub struct PacketsMut<'a> {
     frame_len: *const u32,
     port: *const u16,
     verdict: *mut Verdict,
-    written: &'a Cell<bool>,
+    uniform_len: &'a Cell<usize>,
     _burst: std::marker::PhantomData<&'a mut Burst>,
 }
 
@@ -357,7 +358,7 @@ impl<'a> PacketsMut<'a> {
                 frame_len,
                 rx_port: *self.port.add(i),
                 verdict,
-                written: self.written,
+                uniform_len: self.uniform_len,
             }
         }
     }
@@ -374,7 +375,8 @@ impl<'a> PacketsMut<'a> {
         let split = self.len.saturating_sub(PREFETCH_AHEAD).max(self.i);
         // Two packets a turn (one loop test per two), then the odd one.
         let mut i = self.i;
-        while i + 2 <= split {
+        let pairs_end = i + ((split - i) & !1);
+        while i < pairs_end {
             for j in [i, i + 1] {
                 self.prefetch::<LOCATE>(j + PREFETCH_AHEAD);
                 if LIVE {
@@ -465,24 +467,22 @@ pub struct Burst {
     described: Cell<usize>,
     describe: Option<Describe>,
     /// Where the metadata behind bare handles keeps the header place (see [`HandleLayout`]).
-    locate: Option<HandleLayout>,
+    locate: Option<&'static HandleLayout>,
     /// Frame bytes of every packet in the burst (kept up to date by every change of a frame's
     /// length, so a driver counts transmitted bytes without reading each packet).
     bytes: u64,
-    /// Entries `0..uniform_len` of the verdict array all hold this verdict (set by whole-burst
-    /// verdict writes, cleared by per-packet ones; not valid while `written`). It describes the
-    /// array, not the packets, so it outlives a burst: a burst that receives from one queue
+    /// Entries `0..uniform_len` of the verdict array all hold `uniform` (set by whole-burst
+    /// verdict writes; a per-packet write sets `uniform_len` to 0, nothing known). It describes
+    /// the array, not the packets, so it outlives a burst: a burst that receives from one queue
     /// again and again finds its verdicts already written ([`Burst::set_rx_defaults`] skips
     /// the fill), and [`Burst::single_tx_port`] needs no pass over the verdicts while
-    /// `uniform_len >= len`.
-    uniform: Option<Verdict>,
-    uniform_len: usize,
-    /// A packet of a walk ([`Burst::packets_mut`]) set its verdict since `uniform` was set: the
-    /// walk hands out each verdict to write, and only a write clears the whole-burst verdict.
-    written: Cell<bool>,
-    /// Entries `0..port_fill_len` of the port array all hold this port (as `uniform` for the
+    /// `uniform_len >= len`. A cell, so that the packets of a walk ([`Burst::packets_mut`]),
+    /// each handed its verdict to write, can clear it.
+    uniform: Verdict,
+    uniform_len: Cell<usize>,
+    /// Entries `0..port_fill_len` of the port array all hold `port_fill` (as `uniform` for the
     /// verdicts): a burst received from the same queue as the last one writes no port.
-    port_fill: Option<u16>,
+    port_fill: u16,
     port_fill_len: usize,
     handle: [usize; MAX_BURST],
     port: [u16; MAX_BURST],
@@ -520,10 +520,9 @@ impl Burst {
             describe: None,
             locate: None,
             bytes: 0,
-            uniform: None,
-            uniform_len: 0,
-            written: Cell::new(false),
-            port_fill: None,
+            uniform: Verdict::tx(0),
+            uniform_len: Cell::new(0),
+            port_fill: 0,
             port_fill_len: 0,
             handle: [0; MAX_BURST],
             port: [0; MAX_BURST],
@@ -680,7 +679,7 @@ impl Burst {
     #[inline]
     pub fn set_rx_port(&mut self, i: usize, port: u16) {
         self.port[..self.len][i] = port;
-        self.port_fill = None;
+        self.port_fill_len = 0;
     }
 
     /// The payload segment of packet `i`: bytes in host memory, or a nicmem payload with only
@@ -772,7 +771,7 @@ impl Burst {
     #[inline]
     pub fn set_verdict(&mut self, i: usize, v: Verdict) {
         self.verdict[..self.len][i] = v;
-        self.uniform = None;
+        self.uniform_len.set(0);
     }
 
     /// Marks packet `i` dropped for `reason`.
@@ -810,36 +809,22 @@ impl Burst {
             return;
         }
         self.verdict[..self.len].fill(v);
-        self.uniform = Some(v);
-        self.uniform_len = self.len;
-        self.written.set(false);
+        self.uniform = v;
+        self.uniform_len.set(self.len);
     }
 
-    /// What `uniform` says when it is valid: the verdict of array entries `0..n`, and `n`.
-    #[inline(always)]
-    fn uniform_prefix(&self) -> Option<(Verdict, usize)> {
-        match self.uniform {
-            Some(u) if !self.written.get() => Some((u, self.uniform_len)),
-            _ => None,
-        }
-    }
-
-    /// The verdict of every packet, when one verdict is known to cover the whole burst.
+    /// The verdict of every packet, when one verdict is known to cover the whole burst (and
+    /// the burst is not empty).
     #[inline(always)]
     fn whole_verdict(&self) -> Option<Verdict> {
-        match self.uniform_prefix() {
-            Some((u, n)) if n >= self.len => Some(u),
-            _ => None,
-        }
+        (self.len > 0 && self.uniform_len.get() >= self.len).then_some(self.uniform)
     }
 
     /// The port every packet goes to, if all verdicts are `Tx` of one port (the common case the
     /// run loop sends without sorting).
     #[inline]
     pub fn single_tx_port(&self) -> Option<u16> {
-        if self.len > 0
-            && let Some(u) = self.whole_verdict()
-        {
+        if let Some(u) = self.whole_verdict() {
             return u.tx_port();
         }
         let v = self.verdicts();
@@ -877,7 +862,7 @@ impl Burst {
             i: 0,
             len,
             locate: locate.is_some(),
-            layout: locate.unwrap_or(HandleLayout::NONE),
+            layout: locate.copied().unwrap_or(HandleLayout::NONE),
             all_live,
             handle: self.handle.as_ptr(),
             hdr,
@@ -885,7 +870,7 @@ impl Burst {
             frame_len,
             port: self.port.as_ptr(),
             verdict: self.verdict.as_mut_ptr(),
-            written: &self.written,
+            uniform_len: &self.uniform_len,
             _burst: std::marker::PhantomData,
         }
     }
@@ -961,23 +946,23 @@ impl Burst {
 
     /// True when the burst's packets belong to `owner` (or the burst holds none).
     #[inline]
-    pub fn owned_by(&self, owner: &Arc<dyn PacketOwner>) -> bool {
-        self.len == 0 || self.owner_addr == owner_addr(owner)
+    pub fn owned_by(&self, owner: &impl OwnerArc) -> bool {
+        self.len == 0 || self.owner_addr == owner.owner_addr()
     }
 
     /// Makes `owner` the owner of the packets about to be pushed. Cheap when it already is (no
     /// reference-count traffic in a steady state). Returns `false`, changing nothing, when the
     /// burst still holds packets of another owner.
     #[inline]
-    pub fn adopt(&mut self, owner: &Arc<dyn PacketOwner>) -> bool {
-        let addr = owner_addr(owner);
+    pub fn adopt(&mut self, owner: &impl OwnerArc) -> bool {
+        let addr = owner.owner_addr();
         if self.owner_addr == addr {
             return true;
         }
         if self.len > 0 {
             return false;
         }
-        self.owner = Some(owner.clone());
+        self.owner = Some(owner.to_dyn());
         self.owner_addr = addr;
         self.describe = None;
         self.locate = None;
@@ -1041,7 +1026,7 @@ impl Burst {
         &mut self,
         n: usize,
         describe: Describe,
-        locate: Option<HandleLayout>,
+        locate: Option<&'static HandleLayout>,
         bytes: u64,
     ) {
         debug_assert!(n <= self.room());
@@ -1088,9 +1073,9 @@ impl Burst {
         // these values (a few compares, no write).
         let to = self.len;
         if from == 0
-            && self.port_fill == Some(port)
-            && self.port_fill_len >= to
-            && matches!(self.uniform_prefix(), Some((u, n)) if u == verdict && n >= to)
+            && self.port_fill == port
+            && self.uniform == verdict
+            && self.port_fill_len.min(self.uniform_len.get()) >= to
         {
             return;
         }
@@ -1108,35 +1093,33 @@ impl Burst {
             // remainder loop). Entries past `to` hold nothing (nothing reads past the length),
             // and the rounded end stays within the arrays (`to <= MAX_BURST`, a multiple of 8).
             let end = (to + 7) & !7;
-            if self.port_fill != Some(port) || self.port_fill_len < to {
+            if self.port_fill != port || self.port_fill_len < to {
                 self.port[..end].fill(port);
-                self.port_fill = Some(port);
+                self.port_fill = port;
                 self.port_fill_len = end;
             }
-            if !matches!(self.uniform_prefix(), Some((u, n)) if u == verdict && n >= to) {
+            if self.uniform != verdict || self.uniform_len.get() < to {
                 self.verdict[..end].fill(verdict);
-                self.uniform = Some(verdict);
-                self.uniform_len = end;
-                self.written.set(false);
+                self.uniform = verdict;
+                self.uniform_len.set(end);
             }
         } else if from < to {
             self.port[from..to].fill(port);
             self.verdict[from..to].fill(verdict);
-            // A prefix of one value that reached `from` now reaches `to`.
-            self.port_fill = match self.port_fill {
-                Some(p) if p == port && self.port_fill_len >= from => {
-                    self.port_fill_len = self.port_fill_len.max(to);
-                    Some(p)
-                }
-                _ => None,
+            // A prefix of one value that reached `from` now reaches `to`; any other is cut
+            // where the new packets start.
+            self.port_fill_len = if self.port_fill == port && self.port_fill_len >= from {
+                self.port_fill_len.max(to)
+            } else {
+                self.port_fill_len.min(from)
             };
-            self.uniform = match self.uniform_prefix() {
-                Some((u, n)) if u == verdict && n >= from => {
-                    self.uniform_len = n.max(to);
-                    Some(u)
-                }
-                _ => None,
-            };
+            let n = self.uniform_len.get();
+            self.uniform_len
+                .set(if self.uniform == verdict && n >= from {
+                    n.max(to)
+                } else {
+                    n.min(from)
+                });
         }
     }
 
@@ -1230,8 +1213,8 @@ impl Burst {
         unsafe { dst.push(&p) };
         dst.port[j] = self.port[i];
         dst.verdict[j] = self.verdict[i];
-        dst.uniform = None;
-        dst.port_fill = None;
+        dst.uniform_len.set(dst.uniform_len.get().min(j));
+        dst.port_fill_len = dst.port_fill_len.min(j);
         dst.reshaped |= self.reshaped;
         true
     }
@@ -1257,8 +1240,8 @@ impl Burst {
         self.handle.copy_within(i + 1..n, i);
         self.port.copy_within(i + 1..n, i);
         self.verdict.copy_within(i + 1..n, i);
-        self.uniform = None;
-        self.port_fill = None;
+        self.uniform_len.set(self.uniform_len.get().min(i));
+        self.port_fill_len = self.port_fill_len.min(i);
         self.len = n - 1;
         self.described.set(self.len);
         self.bytes -= u64::from(frame);
@@ -1288,10 +1271,37 @@ impl Drop for Burst {
     }
 }
 
-/// The address of `owner`'s data, what the burst's owner checks compare (never 0).
-#[inline(always)]
-fn owner_addr(owner: &Arc<dyn PacketOwner>) -> usize {
-    Arc::as_ptr(owner).cast::<()>() as usize
+/// A shared packet owner as the owner checks of a burst take it ([`Burst::adopt`],
+/// [`Burst::owned_by`]): an `Arc<dyn PacketOwner>`, or an `Arc` of a driver's own owner type,
+/// whose data address the compiler finds without reading the vtable (the DPDK driver's checks
+/// run twice a burst).
+pub trait OwnerArc {
+    /// The address of the owner's data: what two owners compare by (never 0).
+    fn owner_addr(&self) -> usize;
+    /// The owner as a burst keeps it.
+    fn to_dyn(&self) -> Arc<dyn PacketOwner>;
+}
+
+impl OwnerArc for Arc<dyn PacketOwner> {
+    #[inline(always)]
+    fn owner_addr(&self) -> usize {
+        Arc::as_ptr(self).cast::<()>() as usize
+    }
+
+    fn to_dyn(&self) -> Arc<dyn PacketOwner> {
+        self.clone()
+    }
+}
+
+impl<O: PacketOwner + 'static> OwnerArc for Arc<O> {
+    #[inline(always)]
+    fn owner_addr(&self) -> usize {
+        Arc::as_ptr(self).cast::<()>() as usize
+    }
+
+    fn to_dyn(&self) -> Arc<dyn PacketOwner> {
+        self.clone()
+    }
 }
 
 /// Prefetches the cache line at `p` for reading (a hint: never faults, whatever `p` is).

@@ -259,11 +259,11 @@ pub(crate) fn payload_mem(s: Option<Mbuf>) -> PayloadMem {
 /// The owner of every packet the DPDK driver hands to the packet core: a packet's handle is its
 /// `rte_mbuf*`. Mbufs are process-wide (any queue of any DPDK port may send or free any of them),
 /// so one owner serves every DPDK queue.
-struct MbufOwner;
+pub(crate) struct MbufOwner;
 
 /// The DPDK driver's packet owner (one per process).
-pub(crate) fn mbuf_owner() -> Arc<dyn PacketOwner> {
-    static OWNER: OnceLock<Arc<dyn PacketOwner>> = OnceLock::new();
+pub(crate) fn mbuf_owner() -> Arc<MbufOwner> {
+    static OWNER: OnceLock<Arc<MbufOwner>> = OnceLock::new();
     OWNER.get_or_init(|| Arc::new(MbufOwner)).clone()
 }
 

@@ -16,13 +16,14 @@ use dpdk_sys as sys;
 
 use super::eal::register_worker_thread;
 use super::mbuf::{
-    Mbuf, NICMEM_CPU_READ_BYTES, NICMEM_CPU_WRITE_BYTES, PayloadMem, mbuf_owner, payload_mem,
+    Mbuf, MbufOwner, NICMEM_CPU_READ_BYTES, NICMEM_CPU_WRITE_BYTES, PayloadMem, mbuf_owner,
+    payload_mem,
 };
 use super::shared::PortShared;
 use super::spill::spill_stats;
 use crate::burst::{Burst, Describe, DescribeOut, HandleLayout, RxPacket};
 use crate::mode::DatapathMode;
-use crate::packet::{PacketOwner, PayloadRing};
+use crate::packet::PayloadRing;
 use crate::port::{Queue, QueueStats};
 use crate::verdict::{DropCounts, DropReason, Verdict};
 
@@ -105,7 +106,9 @@ pub struct DpdkQueue {
     hdrs: Vec<*mut sys::rte_mbuf>,
     nics: Vec<*mut sys::rte_mbuf>,
     to_free: Vec<*mut sys::rte_mbuf>,
-    owner: std::sync::Arc<dyn PacketOwner>,
+    /// The driver's packet owner, as its own type (the per-burst owner checks then need no
+    /// vtable read).
+    owner: Arc<MbufOwner>,
     stats: QueueStats,
     drv: DriverCounters,
     stop: RxStop,
@@ -279,7 +282,7 @@ impl DpdkQueue {
         // SAFETY: the burst adopted this driver's owner (`rx_burst`); the handles are mbufs
         // this queue received and hands over, each frame whole in its first segment (above);
         // `describe_mbufs` describes any of them truthfully; `bytes` is their frame bytes.
-        unsafe { burst.push_handles_in_place(n, self.describe, Some(MBUF_LAYOUT), bytes) };
+        unsafe { burst.push_handles_in_place(n, self.describe, Some(&MBUF_LAYOUT), bytes) };
         self.count(RxAcc {
             packets: n as u64,
             bytes,
@@ -314,7 +317,7 @@ impl DpdkQueue {
             return self.rx_host_chains(n, burst);
         }
         // SAFETY: as in `rx_host_in_place`, for single-segment mbufs.
-        unsafe { burst.push_handles_in_place(n, self.describe, Some(MBUF_LAYOUT), bytes) };
+        unsafe { burst.push_handles_in_place(n, self.describe, Some(&MBUF_LAYOUT), bytes) };
         self.count(RxAcc {
             packets: n as u64,
             bytes,
@@ -555,7 +558,7 @@ impl DpdkQueue {
 }
 
 /// Where an `rte_mbuf` keeps the header place (offsets asserted at compile time in `dpdk-sys`).
-const MBUF_LAYOUT: HandleLayout = HandleLayout {
+static MBUF_LAYOUT: HandleLayout = HandleLayout {
     buf_addr: std::mem::offset_of!(sys::rte_mbuf, buf_addr),
     data_off: std::mem::offset_of!(sys::rte_mbuf, data_off),
     data_len: std::mem::offset_of!(sys::rte_mbuf, data_len),
@@ -722,9 +725,8 @@ impl Queue for DpdkQueue {
                 k as u16,
             )
         } as usize;
-        let h = pkts.handles();
         if sent < k {
-            let rest = &h[sent..];
+            let rest = &pkts.handles()[sent..];
             bytes -= rest.iter().map(|&m| len_of(m)).sum::<u64>();
             // SAFETY: the unsent chains still belong to the burst, given up here (the burst is
             // disowned below); `usize` and `*mut rte_mbuf` have the same layout.
