@@ -1065,8 +1065,9 @@ impl Burst {
         }
     }
 
-    /// Sets the receive port and the initial verdict of packets `from..len` (one pass over two
-    /// small arrays per received burst).
+    /// Sets the receive port and the initial verdict of packets `from..len`: a few compares when
+    /// the arrays already hold them (a burst that receives from one queue), else one pass over
+    /// two small arrays.
     #[inline]
     pub fn set_rx_defaults(&mut self, from: usize, port: u16, verdict: Verdict) {
         // A burst received whole from the same queue as the last one: both arrays already hold
