@@ -231,6 +231,9 @@ pub struct PacketMut<'a> {
     frame_len: usize,
     rx_port: u16,
     verdict: &'a mut Verdict,
+    /// The burst's uniform-verdict prefix, which a verdict write clears (see
+    /// [`Burst::packets_mut`]).
+    uniform_len: &'a Cell<usize>,
 }
 
 impl PacketMut<'_> {
@@ -268,12 +271,13 @@ impl PacketMut<'_> {
     #[inline(always)]
     pub fn set_verdict(&mut self, v: Verdict) {
         *self.verdict = v;
+        self.uniform_len.set(0);
     }
 
     /// Drops the packet for `reason`.
     #[inline(always)]
     pub fn drop_packet(&mut self, reason: DropReason) {
-        *self.verdict = Verdict::drop(reason);
+        self.set_verdict(Verdict::drop(reason));
     }
 }
 
@@ -294,6 +298,7 @@ pub struct PacketsMut<'a> {
     frame_len: *const u32,
     port: *const u16,
     verdict: *mut Verdict,
+    uniform_len: &'a Cell<usize>,
     _burst: std::marker::PhantomData<&'a mut Burst>,
 }
 
@@ -353,6 +358,7 @@ impl<'a> PacketsMut<'a> {
                 frame_len,
                 rx_port: *self.port.add(i),
                 verdict,
+                uniform_len: self.uniform_len,
             }
         }
     }
@@ -367,7 +373,21 @@ impl<'a> PacketsMut<'a> {
     {
         let mut acc = init;
         let split = self.len.saturating_sub(PREFETCH_AHEAD).max(self.i);
-        for i in self.i..split {
+        // Two packets a turn (one loop test per two), then the odd one.
+        let mut i = self.i;
+        let pairs_end = i + ((split - i) & !1);
+        while i < pairs_end {
+            for j in [i, i + 1] {
+                self.prefetch::<LOCATE>(j + PREFETCH_AHEAD);
+                if LIVE {
+                    acc = f(acc, self.live_item::<LOCATE>(j));
+                } else if let Some(p) = self.item::<LOCATE>(j) {
+                    acc = f(acc, p);
+                }
+            }
+            i += 2;
+        }
+        for i in i..split {
             self.prefetch::<LOCATE>(i + PREFETCH_AHEAD);
             if LIVE {
                 acc = f(acc, self.live_item::<LOCATE>(i));
@@ -438,20 +458,32 @@ pub struct Burst {
     /// burst's values back at Tx.
     reshaped: bool,
     owner: Option<Arc<dyn PacketOwner>>,
+    /// The address of `owner`'s data (0 without an owner), taken once when the owner is set:
+    /// the per-burst owner checks ([`Burst::adopt`], [`Burst::owned_by`]) compare it with one
+    /// load instead of reading the burst's `Arc` and its vtable.
+    owner_addr: usize,
     /// Packets `0..described` have their fields in `desc`; the rest are bare handles that
     /// `describe` fills in when a field is first read.
     described: Cell<usize>,
     describe: Option<Describe>,
     /// Where the metadata behind bare handles keeps the header place (see [`HandleLayout`]).
-    locate: Option<HandleLayout>,
+    locate: Option<&'static HandleLayout>,
     /// Frame bytes of every packet in the burst (kept up to date by every change of a frame's
     /// length, so a driver counts transmitted bytes without reading each packet).
     bytes: u64,
-    /// Every verdict of packets `0..uniform_len` is this one (set by whole-burst verdict writes,
-    /// cleared by any per-packet one): [`Burst::single_tx_port`] then needs no pass over the
-    /// verdicts. Valid only while `uniform_len == len`.
-    uniform: Option<Verdict>,
-    uniform_len: usize,
+    /// Entries `0..uniform_len` of the verdict array all hold `uniform` (set by whole-burst
+    /// verdict writes; a per-packet write sets `uniform_len` to 0, nothing known). It describes
+    /// the array, not the packets, so it outlives a burst: a burst that receives from one queue
+    /// again and again finds its verdicts already written ([`Burst::set_rx_defaults`] skips
+    /// the fill), and [`Burst::single_tx_port`] needs no pass over the verdicts while
+    /// `uniform_len >= len`. A cell, so that the packets of a walk ([`Burst::packets_mut`]),
+    /// each handed its verdict to write, can clear it.
+    uniform: Verdict,
+    uniform_len: Cell<usize>,
+    /// Entries `0..port_fill_len` of the port array all hold `port_fill` (as `uniform` for the
+    /// verdicts): a burst received from the same queue as the last one writes no port.
+    port_fill: u16,
+    port_fill_len: usize,
     handle: [usize; MAX_BURST],
     port: [u16; MAX_BURST],
     verdict: [Verdict; MAX_BURST],
@@ -483,12 +515,15 @@ impl Burst {
             cap: cap.clamp(1, MAX_BURST),
             reshaped: false,
             owner: None,
+            owner_addr: 0,
             described: Cell::new(0),
             describe: None,
             locate: None,
             bytes: 0,
-            uniform: None,
-            uniform_len: 0,
+            uniform: Verdict::tx(0),
+            uniform_len: Cell::new(0),
+            port_fill: 0,
+            port_fill_len: 0,
             handle: [0; MAX_BURST],
             port: [0; MAX_BURST],
             verdict: [Verdict::tx(0); MAX_BURST],
@@ -644,6 +679,7 @@ impl Burst {
     #[inline]
     pub fn set_rx_port(&mut self, i: usize, port: u16) {
         self.port[..self.len][i] = port;
+        self.port_fill_len = 0;
     }
 
     /// The payload segment of packet `i`: bytes in host memory, or a nicmem payload with only
@@ -735,7 +771,7 @@ impl Burst {
     #[inline]
     pub fn set_verdict(&mut self, i: usize, v: Verdict) {
         self.verdict[..self.len][i] = v;
-        self.uniform = None;
+        self.uniform_len.set(0);
     }
 
     /// Marks packet `i` dropped for `reason`.
@@ -754,9 +790,7 @@ impl Burst {
     /// one verdict, as it has from Rx until a network function sets one per packet).
     #[inline]
     pub fn live_count(&self) -> usize {
-        if self.uniform_len == self.len
-            && let Some(u) = self.uniform
-        {
+        if let Some(u) = self.whole_verdict() {
             return if u.is_drop() { 0 } else { self.len };
         }
         self.verdicts().iter().filter(|v| !v.is_drop()).count()
@@ -771,19 +805,26 @@ impl Burst {
     /// Sets every verdict to `v`.
     #[inline]
     pub fn set_all_verdicts(&mut self, v: Verdict) {
+        if self.whole_verdict() == Some(v) {
+            return;
+        }
         self.verdict[..self.len].fill(v);
-        self.uniform = Some(v);
-        self.uniform_len = self.len;
+        self.uniform = v;
+        self.uniform_len.set(self.len);
+    }
+
+    /// The verdict of every packet, when one verdict is known to cover the whole burst (and
+    /// the burst is not empty).
+    #[inline(always)]
+    fn whole_verdict(&self) -> Option<Verdict> {
+        (self.len > 0 && self.uniform_len.get() >= self.len).then_some(self.uniform)
     }
 
     /// The port every packet goes to, if all verdicts are `Tx` of one port (the common case the
     /// run loop sends without sorting).
     #[inline]
     pub fn single_tx_port(&self) -> Option<u16> {
-        if let Some(u) = self.uniform
-            && self.uniform_len == self.len
-            && self.len > 0
-        {
+        if let Some(u) = self.whole_verdict() {
             return u.tx_port();
         }
         let v = self.verdicts();
@@ -798,13 +839,12 @@ impl Burst {
 
     /// The live packets (verdict not a drop) one by one, each with its header, frame length and
     /// verdict, prefetching the headers a few packets ahead: the fast way for a network
-    /// function to walk a burst once (one check per burst, none per packet).
+    /// function to walk a burst once (one check per burst, none per packet). A walk that sets
+    /// no verdict leaves the burst's single verdict known (no pass over the verdicts at Tx).
     #[inline]
     pub fn packets_mut(&mut self) -> PacketsMut<'_> {
         let len = self.len;
-        let all_live = self.uniform_len == len && self.uniform.is_some_and(|v| !v.is_drop());
-        // The walk hands out each packet's verdict to write.
-        self.uniform = None;
+        let all_live = self.whole_verdict().is_some_and(|v| !v.is_drop());
         // Bare handles with a known metadata layout are read in the same pass; anything else is
         // described first.
         let locate = if self.is_described() {
@@ -822,7 +862,7 @@ impl Burst {
             i: 0,
             len,
             locate: locate.is_some(),
-            layout: locate.unwrap_or(HandleLayout::NONE),
+            layout: locate.copied().unwrap_or(HandleLayout::NONE),
             all_live,
             handle: self.handle.as_ptr(),
             hdr,
@@ -830,6 +870,7 @@ impl Burst {
             frame_len,
             port: self.port.as_ptr(),
             verdict: self.verdict.as_mut_ptr(),
+            uniform_len: &self.uniform_len,
             _burst: std::marker::PhantomData,
         }
     }
@@ -905,30 +946,24 @@ impl Burst {
 
     /// True when the burst's packets belong to `owner` (or the burst holds none).
     #[inline]
-    pub fn owned_by(&self, owner: &Arc<dyn PacketOwner>) -> bool {
-        self.len == 0
-            || self
-                .owner
-                .as_ref()
-                .is_some_and(|o| std::ptr::addr_eq(Arc::as_ptr(o), Arc::as_ptr(owner)))
+    pub fn owned_by(&self, owner: &impl OwnerArc) -> bool {
+        self.len == 0 || self.owner_addr == owner.owner_addr()
     }
 
     /// Makes `owner` the owner of the packets about to be pushed. Cheap when it already is (no
     /// reference-count traffic in a steady state). Returns `false`, changing nothing, when the
     /// burst still holds packets of another owner.
     #[inline]
-    pub fn adopt(&mut self, owner: &Arc<dyn PacketOwner>) -> bool {
-        let same = self
-            .owner
-            .as_ref()
-            .is_some_and(|o| std::ptr::addr_eq(Arc::as_ptr(o), Arc::as_ptr(owner)));
-        if same {
+    pub fn adopt(&mut self, owner: &impl OwnerArc) -> bool {
+        let addr = owner.owner_addr();
+        if self.owner_addr == addr {
             return true;
         }
         if self.len > 0 {
             return false;
         }
-        self.owner = Some(owner.clone());
+        self.owner = Some(owner.to_dyn());
+        self.owner_addr = addr;
         self.describe = None;
         self.locate = None;
         true
@@ -991,7 +1026,7 @@ impl Burst {
         &mut self,
         n: usize,
         describe: Describe,
-        locate: Option<HandleLayout>,
+        locate: Option<&'static HandleLayout>,
         bytes: u64,
     ) {
         debug_assert!(n <= self.room());
@@ -1030,29 +1065,62 @@ impl Burst {
         }
     }
 
-    /// Sets the receive port and the initial verdict of packets `from..len` (one pass over two
-    /// small arrays per received burst).
+    /// Sets the receive port and the initial verdict of packets `from..len`: a few compares when
+    /// the arrays already hold them (a burst that receives from one queue), else one pass over
+    /// two small arrays.
     #[inline]
     pub fn set_rx_defaults(&mut self, from: usize, port: u16, verdict: Verdict) {
+        // A burst received whole from the same queue as the last one: both arrays already hold
+        // these values (a few compares, no write).
+        let to = self.len;
+        if from == 0
+            && self.port_fill == port
+            && self.uniform == verdict
+            && self.port_fill_len.min(self.uniform_len.get()) >= to
+        {
+            return;
+        }
+        self.fill_rx_defaults(from, port, verdict);
+    }
+
+    /// [`Burst::set_rx_defaults`] when an array must be written.
+    #[inline(never)]
+    fn fill_rx_defaults(&mut self, from: usize, port: u16, verdict: Verdict) {
         let to = self.len;
         if from == 0 {
-            // The common case, a burst received whole: both arrays are written in whole groups
-            // of 8 (one 16-byte store each, no remainder loop). Entries past `to` hold nothing
-            // (nothing reads past the length), and the rounded end stays within the arrays
-            // (`to <= MAX_BURST`, a multiple of 8).
+            // The common case, a burst received whole. An array that already holds the value
+            // far enough (the last burst came from the same queue) is not written at all;
+            // otherwise it is written in whole groups of 8 (one 16-byte store each, no
+            // remainder loop). Entries past `to` hold nothing (nothing reads past the length),
+            // and the rounded end stays within the arrays (`to <= MAX_BURST`, a multiple of 8).
             let end = (to + 7) & !7;
-            self.port[..end].fill(port);
-            self.verdict[..end].fill(verdict);
+            if self.port_fill != port || self.port_fill_len < to {
+                self.port[..end].fill(port);
+                self.port_fill = port;
+                self.port_fill_len = end;
+            }
+            if self.uniform != verdict || self.uniform_len.get() < to {
+                self.verdict[..end].fill(verdict);
+                self.uniform = verdict;
+                self.uniform_len.set(end);
+            }
         } else if from < to {
             self.port[from..to].fill(port);
             self.verdict[from..to].fill(verdict);
-        }
-        // Still one verdict for the whole burst when it started empty or already had this one.
-        if from == 0 || (self.uniform == Some(verdict) && self.uniform_len == from) {
-            self.uniform = Some(verdict);
-            self.uniform_len = to;
-        } else {
-            self.uniform = None;
+            // A prefix of one value that reached `from` now reaches `to`; any other is cut
+            // where the new packets start.
+            self.port_fill_len = if self.port_fill == port && self.port_fill_len >= from {
+                self.port_fill_len.max(to)
+            } else {
+                self.port_fill_len.min(from)
+            };
+            let n = self.uniform_len.get();
+            self.uniform_len
+                .set(if self.uniform == verdict && n >= from {
+                    n.max(to)
+                } else {
+                    n.min(from)
+                });
         }
     }
 
@@ -1116,7 +1184,6 @@ impl Burst {
         self.bytes = 0;
         self.described.set(0);
         self.reshaped = false;
-        self.uniform = None;
     }
 
     /// Moves packet `i` to the end of `dst` (same owner; the run loop sorts packets by verdict
@@ -1147,7 +1214,8 @@ impl Burst {
         unsafe { dst.push(&p) };
         dst.port[j] = self.port[i];
         dst.verdict[j] = self.verdict[i];
-        dst.uniform = None;
+        dst.uniform_len.set(dst.uniform_len.get().min(j));
+        dst.port_fill_len = dst.port_fill_len.min(j);
         dst.reshaped |= self.reshaped;
         true
     }
@@ -1173,7 +1241,8 @@ impl Burst {
         self.handle.copy_within(i + 1..n, i);
         self.port.copy_within(i + 1..n, i);
         self.verdict.copy_within(i + 1..n, i);
-        self.uniform = None;
+        self.uniform_len.set(self.uniform_len.get().min(i));
+        self.port_fill_len = self.port_fill_len.min(i);
         self.len = n - 1;
         self.described.set(self.len);
         self.bytes -= u64::from(frame);
@@ -1200,6 +1269,39 @@ impl Default for Burst {
 impl Drop for Burst {
     fn drop(&mut self) {
         self.clear();
+    }
+}
+
+/// A shared packet owner as the owner checks of a burst take it ([`Burst::adopt`],
+/// [`Burst::owned_by`]): an `Arc<dyn PacketOwner>`, or an `Arc` of a driver's own owner type,
+/// whose data address the compiler finds without reading the vtable (the DPDK driver's checks
+/// run twice a burst).
+pub trait OwnerArc {
+    /// The address of the owner's data: what two owners compare by (never 0).
+    fn owner_addr(&self) -> usize;
+    /// The owner as a burst keeps it.
+    fn to_dyn(&self) -> Arc<dyn PacketOwner>;
+}
+
+impl OwnerArc for Arc<dyn PacketOwner> {
+    #[inline(always)]
+    fn owner_addr(&self) -> usize {
+        Arc::as_ptr(self).cast::<()>() as usize
+    }
+
+    fn to_dyn(&self) -> Arc<dyn PacketOwner> {
+        self.clone()
+    }
+}
+
+impl<O: PacketOwner + 'static> OwnerArc for Arc<O> {
+    #[inline(always)]
+    fn owner_addr(&self) -> usize {
+        Arc::as_ptr(self).cast::<()>() as usize
+    }
+
+    fn to_dyn(&self) -> Arc<dyn PacketOwner> {
+        self.clone()
     }
 }
 

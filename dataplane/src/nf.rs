@@ -173,12 +173,20 @@ impl NfChain {
     #[inline]
     pub fn process(&mut self, burst: &mut Burst, ctx: &NfContext) {
         let n = burst.len();
+        // A function holds packets only by taking them out of a burst (`Burst::remove_to`); one
+        // with work pending after the burst (a log to flush) says so through `wants_release`,
+        // asked once per burst and function, never per packet or per idle iteration. A chain of
+        // one function (the common case) is run without a loop.
+        if let [nf] = &mut self.nfs[..] {
+            nf.process(burst, ctx);
+            if !self.holding {
+                self.holding = burst.len() < n || nf.wants_release();
+            }
+            return;
+        }
         for nf in &mut self.nfs {
             nf.process(burst, ctx);
         }
-        // A function holds packets only by taking them out of a burst (`Burst::remove_to`); one
-        // with work pending after the burst (a log to flush) says so through `wants_release`,
-        // asked once per burst and function, never per packet or per idle iteration.
         if !self.holding {
             self.holding = burst.len() < n || self.nfs.iter().any(|nf| nf.wants_release());
         }

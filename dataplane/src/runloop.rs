@@ -473,7 +473,9 @@ fn run_loop<Q: LoopQueue + ?Sized>(
         slow,
     } = setup;
     let nports = queues.len();
-    let mut burst = Burst::with_capacity(size);
+    // One receive burst per port: a burst that always receives from the same queue finds its
+    // receive ports and verdicts already written by the last one (`Burst::set_rx_defaults`).
+    let mut rx: Vec<Burst> = (0..nports).map(|_| Burst::with_capacity(size)).collect();
     let mut released = Burst::with_capacity(size);
     let mut out = Outputs {
         tx: (0..nports).map(|_| Burst::with_capacity(size)).collect(),
@@ -531,8 +533,8 @@ fn run_loop<Q: LoopQueue + ?Sized>(
     loop {
         iter += 1;
         let mut got_any = false;
-        for qi in 0..nports {
-            let n = out.queues[qi].rx_burst(&mut burst);
+        for (qi, burst) in rx.iter_mut().enumerate() {
+            let n = out.queues[qi].rx_burst(burst);
             if n == 0 {
                 continue;
             }
@@ -548,8 +550,8 @@ fn run_loop<Q: LoopQueue + ?Sized>(
             if let Some(e) = egress {
                 burst.set_all_verdicts(Verdict::tx(e));
             }
-            chain.process(&mut burst, &ctx);
-            dispatch(&mut burst, &mut out, qi);
+            chain.process(burst, &ctx);
+            dispatch(burst, &mut out, qi);
         }
         // Packets an NF held back (fragments waiting for their first) go out once ready, and
         // time out even while no traffic arrives. (`may_hold` is one flag: no function is asked

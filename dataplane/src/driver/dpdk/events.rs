@@ -347,10 +347,10 @@ impl PortEvents {
     /// Whether queue `queue` (or stand-aside slot `queue`, see [`Pause::acks`]) must stand
     /// aside for a reset of the port now (the check at the start of each of its bursts; see the
     /// module docs): false, after one atomic load, unless queue 0's worker asked. Queue 0 never
-    /// stands aside (its worker does the reset).
+    /// stands aside (its worker does the reset), so it skips the load.
     #[inline(always)]
     pub(crate) fn paused(&self, queue: u16) -> bool {
-        self.pause.state.load(Ordering::Acquire) & 1 != 0 && queue != 0 && self.stand_aside(queue)
+        queue != 0 && self.pause.state.load(Ordering::Acquire) & 1 != 0 && self.stand_aside(queue)
     }
 
     /// [`PortEvents::paused`] when a hand-off is asked: `queue` stands aside in the round asked

@@ -103,6 +103,26 @@ impl Mbuf {
         self.r().pkt_len
     }
 
+    /// The eight bytes from `pkt_len` on: `pkt_len` in bits 0..32, `data_len` in bits 32..48
+    /// (and `vlan_tci` above), as one load (the fields are adjacent: asserted in `dpdk-sys`).
+    /// The Rx pass sums these words to get a burst's bytes and whether every frame lies whole
+    /// in its first segment at one load per packet.
+    #[inline(always)]
+    pub(crate) fn len_word(self) -> u64 {
+        let at = std::mem::offset_of!(rte_mbuf, pkt_len);
+        // SAFETY: the type's invariant (a live mbuf); `pkt_len` (offset 36) is followed by
+        // `data_len` and `vlan_tci` within the same 128-byte mbuf (offsets 40 and 42, asserted in
+        // `dpdk-sys`): eight readable bytes, read unaligned through the mbuf's own pointer.
+        unsafe {
+            self.0
+                .as_ptr()
+                .cast::<u8>()
+                .add(at)
+                .cast::<u64>()
+                .read_unaligned()
+        }
+    }
+
     /// Bytes in this segment (`data_len`).
     #[inline(always)]
     pub(crate) fn data_len(self) -> u16 {
@@ -239,11 +259,11 @@ pub(crate) fn payload_mem(s: Option<Mbuf>) -> PayloadMem {
 /// The owner of every packet the DPDK driver hands to the packet core: a packet's handle is its
 /// `rte_mbuf*`. Mbufs are process-wide (any queue of any DPDK port may send or free any of them),
 /// so one owner serves every DPDK queue.
-struct MbufOwner;
+pub(crate) struct MbufOwner;
 
 /// The DPDK driver's packet owner (one per process).
-pub(crate) fn mbuf_owner() -> Arc<dyn PacketOwner> {
-    static OWNER: OnceLock<Arc<dyn PacketOwner>> = OnceLock::new();
+pub(crate) fn mbuf_owner() -> Arc<MbufOwner> {
+    static OWNER: OnceLock<Arc<MbufOwner>> = OnceLock::new();
     OWNER.get_or_init(|| Arc::new(MbufOwner)).clone()
 }
 

@@ -16,13 +16,14 @@ use dpdk_sys as sys;
 
 use super::eal::register_worker_thread;
 use super::mbuf::{
-    Mbuf, NICMEM_CPU_READ_BYTES, NICMEM_CPU_WRITE_BYTES, PayloadMem, mbuf_owner, payload_mem,
+    Mbuf, MbufOwner, NICMEM_CPU_READ_BYTES, NICMEM_CPU_WRITE_BYTES, PayloadMem, mbuf_owner,
+    payload_mem,
 };
 use super::shared::PortShared;
 use super::spill::spill_stats;
 use crate::burst::{Burst, Describe, DescribeOut, HandleLayout, RxPacket};
 use crate::mode::DatapathMode;
-use crate::packet::{PacketOwner, PayloadRing};
+use crate::packet::PayloadRing;
 use crate::port::{Queue, QueueStats};
 use crate::verdict::{DropCounts, DropReason, Verdict};
 
@@ -105,7 +106,9 @@ pub struct DpdkQueue {
     hdrs: Vec<*mut sys::rte_mbuf>,
     nics: Vec<*mut sys::rte_mbuf>,
     to_free: Vec<*mut sys::rte_mbuf>,
-    owner: std::sync::Arc<dyn PacketOwner>,
+    /// The driver's packet owner, as its own type (the per-burst owner checks then need no
+    /// vtable read).
+    owner: Arc<MbufOwner>,
     stats: QueueStats,
     drv: DriverCounters,
     stop: RxStop,
@@ -251,37 +254,70 @@ impl DpdkQueue {
                 n,
             ))
         };
-        // One pass for the byte total and the segment counts: OR-ing `nb_segs` (never 0) gives 1
-        // only when every packet is a single segment, one instruction per packet. The total is
-        // kept in 32 bits (one add from memory per packet): it is used only when every packet is
-        // one segment, whose `pkt_len` is its `data_len` (16 bits), and `MAX_BURST` of those sum
-        // below 2^24; a burst with a chain is counted again by `rx_host_chains`.
-        // Four packets a turn (independent adds, one loop test per four); the rest one by one.
-        let (mut bytes, mut segs) = (0u32, 0u16);
-        let mut quads = got.chunks_exact(4);
-        for q in &mut quads {
-            let (a, b) = (
-                q[0].pkt_len().wrapping_add(q[1].pkt_len()),
-                q[2].pkt_len().wrapping_add(q[3].pkt_len()),
-            );
-            bytes = bytes.wrapping_add(a.wrapping_add(b));
-            segs |= (q[0].nb_segs() | q[1].nb_segs()) | (q[2].nb_segs() | q[3].nb_segs());
+        // One load and one add per packet: the sum `s` of the packets' length words (`pkt_len`
+        // in bits 0..32, `data_len` in bits 32..48, `vlan_tci` above; `Mbuf::len_word`). A
+        // frame's `pkt_len` is below 2^24 (the largest frames a PMD delivers, LRO aggregates,
+        // are 64 KiB) and a burst holds at most `MAX_BURST` (256) frames, so
+        // the low 32 bits of `s` are the burst's bytes P exactly, and bits 32..48 are the sum D
+        // of the first segments' lengths modulo 2^16. When P < 2^16, D <= P (a first segment
+        // is part of its frame) makes `D mod 2^16 == P` mean D == P: every frame lies whole in
+        // its first segment, which is all a header view needs (a chain's empty tail segments
+        // go out with it). Any other burst (a chain, or 64 KiB or more) takes the exact pass.
+        // Eight packets a turn (independent adds, one loop test per eight); the rest one by one.
+        let mut s = 0u64;
+        let mut octets = got.chunks_exact(8);
+        for q in &mut octets {
+            let w = |a: usize, b: usize| q[a].len_word().wrapping_add(q[b].len_word());
+            let (a, b) = (w(0, 1).wrapping_add(w(2, 3)), w(4, 5).wrapping_add(w(6, 7)));
+            s = s.wrapping_add(a.wrapping_add(b));
         }
-        for &m in quads.remainder() {
-            bytes = bytes.wrapping_add(m.pkt_len());
-            segs |= m.nb_segs();
+        for &m in octets.remainder() {
+            s = s.wrapping_add(m.len_word());
+        }
+        let bytes = s as u32;
+        if bytes >= 1 << 16 || (s >> 32) as u16 != bytes as u16 {
+            return self.rx_host_exact(n, burst);
         }
         let bytes = u64::from(bytes);
+        // SAFETY: the burst adopted this driver's owner (`rx_burst`); the handles are mbufs
+        // this queue received and hands over, each frame whole in its first segment (above);
+        // `describe_mbufs` describes any of them truthfully; `bytes` is their frame bytes.
+        unsafe { burst.push_handles_in_place(n, self.describe, Some(&MBUF_LAYOUT), bytes) };
+        self.count(RxAcc {
+            packets: n as u64,
+            bytes,
+            ..RxAcc::default()
+        });
+    }
+
+    /// `host` mode, a burst the length-word pass of `rx_host_in_place` could not clear (64 KiB
+    /// or more, or a chain): the bytes summed exactly and the segments counted; single-segment
+    /// packets stay in the burst as bare handles, a burst with a chain is linearized.
+    #[inline(never)]
+    fn rx_host_exact(&mut self, n: usize, burst: &mut Burst) {
+        let at = burst.len();
+        // SAFETY: as in `rx_host_in_place`: the `n` mbufs just received after the burst's last
+        // packet.
+        let got = unsafe {
+            Mbuf::slice(std::slice::from_raw_parts(
+                burst.handles_mut_ptr().add(at).cast::<*mut sys::rte_mbuf>(),
+                n,
+            ))
+        };
+        // OR-ing `nb_segs` (never 0) gives 1 only when every packet is a single segment.
+        let (mut bytes, mut segs) = (0u64, 0u16);
+        for &m in got {
+            bytes += u64::from(m.pkt_len());
+            segs |= m.nb_segs();
+        }
         if segs != 1 {
             for (r, m) in self.rx[..n].iter_mut().zip(got) {
                 *r = m.as_ptr();
             }
             return self.rx_host_chains(n, burst);
         }
-        // SAFETY: the burst adopted this driver's owner (`rx_burst`); the handles are
-        // single-segment mbufs this queue received and hands over; `describe_mbufs` describes
-        // any of them truthfully; `bytes` is their frame bytes.
-        unsafe { burst.push_handles_in_place(n, self.describe, Some(MBUF_LAYOUT), bytes) };
+        // SAFETY: as in `rx_host_in_place`, for single-segment mbufs.
+        unsafe { burst.push_handles_in_place(n, self.describe, Some(&MBUF_LAYOUT), bytes) };
         self.count(RxAcc {
             packets: n as u64,
             bytes,
@@ -522,7 +558,7 @@ impl DpdkQueue {
 }
 
 /// Where an `rte_mbuf` keeps the header place (offsets asserted at compile time in `dpdk-sys`).
-const MBUF_LAYOUT: HandleLayout = HandleLayout {
+static MBUF_LAYOUT: HandleLayout = HandleLayout {
     buf_addr: std::mem::offset_of!(sys::rte_mbuf, buf_addr),
     data_off: std::mem::offset_of!(sys::rte_mbuf, data_off),
     data_len: std::mem::offset_of!(sys::rte_mbuf, data_len),
@@ -603,10 +639,10 @@ impl Queue for DpdkQueue {
         if !burst.adopt(&self.owner) {
             return 0;
         }
+        // `rx.len()` is the burst size (at most `MAX_BURST`, so the count fits the call's u16).
         let room = burst
             .room()
-            .min(self.rx.len())
-            .min((self.rx_limit - self.stats.rx_packets).min(u16::MAX as u64) as usize);
+            .min((self.rx_limit - self.stats.rx_packets).min(self.rx.len() as u64) as usize);
         let before = burst.len();
         let host = self.mode == DatapathMode::Host;
         // `host` mode receives straight into the burst's handle array; the split modes into
@@ -689,9 +725,8 @@ impl Queue for DpdkQueue {
                 k as u16,
             )
         } as usize;
-        let h = pkts.handles();
         if sent < k {
-            let rest = &h[sent..];
+            let rest = &pkts.handles()[sent..];
             bytes -= rest.iter().map(|&m| len_of(m)).sum::<u64>();
             // SAFETY: the unsent chains still belong to the burst, given up here (the burst is
             // disowned below); `usize` and `*mut rte_mbuf` have the same layout.
