@@ -7,7 +7,12 @@
 //! 3. at 100 Gb/s of 1500 B frames, `host` saturates PCIe upstream and names it the bottleneck
 //!    while `nic-inline` uses ~10 % and forwards at line rate with a lower latency;
 //! 4. shrinking nicmem moves payloads to the secondary ring and PCIe bytes rise (Fig. 13);
-//! 5. virtual-clock runs are byte-identical.
+//! 5. virtual-clock runs are byte-identical;
+//! 6. the nicmem paper's figures in miniature (issue 13's shape tests): leaky DMA costs host
+//!    mode with bigger rings and fewer DDIO ways and not nmNFV (Figs. 9, 11), 64 B is CPU-bound
+//!    in every mode while nmNFV leads at large frames and nears line rate where host falls short
+//!    (Figs. 8, 10), nicmem on the first queues only (Fig. 13); `pktgen paper` runs the full
+//!    figures.
 
 mod common;
 
@@ -485,5 +490,61 @@ fn nicmem_on_the_first_queues_only() {
     assert!(
         e.contains("vnic.nicmem_queues") && e.contains("0..=2"),
         "{e}"
+    );
+}
+
+/// The paper's Figs. 8 and 10 in miniature, on the 200 Gb/s profile with four cores and an NF
+/// that reads two lines of a large table per packet (as the paper's NAT and LB do). Fig. 10: at
+/// 64 B every mode is CPU-bound at the same rate, far below line rate (the NIC and PCIe are not
+/// the limit, so where the payload lives does not matter); at 1024 B and above, host and split
+/// send their payloads through DDIO to DRAM and back, so nmNFV is ahead. Fig. 8: at the paper's
+/// 1024-entry rings, 2 DDIO ways and 1518 B, nmNFV comes close to line rate on cores where host
+/// mode falls clearly short.
+#[test]
+fn small_frames_are_cpu_bound_in_every_mode_and_nicmem_leads_at_large_frames() {
+    let run = |mode: DatapathMode, frame: u32| {
+        let s = run_with(
+            mode,
+            &[
+                "nic.profile=cx6dx-gen4x16-200g",
+                "run.workers=4",
+                "run.packets=60000",
+                "host.cycles.nf.macswap=30",
+                "host.cycles.nf_dram_reads.macswap=2",
+                "vnic.nicmem_alias=true",
+                &format!("traffic.frame_size={frame}"),
+            ],
+        );
+        (
+            f(&s, "throughput_mpps"),
+            f(&s, "gbps") / f(&s, "offered_gbps"),
+        )
+    };
+    let modes = [
+        DatapathMode::Host,
+        DatapathMode::Split,
+        DatapathMode::NicPayload,
+        DatapathMode::NicInline,
+    ];
+    let small: Vec<(f64, f64)> = modes.iter().map(|&m| run(m, 64)).collect();
+    let (lo, hi) = small.iter().fold((f64::MAX, 0.0f64), |(lo, hi), &(r, _)| {
+        (lo.min(r), hi.max(r))
+    });
+    assert!(hi / lo < 1.02, "64 B rates across modes: {small:?}");
+    assert!(
+        small.iter().all(|&(_, line)| line < 0.2),
+        "64 B is CPU-bound, far below line rate: {small:?}"
+    );
+    let (host_1k, _) = run(DatapathMode::Host, 1024);
+    let (nic_1k, _) = run(DatapathMode::NicInline, 1024);
+    assert!(
+        nic_1k > 1.02 * host_1k,
+        "1024 B: nmNFV {nic_1k} vs host {host_1k} Mpps"
+    );
+    let (_, host_line) = run(DatapathMode::Host, 1518);
+    let (_, nic_line) = run(DatapathMode::NicInline, 1518);
+    assert!(
+        nic_line > 0.97 && host_line < 0.95,
+        "1518 B, fraction of line rate: nmNFV {nic_line}, host {host_line}"
     );
 }
