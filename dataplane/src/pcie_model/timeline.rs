@@ -714,10 +714,7 @@ impl DmaLanes {
         latency: Ps,
     ) -> Ps {
         let start = reads.issue_time(start.max(book_at));
-        let e = self.eng.reserve(book_at, eng);
-        let req = self.up.reserve(e.end, up);
-        let cpl = self.down.reserve(book_at, down);
-        let done = start + (req.end - book_at) + latency + (cpl.end - book_at);
+        let done = self.read_untracked(book_at, start, eng, up, down, latency);
         reads.record(done);
         done
     }

@@ -1886,19 +1886,7 @@ impl NicModel {
     /// full slot); returns when the CPU can see it.
     #[inline(always)]
     fn rx_cqe_book(t: &mut Timing, k: &Costs, at: Ps) -> Ps {
-        let written = match k.mini_per_slot {
-            None => true,
-            Some(per) => {
-                t.cqe_mini += 1;
-                if t.cqe_mini == per {
-                    t.cqe_mini = 0;
-                    true
-                } else {
-                    false
-                }
-            }
-        };
-        if written {
+        if Self::cqe_written(t, k) {
             t.tl.posted_write(at, k.cqe).done
         } else {
             at + t.posted_latency
