@@ -876,6 +876,44 @@ fn data_segment_at(inl: usize) -> usize {
     2 + (inl + 13) / SEG
 }
 
+/// How many bytes an inlined frame of at most that many bytes copies as one fixed-size copy
+/// (the fast case of [`nicmem::copy_prefix`]): the bytes past the frame land in the WQE's own
+/// slack or the staging area's scratch.
+const FIXED_INLINE: usize = 64;
+
+/// What a WQE's layout takes from its inline size alone, worked out once per run of frames of
+/// one size rather than per frame.
+#[derive(Clone, Copy)]
+struct InlineSize {
+    /// The inline size.
+    len: usize,
+    /// Data segments of the WQE ([`data_segment_at`]).
+    ds: usize,
+    /// WQEBBs of the WQE.
+    nbb: usize,
+    /// The Ethernet segment carrying the inline size.
+    eth: [u8; SEG],
+    /// Whether the frame is inlined as one [`FIXED_INLINE`]-byte copy: it has at most that
+    /// many bytes and the WQE's room from [`INLINE_AT`] holds that many.
+    fixed: bool,
+}
+
+impl InlineSize {
+    /// The layout of a WQE inlining `len` bytes.
+    #[inline(always)]
+    fn of(len: usize) -> Self {
+        let ds = data_segment_at(len);
+        let nbb = ds.div_ceil(4);
+        Self {
+            len,
+            ds,
+            nbb,
+            eth: ((len as u128) << 16).to_be_bytes(),
+            fixed: len > 0 && len <= FIXED_INLINE && nbb * WQEBB - INLINE_AT >= FIXED_INLINE,
+        }
+    }
+}
+
 /// The `n` WQEBBs of a WQE that wraps around the end of the ring from `slot`, made flat in
 /// `scratch`.
 #[cold]
@@ -1005,16 +1043,20 @@ unsafe fn post_inline(
     }
     let buf_size = l.hdr.buf_size;
     // The WQEs, none asking for a completion yet: control segment, Ethernet segment with the
-    // inline size, the frame inlined from its last 2 bytes on.
+    // inline size, the frame inlined from its last 2 bytes on. What depends on the inline size
+    // alone (segment count, WQEBBs, Ethernet segment, whether the WQE has room for a fixed
+    // 64-byte copy) is worked out once per run of equal sizes, as a burst of one flow has.
     let mut pi = pi0;
+    let mut run = InlineSize::of(hdr_len.first().map_or(0, |&h| h as usize));
     for ((&p, &hl), &hr) in hdr[..k].iter().zip(&hdr_len[..k]).zip(&headroom[..k]) {
         let hlen = hl as usize;
-        let ds = data_segment_at(hlen);
-        let nbb = ds.div_ceil(4);
+        if hlen != run.len {
+            run = InlineSize::of(hlen);
+        }
         let ctrl = CtrlSeg {
             opcode: OPCODE_SEND,
             wqe_index: pi as u16,
-            ds: ds as u8,
+            ds: run.ds as u8,
             flags: 0,
         };
         // SAFETY: the run's WQEBBs are free, inside the room and before the ring's end; `w` has
@@ -1023,17 +1065,24 @@ unsafe fn post_inline(
         unsafe {
             let w = st.bbs.add((pi & mask) as usize * WQEBB);
             put_seg(w, ctrl.encode());
-            put_seg(w.add(SEG), (u128::from(hl) << 16).to_be_bytes());
-            if hlen > 0 {
-                let hdr_off = META_BYTES + hr as usize;
+            put_seg(w.add(SEG), run.eth);
+            let hdr_off = META_BYTES + hr as usize;
+            let src_room = buf_size - hdr_off;
+            if run.fixed && src_room >= FIXED_INLINE {
+                // SAFETY: as below, with `FIXED_INLINE` bytes on both sides (checked).
+                let src = std::slice::from_raw_parts(p.cast_const(), FIXED_INLINE);
+                let dst = std::slice::from_raw_parts_mut(w.add(INLINE_AT), FIXED_INLINE);
+                nicmem::copy_prefix(dst, src, FIXED_INLINE);
+            } else if hlen > 0 {
                 // SAFETY: the burst owns the packet; its header starts `hdr_off` bytes into its
                 // header buffer, whose bytes up to its end belong to the packet.
-                let src = std::slice::from_raw_parts(p.cast_const(), buf_size - hdr_off);
-                let dst = std::slice::from_raw_parts_mut(w.add(INLINE_AT), nbb * WQEBB - INLINE_AT);
+                let src = std::slice::from_raw_parts(p.cast_const(), src_room);
+                let dst =
+                    std::slice::from_raw_parts_mut(w.add(INLINE_AT), run.nbb * WQEBB - INLINE_AT);
                 nicmem::copy_prefix(dst, src, hlen);
             }
         }
-        pi = pi.wrapping_add(nbb as u32);
+        pi = pi.wrapping_add(run.nbb as u32);
     }
     // The completion requests.
     for f in &flagged[..nflag] {
