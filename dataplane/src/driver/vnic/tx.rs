@@ -893,9 +893,12 @@ struct InlineSize {
     nbb: usize,
     /// The Ethernet segment carrying the inline size.
     eth: [u8; SEG],
-    /// Whether the frame is inlined as one [`FIXED_INLINE`]-byte copy: it has at most that
-    /// many bytes and the WQE's room from [`INLINE_AT`] holds that many.
-    fixed: bool,
+    /// Whether posting inlines the frame as one [`FIXED_INLINE`]-byte copy: it has at most
+    /// that many bytes and the WQE's WQEBBs from [`INLINE_AT`] on hold that many.
+    post_fixed: bool,
+    /// Whether the NIC reads the inlined frame back as one [`FIXED_INLINE`]-byte copy: it has
+    /// at most that many bytes and the WQE's data segments from [`INLINE_AT`] on hold that many.
+    gather_fixed: bool,
 }
 
 impl InlineSize {
@@ -909,7 +912,8 @@ impl InlineSize {
             ds,
             nbb,
             eth: ((len as u128) << 16).to_be_bytes(),
-            fixed: len > 0 && len <= FIXED_INLINE && nbb * WQEBB - INLINE_AT >= FIXED_INLINE,
+            post_fixed: len > 0 && len <= FIXED_INLINE && nbb * WQEBB - INLINE_AT >= FIXED_INLINE,
+            gather_fixed: len > 0 && len <= FIXED_INLINE && ds * SEG - INLINE_AT >= FIXED_INLINE,
         }
     }
 }
@@ -1068,7 +1072,7 @@ unsafe fn post_inline(
             put_seg(w.add(SEG), run.eth);
             let hdr_off = META_BYTES + hr as usize;
             let src_room = buf_size - hdr_off;
-            if run.fixed && src_room >= FIXED_INLINE {
+            if run.post_fixed && src_room >= FIXED_INLINE {
                 // SAFETY: as below, with `FIXED_INLINE` bytes on both sides (checked).
                 let src = std::slice::from_raw_parts(p.cast_const(), FIXED_INLINE);
                 let dst = std::slice::from_raw_parts_mut(w.add(INLINE_AT), FIXED_INLINE);
@@ -1598,6 +1602,7 @@ unsafe fn gather_inline<const TIMED: bool>(
     let last_off = out.len().saturating_sub(MAX_WIRE_FRAME);
     let out = out.as_mut_ptr();
     let (mut run_len, mut run_n) = (0u32, 0u64);
+    let mut run = InlineSize::of(0);
     let mut completion = None;
     while ci != pi && k < lens.len() && off <= last_off {
         let slot = (ci & mask) as usize;
@@ -1613,8 +1618,10 @@ unsafe fn gather_inline<const TIMED: bool>(
                 u16::from_be(w.add(SEG + 12).cast::<u16>().read_unaligned()) as usize,
             )
         };
-        let ds = data_segment_at(inl);
-        let nbb = ds.div_ceil(4);
+        if inl != run.len {
+            run = InlineSize::of(inl);
+        }
+        let (ds, nbb) = (run.ds, run.nbb);
         // The control segment's first 8 bytes: WQE index, opcode, segment count.
         let want =
             ((u64::from(ci as u16) << 40) | (u64::from(OPCODE_SEND) << 32) | ds as u64).to_be();
@@ -1630,9 +1637,17 @@ unsafe fn gather_inline<const TIMED: bool>(
         // SAFETY: the WQE's `ds` segments lie flat in the ring from `w`, its inline bytes
         // between `INLINE_AT` and their end; the stage behind `off` holds `MAX_WIRE_FRAME` bytes.
         unsafe {
-            let stage = std::slice::from_raw_parts_mut(out.add(off), MAX_WIRE_FRAME);
-            let src = std::slice::from_raw_parts(w.add(INLINE_AT), ds * SEG - INLINE_AT);
-            nicmem::copy_prefix(stage, src, inl);
+            if run.gather_fixed {
+                // SAFETY: as below, with `FIXED_INLINE` bytes on both sides: the WQE's data
+                // segments from `INLINE_AT` hold that many (`run.gather_fixed`), the stage more.
+                let stage = std::slice::from_raw_parts_mut(out.add(off), FIXED_INLINE);
+                let src = std::slice::from_raw_parts(w.add(INLINE_AT), FIXED_INLINE);
+                nicmem::copy_prefix(stage, src, FIXED_INLINE);
+            } else {
+                let stage = std::slice::from_raw_parts_mut(out.add(off), MAX_WIRE_FRAME);
+                let src = std::slice::from_raw_parts(w.add(INLINE_AT), ds * SEG - INLINE_AT);
+                nicmem::copy_prefix(stage, src, inl);
+            }
         }
         if TIMED {
             // SAFETY: the slot holds a packet of the arena (checked above).
