@@ -1009,15 +1009,18 @@ unsafe fn post_inline(
     // buffers in posting order) written as it is found; which WQEs ask for a completion.
     let mut flagged = [const { std::mem::MaybeUninit::<u32>::uninit() }; MAX_BURST];
     let (mut nflag, mut pi, mut k) = (0, pi0, 0);
+    // The WQEBBs of the last inline size seen, which fits the queue's inline room.
+    let (mut run_len, mut nbb) = (usize::MAX, 0u32);
     while k < hdr_len.len() {
         let hlen = hdr_len[k] as usize;
-        let nbb = data_segment_at(hlen).div_ceil(4) as u32;
+        if hlen != run_len {
+            if hlen > st.inline {
+                break;
+            }
+            (run_len, nbb) = (hlen, data_segment_at(hlen).div_ceil(4) as u32);
+        }
         let slot = (pi & mask) as usize;
-        if frame_len[k] as usize != hlen
-            || hlen > st.inline
-            || slot + nbb as usize > size
-            || nbb > st.room
-        {
+        if frame_len[k] as usize != hlen || slot + nbb as usize > size || nbb > st.room {
             break;
         }
         let h = handle[k] as u32;
