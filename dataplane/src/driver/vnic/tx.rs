@@ -893,6 +893,11 @@ struct InlineSize {
     nbb: usize,
     /// The Ethernet segment carrying the inline size.
     eth: [u8; SEG],
+    /// The first 8 bytes of a send's control segment without the WQE index (bits 40..56), in
+    /// host order: the opcode and the segment count.
+    ctrl: u64,
+    /// The frame's room in a staging area ([`batch_step`]).
+    step: usize,
     /// Whether posting inlines the frame as one [`FIXED_INLINE`]-byte copy: it has at most
     /// that many bytes and the WQE's WQEBBs from [`INLINE_AT`] on hold that many.
     post_fixed: bool,
@@ -912,6 +917,8 @@ impl InlineSize {
             ds,
             nbb,
             eth: ((len as u128) << 16).to_be_bytes(),
+            ctrl: (u64::from(OPCODE_SEND) << 32) | ds as u64,
+            step: batch_step(len),
             post_fixed: len > 0 && len <= FIXED_INLINE && nbb * WQEBB - INLINE_AT >= FIXED_INLINE,
             gather_fixed: len > 0 && len <= FIXED_INLINE && ds * SEG - INLINE_AT >= FIXED_INLINE,
         }
@@ -1626,9 +1633,7 @@ unsafe fn gather_inline<const TIMED: bool>(
         }
         let (ds, nbb) = (run.ds, run.nbb);
         // The control segment's first 8 bytes: WQE index, opcode, segment count.
-        let want =
-            ((u64::from(ci as u16) << 40) | (u64::from(OPCODE_SEND) << 32) | ds as u64).to_be();
-        if c0 != want
+        if u64::from_be(c0) != run.ctrl | (u64::from(ci as u16) << 40)
             || inl == 0
             || s.at != ci
             || s.hdr == NO_PKT
@@ -1663,7 +1668,7 @@ unsafe fn gather_inline<const TIMED: bool>(
         run_n += 1;
         lens[k] = inl as u32;
         k += 1;
-        off += batch_step(inl);
+        off += run.step;
         let at = ci;
         ci = ci.wrapping_add(nbb as u32);
         if flags & FLAG_CQE_REQUEST != 0 {
