@@ -876,6 +876,55 @@ fn data_segment_at(inl: usize) -> usize {
     2 + (inl + 13) / SEG
 }
 
+/// How many bytes an inlined frame of at most that many bytes copies as one fixed-size copy
+/// (the fast case of [`nicmem::copy_prefix`]): the bytes past the frame land in the WQE's own
+/// slack or the staging area's scratch.
+const FIXED_INLINE: usize = 64;
+
+/// What a WQE's layout takes from its inline size alone, worked out once per run of frames of
+/// one size rather than per frame.
+#[derive(Clone, Copy)]
+struct InlineSize {
+    /// The inline size.
+    len: usize,
+    /// Data segments of the WQE ([`data_segment_at`]).
+    ds: usize,
+    /// WQEBBs of the WQE.
+    nbb: usize,
+    /// The Ethernet segment carrying the inline size.
+    eth: [u8; SEG],
+    /// The first 8 bytes of a send's control segment without the WQE index (bits 40..56), in
+    /// host order: the opcode and the segment count.
+    ctrl: u64,
+    /// The frame's room in a staging area ([`batch_step`]).
+    step: usize,
+    /// Whether posting inlines the frame as one [`FIXED_INLINE`]-byte copy: it has at most
+    /// that many bytes and the WQE's WQEBBs from [`INLINE_AT`] on hold that many.
+    post_fixed: bool,
+    /// Whether the NIC reads the inlined frame back as one [`FIXED_INLINE`]-byte copy: it has
+    /// at most that many bytes and the WQE's data segments from [`INLINE_AT`] on hold that many.
+    gather_fixed: bool,
+}
+
+impl InlineSize {
+    /// The layout of a WQE inlining `len` bytes.
+    #[inline(always)]
+    fn of(len: usize) -> Self {
+        let ds = data_segment_at(len);
+        let nbb = ds.div_ceil(4);
+        Self {
+            len,
+            ds,
+            nbb,
+            eth: ((len as u128) << 16).to_be_bytes(),
+            ctrl: (u64::from(OPCODE_SEND) << 32) | ds as u64,
+            step: batch_step(len),
+            post_fixed: len > 0 && len <= FIXED_INLINE && nbb * WQEBB - INLINE_AT >= FIXED_INLINE,
+            gather_fixed: len > 0 && len <= FIXED_INLINE && ds * SEG - INLINE_AT >= FIXED_INLINE,
+        }
+    }
+}
+
 /// The `n` WQEBBs of a WQE that wraps around the end of the ring from `slot`, made flat in
 /// `scratch`.
 #[cold]
@@ -967,15 +1016,18 @@ unsafe fn post_inline(
     // buffers in posting order) written as it is found; which WQEs ask for a completion.
     let mut flagged = [const { std::mem::MaybeUninit::<u32>::uninit() }; MAX_BURST];
     let (mut nflag, mut pi, mut k) = (0, pi0, 0);
+    // The WQEBBs of the last inline size seen, which fits the queue's inline room.
+    let (mut run_len, mut nbb) = (usize::MAX, 0u32);
     while k < hdr_len.len() {
         let hlen = hdr_len[k] as usize;
-        let nbb = data_segment_at(hlen).div_ceil(4) as u32;
+        if hlen != run_len {
+            if hlen > st.inline {
+                break;
+            }
+            (run_len, nbb) = (hlen, data_segment_at(hlen).div_ceil(4) as u32);
+        }
         let slot = (pi & mask) as usize;
-        if frame_len[k] as usize != hlen
-            || hlen > st.inline
-            || slot + nbb as usize > size
-            || nbb > st.room
-        {
+        if frame_len[k] as usize != hlen || slot + nbb as usize > size || nbb > st.room {
             break;
         }
         let h = handle[k] as u32;
@@ -1005,16 +1057,20 @@ unsafe fn post_inline(
     }
     let buf_size = l.hdr.buf_size;
     // The WQEs, none asking for a completion yet: control segment, Ethernet segment with the
-    // inline size, the frame inlined from its last 2 bytes on.
+    // inline size, the frame inlined from its last 2 bytes on. What depends on the inline size
+    // alone (segment count, WQEBBs, Ethernet segment, whether the WQE has room for a fixed
+    // 64-byte copy) is worked out once per run of equal sizes, as a burst of one flow has.
     let mut pi = pi0;
+    let mut run = InlineSize::of(hdr_len.first().map_or(0, |&h| h as usize));
     for ((&p, &hl), &hr) in hdr[..k].iter().zip(&hdr_len[..k]).zip(&headroom[..k]) {
         let hlen = hl as usize;
-        let ds = data_segment_at(hlen);
-        let nbb = ds.div_ceil(4);
+        if hlen != run.len {
+            run = InlineSize::of(hlen);
+        }
         let ctrl = CtrlSeg {
             opcode: OPCODE_SEND,
             wqe_index: pi as u16,
-            ds: ds as u8,
+            ds: run.ds as u8,
             flags: 0,
         };
         // SAFETY: the run's WQEBBs are free, inside the room and before the ring's end; `w` has
@@ -1023,17 +1079,24 @@ unsafe fn post_inline(
         unsafe {
             let w = st.bbs.add((pi & mask) as usize * WQEBB);
             put_seg(w, ctrl.encode());
-            put_seg(w.add(SEG), (u128::from(hl) << 16).to_be_bytes());
-            if hlen > 0 {
-                let hdr_off = META_BYTES + hr as usize;
+            put_seg(w.add(SEG), run.eth);
+            let hdr_off = META_BYTES + hr as usize;
+            let src_room = buf_size - hdr_off;
+            if run.post_fixed && src_room >= FIXED_INLINE {
+                // SAFETY: as below, with `FIXED_INLINE` bytes on both sides (checked).
+                let src = std::slice::from_raw_parts(p.cast_const(), FIXED_INLINE);
+                let dst = std::slice::from_raw_parts_mut(w.add(INLINE_AT), FIXED_INLINE);
+                nicmem::copy_prefix(dst, src, FIXED_INLINE);
+            } else if hlen > 0 {
                 // SAFETY: the burst owns the packet; its header starts `hdr_off` bytes into its
                 // header buffer, whose bytes up to its end belong to the packet.
-                let src = std::slice::from_raw_parts(p.cast_const(), buf_size - hdr_off);
-                let dst = std::slice::from_raw_parts_mut(w.add(INLINE_AT), nbb * WQEBB - INLINE_AT);
+                let src = std::slice::from_raw_parts(p.cast_const(), src_room);
+                let dst =
+                    std::slice::from_raw_parts_mut(w.add(INLINE_AT), run.nbb * WQEBB - INLINE_AT);
                 nicmem::copy_prefix(dst, src, hlen);
             }
         }
-        pi = pi.wrapping_add(nbb as u32);
+        pi = pi.wrapping_add(run.nbb as u32);
     }
     // The completion requests.
     for f in &flagged[..nflag] {
@@ -1549,6 +1612,7 @@ unsafe fn gather_inline<const TIMED: bool>(
     let last_off = out.len().saturating_sub(MAX_WIRE_FRAME);
     let out = out.as_mut_ptr();
     let (mut run_len, mut run_n) = (0u32, 0u64);
+    let mut run = InlineSize::of(0);
     let mut completion = None;
     while ci != pi && k < lens.len() && off <= last_off {
         let slot = (ci & mask) as usize;
@@ -1564,12 +1628,12 @@ unsafe fn gather_inline<const TIMED: bool>(
                 u16::from_be(w.add(SEG + 12).cast::<u16>().read_unaligned()) as usize,
             )
         };
-        let ds = data_segment_at(inl);
-        let nbb = ds.div_ceil(4);
+        if inl != run.len {
+            run = InlineSize::of(inl);
+        }
+        let (ds, nbb) = (run.ds, run.nbb);
         // The control segment's first 8 bytes: WQE index, opcode, segment count.
-        let want =
-            ((u64::from(ci as u16) << 40) | (u64::from(OPCODE_SEND) << 32) | ds as u64).to_be();
-        if c0 != want
+        if u64::from_be(c0) != run.ctrl | (u64::from(ci as u16) << 40)
             || inl == 0
             || s.at != ci
             || s.hdr == NO_PKT
@@ -1581,9 +1645,17 @@ unsafe fn gather_inline<const TIMED: bool>(
         // SAFETY: the WQE's `ds` segments lie flat in the ring from `w`, its inline bytes
         // between `INLINE_AT` and their end; the stage behind `off` holds `MAX_WIRE_FRAME` bytes.
         unsafe {
-            let stage = std::slice::from_raw_parts_mut(out.add(off), MAX_WIRE_FRAME);
-            let src = std::slice::from_raw_parts(w.add(INLINE_AT), ds * SEG - INLINE_AT);
-            nicmem::copy_prefix(stage, src, inl);
+            if run.gather_fixed {
+                // SAFETY: as below, with `FIXED_INLINE` bytes on both sides: the WQE's data
+                // segments from `INLINE_AT` hold that many (`run.gather_fixed`), the stage more.
+                let stage = std::slice::from_raw_parts_mut(out.add(off), FIXED_INLINE);
+                let src = std::slice::from_raw_parts(w.add(INLINE_AT), FIXED_INLINE);
+                nicmem::copy_prefix(stage, src, FIXED_INLINE);
+            } else {
+                let stage = std::slice::from_raw_parts_mut(out.add(off), MAX_WIRE_FRAME);
+                let src = std::slice::from_raw_parts(w.add(INLINE_AT), ds * SEG - INLINE_AT);
+                nicmem::copy_prefix(stage, src, inl);
+            }
         }
         if TIMED {
             // SAFETY: the slot holds a packet of the arena (checked above).
@@ -1596,7 +1668,7 @@ unsafe fn gather_inline<const TIMED: bool>(
         run_n += 1;
         lens[k] = inl as u32;
         k += 1;
-        off += batch_step(inl);
+        off += run.step;
         let at = ci;
         ci = ci.wrapping_add(nbb as u32);
         if flags & FLAG_CQE_REQUEST != 0 {
