@@ -794,13 +794,11 @@ impl Queue for DpdkQueue {
 
     fn stats(&self) -> QueueStats {
         let mut s = self.stats;
-        if self.queue == 0 {
-            let mut e = sys::rte_eth_stats::default();
-            // SAFETY: valid port id and out-pointer; reading counters is safe from any thread.
-            if unsafe { sys::rte_eth_stats_get(self.port_id, &mut e) } == 0 {
-                s.rx_missed += e.imissed;
-                s.rx_nombuf += e.rx_nombuf;
-            }
+        if self.queue == 0
+            && let Ok(e) = super::port::eth_stats(self.port_id, "queue stats")
+        {
+            s.rx_missed += e.imissed;
+            s.rx_nombuf += e.rx_nombuf;
         }
         s
     }

@@ -48,9 +48,9 @@ use std::time::Instant;
 use dpdk_sys as sys;
 
 use super::eal::register_worker_thread;
-use super::error::{DpdkError, strerror};
+use super::error::DpdkError;
 use super::mbuf::Mbuf;
-use super::port::DpdkPort;
+use super::port::{DpdkPort, eth_stats};
 use super::shared::PortShared;
 use crate::link::MAX_WIRE_FRAME;
 use crate::port::Port;
@@ -926,20 +926,6 @@ impl RxTap {
             rx_nombuf: e.rx_nombuf,
         })
     }
-}
-
-/// The port's basic counters (`rte_eth_stats_get`); `name` is for the error.
-fn eth_stats(port_id: u16, name: &str) -> Result<sys::rte_eth_stats, DpdkError> {
-    let mut e = sys::rte_eth_stats::default();
-    // SAFETY: valid port id and out-pointer; reading counters is safe from any thread.
-    let rc = unsafe { sys::rte_eth_stats_get(port_id, &mut e) };
-    if rc != 0 {
-        return Err(DpdkError::Port(format!(
-            "rte_eth_stats_get({name}): {}",
-            strerror(-rc)
-        )));
-    }
-    Ok(e)
 }
 
 impl Drop for RxTap {

@@ -1654,21 +1654,30 @@ impl NicModel {
     #[inline]
     pub(crate) fn rx_wqe_consumed(&mut self, posted: u32, at: Ps) {
         if self.rx_wqe_left == 0 {
-            let n = posted.clamp(1, self.k.rx_batch);
-            let tr = if n == self.k.rx_batch {
-                self.k.rx_fetch_full
-            } else {
-                self.k.op.rx_wqe_fetch(n, self.k.rx_wqe_size)
-            };
-            self.charge(Item::RxWqe, tr);
-            self.c.rx_wqe_fetches += 1;
-            self.c.host_bytes_read += u64::from(n * self.k.rx_wqe_size);
+            let (n, tr) = Self::rx_wqe_fetch_charged(&self.k, &mut self.c, posted);
             if let Some(t) = &mut self.t {
                 t.tl.dma_read_booked(at, at, tr, 0);
             }
             self.rx_wqe_left = n;
         }
         self.rx_wqe_left -= 1;
+    }
+
+    /// The NIC fetches the next header-ring WQEs when `posted` are posted (up to its batch, at
+    /// least one): counts the fetch and returns how many it fetched and its traffic, for the
+    /// caller to book. One copy for the frame-by-frame receive and the whole-frame pass.
+    #[inline(always)]
+    fn rx_wqe_fetch_charged(k: &Costs, c: &mut NicCounters, posted: u32) -> (u32, Traffic) {
+        let n = posted.clamp(1, k.rx_batch);
+        let tr = if n == k.rx_batch {
+            k.rx_fetch_full
+        } else {
+            k.op.rx_wqe_fetch(n, k.rx_wqe_size)
+        };
+        c.items[Item::RxWqe as usize] += tr;
+        c.rx_wqe_fetches += 1;
+        c.host_bytes_read += u64::from(n * k.rx_wqe_size);
+        (n, tr)
     }
 
     /// Untimed: the NIC consumed `k` header-ring WQEs, the first when `posted` were posted (the
@@ -1801,15 +1810,8 @@ impl NicModel {
             // The header-ring WQE (`rx_wqe_consumed`): a fetch when the prefetched ones are used
             // up.
             if self.rx_wqe_left == 0 {
-                let nw = posted0.wrapping_sub(i as u32).clamp(1, k.rx_batch);
-                let tr = if nw == k.rx_batch {
-                    k.rx_fetch_full
-                } else {
-                    k.op.rx_wqe_fetch(nw, k.rx_wqe_size)
-                };
-                self.c.items[Item::RxWqe as usize] += tr;
-                self.c.rx_wqe_fetches += 1;
-                self.c.host_bytes_read += u64::from(nw * k.rx_wqe_size);
+                let (nw, tr) =
+                    Self::rx_wqe_fetch_charged(k, &mut self.c, posted0.wrapping_sub(i as u32));
                 let (up, down) = (
                     t.tl.get(ResourceKind::PcieUp).step(tr.up_bytes),
                     t.tl.get(ResourceKind::PcieDown).step(tr.down_bytes),
