@@ -857,20 +857,6 @@ fn dev_info(port_id: u16, name: &str) -> Result<sys::rte_eth_dev_info, DpdkError
     Ok(info)
 }
 
-/// The port's basic counters (`rte_eth_stats_get`); `name` is for the error.
-pub(super) fn eth_stats(port_id: u16, name: &str) -> Result<sys::rte_eth_stats, DpdkError> {
-    let mut e = sys::rte_eth_stats::default();
-    // SAFETY: valid port id and out-pointer; reading counters is safe from any thread.
-    let rc = unsafe { sys::rte_eth_stats_get(port_id, &mut e) };
-    if rc != 0 {
-        return Err(DpdkError::Port(format!(
-            "rte_eth_stats_get({name}): {}",
-            strerror(-rc)
-        )));
-    }
-    Ok(e)
-}
-
 /// How the port is set up again after a device reset ([`events`]): the steps of
 /// [`DpdkPort::configure`] after the pools exist, over the same pools.
 fn reconfigure(cfg: &DpdkPortConfig, port_id: u16, name: &str, plan: &Plan) -> Reconfigure {

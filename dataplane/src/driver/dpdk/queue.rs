@@ -795,7 +795,7 @@ impl Queue for DpdkQueue {
     fn stats(&self) -> QueueStats {
         let mut s = self.stats;
         if self.queue == 0
-            && let Ok(e) = super::port::eth_stats(self.port_id, "queue stats")
+            && let Ok(e) = super::shared::eth_stats(self.port_id, "queue stats")
         {
             s.rx_missed += e.imissed;
             s.rx_nombuf += e.rx_nombuf;

@@ -8,6 +8,7 @@ use dpdk_sys as sys;
 use nicmem::{NicMem, Region};
 
 use super::eal::control_lock;
+use super::error::{DpdkError, strerror};
 use super::events::PortEvents;
 use super::mempool::QueuePools;
 use super::mlx5;
@@ -66,4 +67,18 @@ pub(crate) unsafe fn rte_dev_remove_by_name(name: &CStr) {
     unsafe {
         sys::rte_eal_hotplug_remove(bus.as_ptr(), name.as_ptr());
     }
+}
+
+/// The port's basic counters (`rte_eth_stats_get`); `name` is for the error.
+pub(crate) fn eth_stats(port_id: u16, name: &str) -> Result<sys::rte_eth_stats, DpdkError> {
+    let mut e = sys::rte_eth_stats::default();
+    // SAFETY: valid port id and out-pointer; reading counters is safe from any thread.
+    let rc = unsafe { sys::rte_eth_stats_get(port_id, &mut e) };
+    if rc != 0 {
+        return Err(DpdkError::Port(format!(
+            "rte_eth_stats_get({name}): {}",
+            strerror(-rc)
+        )));
+    }
+    Ok(e)
 }

@@ -50,8 +50,8 @@ use dpdk_sys as sys;
 use super::eal::register_worker_thread;
 use super::error::DpdkError;
 use super::mbuf::Mbuf;
-use super::port::{DpdkPort, eth_stats};
-use super::shared::PortShared;
+use super::port::DpdkPort;
+use super::shared::{PortShared, eth_stats};
 use crate::link::MAX_WIRE_FRAME;
 use crate::port::Port;
 
