@@ -112,7 +112,7 @@ use crate::pcie_model::dram::{LoadedLatency, write_cost};
 use crate::pcie_model::pcie::{PcieLink, Traffic};
 use crate::pcie_model::profile::{Efficiency, HardwareProfile};
 use crate::pcie_model::timeline::{
-    Cost, PS_PER_NS, Ps, ResourceKind, Step, Timelines, pick_bottleneck,
+    Cost, DmaLanes, PS_PER_NS, Ps, ResourceKind, Step, Timelines, pick_bottleneck,
 };
 use crate::pcie_model::{Breakdown, BreakdownInput};
 
@@ -1747,6 +1747,17 @@ impl NicModel {
     /// completion slot ([`Timing::cq_set`]). Frame `i` is `lens[i]` bytes long and took header
     /// descriptor `first + i`, posted at `posted_at[(first + i) & mask]` when `posted0 - i`
     /// were posted, and completion slot `slot0 + i`.
+    ///
+    /// The pass goes a run of equal lengths at a time, with the lanes, the prefetched WQEs,
+    /// the compressed-slot count and the completion slots in locals. A run of the commonest
+    /// kind (no refused descriptor, every completion written, DMA-engine writes that take no
+    /// time, no DDIO losses, wire and engine in whole picoseconds) takes a short loop with
+    /// shortcuts that give the same times: the wire and the engine book with
+    /// [`Lane::reserve_whole`](crate::pcie_model::timeline::Lane::reserve_whole), and a frame's
+    /// completion, ready on the up link when its data is (its engine write ends with the
+    /// data's), queues right behind the data, so one reservation of both transfers' bytes books
+    /// the same busy-until time and completion end (a lane's time is exact, so `a` then `b`
+    /// units end where `a + b` do). Other runs take the frame-by-frame booking.
     pub(crate) fn rx_book_whole(
         &mut self,
         lens: &[u32],
@@ -1769,7 +1780,7 @@ impl NicModel {
         let mask = (posted_at.len() as u32).wrapping_sub(1);
         let k = &mut self.k;
         // The DMA engine's, the link's and the wire's state on lanes for the pass; each
-        // transfer's cost split once (per frame length for the data).
+        // transfer's cost split once (per run for the data).
         let tl = &t.tl;
         let eng = tl.get(ResourceKind::DmaEngine);
         let (eng_w, eng_r) = (eng.step(tl.dma_write_ps()), eng.step(tl.dma_read_ps()));
@@ -1777,82 +1788,162 @@ impl NicModel {
         let read_latency = tl.read_latency_ps();
         let (drain, posted_latency) = (t.rx_buffer_drain, t.posted_latency);
         let mut dma = tl.dma_lanes();
-        let wire_r = tl.get(ResourceKind::WireRx);
-        let mut wire = wire_r.lane();
-        let (mut shape, mut wire_s, mut data_s) = (u32::MAX, Step::default(), Step::default());
-        // Reservations counted per run: frames and data writes of the current length, and
-        // the pass's DMA-engine writes and completion writes.
-        let (mut frames, mut datas, mut writes_n, mut cqes) = (0, 0, 0, 0);
-        for (i, &len) in lens.iter().enumerate() {
-            if len != shape {
-                wire.add(frames, wire_s);
-                dma.up.add(datas, data_s);
-                (frames, datas) = (0, 0);
-                let tl = &t.tl;
-                shape = len;
-                let (op, writes) = (&k.op, &mut k.writes);
-                wire_s = tl
-                    .get(ResourceKind::WireRx)
-                    .step(u64::from(len) + k.wire_overhead);
-                data_s = tl
-                    .get(ResourceKind::PcieUp)
-                    .step(writes.get(len, |n| op.rx_data_write(n)).up_bytes);
-            }
-            // Its arrival (`Timing::arrive`): flow control holds the sender while the receive
-            // buffer is too full.
-            let c = first.wrapping_add(i as u32);
-            let ready = posted_at[(c & mask) as usize].max(dma.up.free_at().saturating_sub(drain));
-            let at = wire.reserve(ready, wire_s).end;
-            frames += 1;
-            if t.first.is_none() {
-                t.first = Some(at);
-            }
-            // The header-ring WQE (`rx_wqe_consumed`): a fetch when the prefetched ones are used
-            // up.
-            if self.rx_wqe_left == 0 {
-                let (nw, tr) =
-                    Self::rx_wqe_fetch_charged(k, &mut self.c, posted0.wrapping_sub(i as u32));
-                let (up, down) = (
-                    t.tl.get(ResourceKind::PcieUp).step(tr.up_bytes),
-                    t.tl.get(ResourceKind::PcieDown).step(tr.down_bytes),
-                );
-                dma.read_booked(t.tl.reads_mut(), at, at, eng_r, up, down, read_latency);
-                dma.eng.add(1, eng_r);
-                dma.up.add(1, up);
-                dma.down.add(1, down);
-                self.rx_wqe_left = nw;
-            }
-            self.rx_wqe_left -= 1;
-            if i == next_refused {
-                r += 1;
-                next_refused = if r < nrefused {
-                    usize::from(t.rx_refused[r])
-                } else {
-                    usize::MAX
-                };
+        let mut wire = tl.get(ResourceKind::WireRx).lane();
+        // The short loop's conditions that hold for the whole pass.
+        let quick = eng_w.takes_no_time()
+            && dma.eng.whole_with(eng_w)
+            && dma.eng.whole_with(eng_r)
+            && t.miss_ppm == 0
+            && k.mini_per_slot.is_none();
+        let (mut cqe_mini, mut wqe_left, mut last) = (t.cqe_mini, self.rx_wqe_left, t.last);
+        // The pass's DMA-engine writes and completion writes.
+        let (mut writes_n, mut cqes) = (0, 0);
+        // The completion slots' times, out of `t` for the pass (they go back after it).
+        let cq_mask = t.cq_mask;
+        let mut cq_ready = std::mem::take(&mut t.cq_ready);
+        let mut cq_arrival = std::mem::take(&mut t.cq_arrival);
+        let mut i = 0;
+        while i < lens.len() {
+            let len = lens[i];
+            let end = lens[i..]
+                .iter()
+                .position(|&l| l != len)
+                .map_or(lens.len(), |n| i + n);
+            let tl = &t.tl;
+            let (op, writes) = (&k.op, &mut k.writes);
+            let wire_s = tl
+                .get(ResourceKind::WireRx)
+                .step(u64::from(len) + k.wire_overhead);
+            let data_bytes = writes.get(len, |n| op.rx_data_write(n)).up_bytes;
+            let up_r = tl.get(ResourceKind::PcieUp);
+            let data_s = up_r.step(data_bytes);
+            let frames = (end - i) as u64;
+            let mut datas = 0;
+            if quick && next_refused >= end && wire.whole_with(wire_s) {
+                // Every frame's data and completion (see above), booked as one transfer.
+                let both_s = up_r.step(data_bytes + k.cqe.up_bytes);
+                for j in i..end {
+                    let c = first.wrapping_add(j as u32);
+                    let fc = dma.up.free_at().saturating_sub(drain);
+                    let at = wire.reserve_whole(posted_at[(c & mask) as usize].max(fc), wire_s);
+                    if wqe_left == 0 {
+                        let posted = posted0.wrapping_sub(j as u32);
+                        (dma, wqe_left) = Self::rx_wqe_fetch_booked(
+                            k,
+                            &mut self.c,
+                            &mut t.tl,
+                            dma,
+                            (at, posted, eng_r, read_latency),
+                        );
+                    }
+                    wqe_left -= 1;
+                    let e = dma.eng.reserve_whole(at, eng_w);
+                    let visible = dma.up.reserve(e, both_s).done;
+                    let slot = (slot0.wrapping_add(j as u32) & cq_mask) as usize;
+                    cq_ready[slot] = visible;
+                    cq_arrival[slot] = at;
+                    last = last.max(visible);
+                }
+                datas = frames;
+                cqes += frames;
             } else {
-                // The data write (`rx_book`): the whole frame into its header buffer.
-                dma.posted_write(at, eng_w, data_s);
-                datas += 1;
-                writes_n += 1;
-                t.book_lost_packet(&mut self.c.dram_bytes, at, len, 0);
+                for j in i..end {
+                    // Its arrival (`Timing::arrive`): flow control holds the sender while the
+                    // receive buffer is too full.
+                    let c = first.wrapping_add(j as u32);
+                    let fc = dma.up.free_at().saturating_sub(drain);
+                    let at = wire.reserve(posted_at[(c & mask) as usize].max(fc), wire_s).end;
+                    // The header-ring WQE (`rx_wqe_consumed`): a fetch when the prefetched ones
+                    // are used up.
+                    if wqe_left == 0 {
+                        let posted = posted0.wrapping_sub(j as u32);
+                        (dma, wqe_left) = Self::rx_wqe_fetch_booked(
+                            k,
+                            &mut self.c,
+                            &mut t.tl,
+                            dma,
+                            (at, posted, eng_r, read_latency),
+                        );
+                    }
+                    wqe_left -= 1;
+                    if j == next_refused {
+                        r += 1;
+                        next_refused = if r < nrefused {
+                            usize::from(t.rx_refused[r])
+                        } else {
+                            usize::MAX
+                        };
+                    } else {
+                        // The data write (`rx_book`): the whole frame into its header buffer.
+                        dma.posted_write(at, eng_w, data_s);
+                        datas += 1;
+                        t.book_lost_packet(&mut self.c.dram_bytes, at, len, 0);
+                    }
+                    // The completion (`rx_cqe_book`; `cqe_written` with the count in a local).
+                    let written = match k.mini_per_slot {
+                        None => true,
+                        Some(per) => {
+                            cqe_mini += 1;
+                            let full = cqe_mini == per;
+                            if full {
+                                cqe_mini = 0;
+                            }
+                            full
+                        }
+                    };
+                    let visible = if written {
+                        cqes += 1;
+                        dma.posted_write(at, eng_w, cqe_s).done
+                    } else {
+                        at + posted_latency
+                    };
+                    let slot = (slot0.wrapping_add(j as u32) & cq_mask) as usize;
+                    cq_ready[slot] = visible;
+                    cq_arrival[slot] = at;
+                    last = last.max(visible);
+                }
             }
-            // The completion (`rx_cqe_book`).
-            let visible = if Self::cqe_written(t, k) {
-                writes_n += 1;
-                cqes += 1;
-                dma.posted_write(at, eng_w, cqe_s).done
-            } else {
-                at + posted_latency
-            };
-            t.cq_set(slot0.wrapping_add(i as u32), visible, at);
+            wire.add(frames, wire_s);
+            dma.up.add(datas, data_s);
+            writes_n += datas;
+            i = end;
         }
-        wire.add(frames, wire_s);
-        dma.up.add(datas, data_s);
-        dma.eng.add(writes_n, eng_w);
+        dma.eng.add(writes_n + cqes, eng_w);
         dma.up.add(cqes, cqe_s);
         t.tl.settle_dma(dma);
         t.tl.get_mut(ResourceKind::WireRx).settle(wire);
+        self.rx_wqe_left = wqe_left;
+        (t.cqe_mini, t.last) = (cqe_mini, last);
+        if t.first.is_none() && !lens.is_empty() {
+            t.first = Some(cq_arrival[(slot0 & cq_mask) as usize]);
+        }
+        (t.cq_ready, t.cq_arrival) = (cq_ready, cq_arrival);
+    }
+
+    /// [`NicModel::rx_book_whole`]'s header-ring WQE fetch at `at` when `posted` WQEs are
+    /// posted (`read`: `at`, `posted`, the DMA engine's read op and the read's fixed latency),
+    /// charged and booked on the pass's lanes `dma`; returns the lanes and the WQEs fetched.
+    /// Out of line: a fetch serves a batch of frames, and the pass's loops keep their state
+    /// in registers without its.
+    #[inline(never)]
+    fn rx_wqe_fetch_booked(
+        k: &Costs,
+        c: &mut NicCounters,
+        tl: &mut Timelines,
+        mut dma: DmaLanes,
+        read: (Ps, u32, Step, Ps),
+    ) -> (DmaLanes, u32) {
+        let (at, posted, eng_r, read_latency) = read;
+        let (nw, tr) = Self::rx_wqe_fetch_charged(k, c, posted);
+        let (up, down) = (
+            tl.get(ResourceKind::PcieUp).step(tr.up_bytes),
+            tl.get(ResourceKind::PcieDown).step(tr.down_bytes),
+        );
+        dma.read_booked(tl.reads_mut(), at, at, eng_r, up, down, read_latency);
+        dma.eng.add(1, eng_r);
+        dma.up.add(1, up);
+        dma.down.add(1, down);
+        (dma, nw)
     }
 
     /// Whether the next Rx completion's write goes out (with CQE compression, only each full
