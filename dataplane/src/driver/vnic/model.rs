@@ -733,6 +733,9 @@ struct MemoryContention {
     milli_acc: u64,
     /// DMA-read adder of a Tx read that misses the LLC, ps.
     miss_adder_ps: Ps,
+    /// The miss fractions of the last [`MemoryContention::price`]: the prices depend only on
+    /// them and on `latency_ns`, so an update that changes neither keeps them.
+    priced: (u64, u64),
 }
 
 impl MemoryContention {
@@ -775,6 +778,7 @@ impl MemoryContention {
             var_milli: 0,
             milli_acc: 0,
             miss_adder_ps: 0,
+            priced: (0, 0),
         };
         m.price(0, 0);
         Ok(m)
@@ -792,11 +796,14 @@ impl MemoryContention {
             self.latency_ns = self.curve.latency_ns(u / self.sustained);
             self.win_start = now;
             self.win_busy = busy;
+        } else if self.priced == (miss_ppm, meta_miss_ppm) {
+            return;
         }
         self.price(miss_ppm, meta_miss_ppm);
     }
 
     fn price(&mut self, miss_ppm: u64, meta_miss_ppm: u64) {
+        self.priced = (miss_ppm, meta_miss_ppm);
         let l = self.latency_ns * self.ghz;
         self.round_cycles = (l - self.llc_cycles).max(0.0);
         self.lost_headers = self.header_lines * miss_ppm as f64 / 1e6;
@@ -913,6 +920,12 @@ pub(crate) struct Timing {
     miss_ppm: u64,
     /// Per million of the cores' LLC-resident lines the packet data in the LLC evicted.
     meta_miss_ppm: u64,
+    /// The packet bytes in flight `miss_ppm` and `meta_miss_ppm` were last worked out for
+    /// ([`Timing::ddio_update`]).
+    ddio_inflight: Option<u64>,
+    /// The up and down link steps of a full batch's header-ring WQE fetch, once worked out
+    /// ([`NicModel::rx_book_whole`]).
+    rx_fetch_full: Option<(Step, Step)>,
     dram_acc: u64,
     /// Bytes of a packet's header the NFs rewrite (`host.cycles.header_writes` lines): after the
     /// core read a lost header back from DRAM and rewrote it, the line is written back again.
@@ -1211,9 +1224,14 @@ impl Timing {
     /// memory system's state ([`MemoryContention::update`]).
     pub(crate) fn ddio_update(&mut self, entries: u64, host_bytes: u64, len: u64) {
         let w = entries * self.ddio_peers.port_bytes(host_bytes, len);
-        let p = self.ddio.p_hit(w);
-        self.miss_ppm = ((1.0 - p) * 1e6).round() as u64;
-        self.meta_miss_ppm = ((1.0 - self.ddio.core_hit(w, self.core_bytes)) * 1e6).round() as u64;
+        if self.ddio_inflight != Some(w) {
+            // The fractions depend only on the bytes in flight (the cores' state is fixed).
+            self.ddio_inflight = Some(w);
+            let p = self.ddio.p_hit(w);
+            self.miss_ppm = ((1.0 - p) * 1e6).round() as u64;
+            self.meta_miss_ppm =
+                ((1.0 - self.ddio.core_hit(w, self.core_bytes)) * 1e6).round() as u64;
+        }
         let busy = self.tl.get(ResourceKind::Hostmem).busy_ps();
         self.mem
             .update(self.now, busy, self.miss_ppm, self.meta_miss_ppm);
@@ -1571,6 +1589,8 @@ impl NicModel {
                         * CACHE_LINE,
                     miss_ppm: 0,
                     meta_miss_ppm: 0,
+                    ddio_inflight: None,
+                    rx_fetch_full: None,
                     dram_acc: 0,
                     rewrite_bytes: u64::from(cyc.header_writes) * CACHE_LINE,
                     dram_book_acc: 0,
@@ -1785,7 +1805,6 @@ impl NicModel {
         let eng = tl.get(ResourceKind::DmaEngine);
         let (eng_w, eng_r) = (eng.step(tl.dma_write_ps()), eng.step(tl.dma_read_ps()));
         let cqe_s = tl.get(ResourceKind::PcieUp).step(k.cqe.up_bytes);
-        let read_latency = tl.read_latency_ps();
         let (drain, posted_latency) = (t.rx_buffer_drain, t.posted_latency);
         let mut dma = tl.dma_lanes();
         let mut wire = tl.get(ResourceKind::WireRx).lane();
@@ -1805,10 +1824,15 @@ impl NicModel {
         let mut i = 0;
         while i < lens.len() {
             let len = lens[i];
-            let end = lens[i..]
-                .iter()
-                .position(|&l| l != len)
-                .map_or(lens.len(), |n| i + n);
+            // The run's end; a pass of one length (the commonest) is found without a search.
+            let end = if i == 0 && lens.iter().filter(|&&l| l != len).count() == 0 {
+                lens.len()
+            } else {
+                lens[i..]
+                    .iter()
+                    .position(|&l| l != len)
+                    .map_or(lens.len(), |n| i + n)
+            };
             let tl = &t.tl;
             let (op, writes) = (&k.op, &mut k.writes);
             let wire_s = tl
@@ -1822,28 +1846,39 @@ impl NicModel {
             if quick && next_refused >= end && wire.whole_with(wire_s) {
                 // Every frame's data and completion (see above), booked as one transfer.
                 let both_s = up_r.step(data_bytes + k.cqe.up_bytes);
-                for j in i..end {
+                // Completions become visible in booking order on the up link, so the run's
+                // last is its latest.
+                let mut visible = last;
+                let mut j = i;
+                while j < end {
+                    // A piece of the run in which neither the header ring nor the completion
+                    // queue wraps, walked without indexing.
                     let c = first.wrapping_add(j as u32);
-                    let fc = dma.up.free_at().saturating_sub(drain);
-                    let at = wire.reserve_whole(posted_at[(c & mask) as usize].max(fc), wire_s);
-                    if wqe_left == 0 {
-                        let posted = posted0.wrapping_sub(j as u32);
-                        (dma, wqe_left) = Self::rx_wqe_fetch_booked(
-                            k,
-                            &mut self.c,
-                            &mut t.tl,
-                            dma,
-                            (at, posted, eng_r, read_latency),
-                        );
+                    let (pi, si) = (
+                        (c & mask) as usize,
+                        (slot0.wrapping_add(j as u32) & cq_mask) as usize,
+                    );
+                    let m = (end - j).min(posted_at.len() - pi).min(cq_ready.len() - si);
+                    let piece = posted_at[pi..pi + m]
+                        .iter()
+                        .zip(&mut cq_ready[si..si + m])
+                        .zip(&mut cq_arrival[si..si + m]);
+                    for ((&posted, ready_at), arrived) in piece {
+                        let fc = dma.up.free_at().saturating_sub(drain);
+                        let at = wire.reserve_whole(posted.max(fc), wire_s);
+                        if wqe_left == 0 {
+                            let posted = posted0.wrapping_sub(j as u32);
+                            wqe_left =
+                                Self::rx_wqe_fetch_booked(k, &mut self.c, t, &mut dma, at, posted);
+                        }
+                        wqe_left -= 1;
+                        let e = dma.eng.reserve_whole(at, eng_w);
+                        visible = dma.up.reserve(e, both_s).done;
+                        (*ready_at, *arrived) = (visible, at);
+                        j += 1;
                     }
-                    wqe_left -= 1;
-                    let e = dma.eng.reserve_whole(at, eng_w);
-                    let visible = dma.up.reserve(e, both_s).done;
-                    let slot = (slot0.wrapping_add(j as u32) & cq_mask) as usize;
-                    cq_ready[slot] = visible;
-                    cq_arrival[slot] = at;
-                    last = last.max(visible);
                 }
+                last = last.max(visible);
                 datas = frames;
                 cqes += frames;
             } else {
@@ -1852,18 +1887,15 @@ impl NicModel {
                     // receive buffer is too full.
                     let c = first.wrapping_add(j as u32);
                     let fc = dma.up.free_at().saturating_sub(drain);
-                    let at = wire.reserve(posted_at[(c & mask) as usize].max(fc), wire_s).end;
+                    let at = wire
+                        .reserve(posted_at[(c & mask) as usize].max(fc), wire_s)
+                        .end;
                     // The header-ring WQE (`rx_wqe_consumed`): a fetch when the prefetched ones
                     // are used up.
                     if wqe_left == 0 {
                         let posted = posted0.wrapping_sub(j as u32);
-                        (dma, wqe_left) = Self::rx_wqe_fetch_booked(
-                            k,
-                            &mut self.c,
-                            &mut t.tl,
-                            dma,
-                            (at, posted, eng_r, read_latency),
-                        );
+                        wqe_left =
+                            Self::rx_wqe_fetch_booked(k, &mut self.c, t, &mut dma, at, posted);
                     }
                     wqe_left -= 1;
                     if j == next_refused {
@@ -1921,29 +1953,41 @@ impl NicModel {
     }
 
     /// [`NicModel::rx_book_whole`]'s header-ring WQE fetch at `at` when `posted` WQEs are
-    /// posted (`read`: `at`, `posted`, the DMA engine's read op and the read's fixed latency),
-    /// charged and booked on the pass's lanes `dma`; returns the lanes and the WQEs fetched.
-    /// Out of line: a fetch serves a batch of frames, and the pass's loops keep their state
-    /// in registers without its.
+    /// posted, charged and booked on the pass's lanes `dma`; returns the WQEs fetched. Out of
+    /// line: a fetch serves a batch of frames, and the pass's loops keep their state in
+    /// registers without its. A full batch's transfers are split into steps once per queue.
     #[inline(never)]
     fn rx_wqe_fetch_booked(
         k: &Costs,
         c: &mut NicCounters,
-        tl: &mut Timelines,
-        mut dma: DmaLanes,
-        read: (Ps, u32, Step, Ps),
-    ) -> (DmaLanes, u32) {
-        let (at, posted, eng_r, read_latency) = read;
+        t: &mut Timing,
+        dma: &mut DmaLanes,
+        at: Ps,
+        posted: u32,
+    ) -> u32 {
         let (nw, tr) = Self::rx_wqe_fetch_charged(k, c, posted);
-        let (up, down) = (
-            tl.get(ResourceKind::PcieUp).step(tr.up_bytes),
-            tl.get(ResourceKind::PcieDown).step(tr.down_bytes),
+        let tl = &t.tl;
+        let steps = |tr: Traffic| {
+            (
+                tl.get(ResourceKind::PcieUp).step(tr.up_bytes),
+                tl.get(ResourceKind::PcieDown).step(tr.down_bytes),
+            )
+        };
+        let (up, down) = if nw == k.rx_batch {
+            *t.rx_fetch_full.get_or_insert_with(|| steps(tr))
+        } else {
+            steps(tr)
+        };
+        let tl = &mut t.tl;
+        let (eng_r, latency) = (
+            tl.get(ResourceKind::DmaEngine).step(tl.dma_read_ps()),
+            tl.read_latency_ps(),
         );
-        dma.read_booked(tl.reads_mut(), at, at, eng_r, up, down, read_latency);
+        dma.read_booked(tl.reads_mut(), at, at, eng_r, up, down, latency);
         dma.eng.add(1, eng_r);
         dma.up.add(1, up);
         dma.down.add(1, down);
-        (dma, nw)
+        nw
     }
 
     /// Whether the next Rx completion's write goes out (with CQE compression, only each full
