@@ -926,6 +926,8 @@ pub(crate) struct Timing {
     /// The up and down link steps of a full batch's header-ring WQE fetch, once worked out
     /// ([`NicModel::rx_book_whole`]).
     rx_fetch_full: Option<(Step, Step)>,
+    /// The receive pass's transfers of the last frame length it booked.
+    rx_steps: Option<RxSteps>,
     dram_acc: u64,
     /// Bytes of a packet's header the NFs rewrite (`host.cycles.header_writes` lines): after the
     /// core read a lost header back from DRAM and rewrote it, the line is written back again.
@@ -934,8 +936,7 @@ pub(crate) struct Timing {
     /// by the write cost).
     dram_book_acc: u64,
     /// Per Rx CQ slot: when the CQE is visible to the CPU, and when its frame arrived.
-    cq_ready: Box<[Ps]>,
-    cq_arrival: Box<[Ps]>,
+    cq_slots: Box<[(Ps, Ps)]>,
     cq_mask: u32,
     /// Tx WQEs in flight in model time: (departure, WQEBBs), FIFO (a power-of-two ring).
     inflight: Box<[(Ps, u32)]>,
@@ -966,6 +967,43 @@ struct SendRun {
 
 /// The most sends [`SendRun`] queues before it books them.
 const SEND_RUN: usize = 64;
+
+/// The transfers [`NicModel::rx_book_whole`] books for a frame of `len` bytes received whole,
+/// split into steps of their resources: the frame on the wire, its data write and its
+/// completion write on the up link (and both together), and the DMA engine's write and read
+/// ops. A queue's costs do not change, so the steps of the last length serve the next pass.
+#[derive(Clone, Copy, Debug)]
+struct RxSteps {
+    len: u32,
+    wire: Step,
+    data: Step,
+    cqe: Step,
+    both: Step,
+    eng_w: Step,
+    eng_r: Step,
+}
+
+impl RxSteps {
+    fn new(tl: &Timelines, k: &mut Costs, len: u32) -> Self {
+        let (op, writes) = (&k.op, &mut k.writes);
+        let data = writes.get(len, |n| op.rx_data_write(n)).up_bytes;
+        let (up, eng) = (
+            tl.get(ResourceKind::PcieUp),
+            tl.get(ResourceKind::DmaEngine),
+        );
+        RxSteps {
+            len,
+            wire: tl
+                .get(ResourceKind::WireRx)
+                .step(u64::from(len) + k.wire_overhead),
+            data: up.step(data),
+            cqe: up.step(k.cqe.up_bytes),
+            both: up.step(data + k.cqe.up_bytes),
+            eng_w: eng.step(tl.dma_write_ps()),
+            eng_r: eng.step(tl.dma_read_ps()),
+        }
+    }
+}
 
 impl Timing {
     /// The DRAM traffic of a received packet (`hl` header and `host_payload` payload bytes in
@@ -1148,21 +1186,21 @@ impl Timing {
     #[inline]
     pub(crate) fn cq_set(&mut self, slot: u32, ready: Ps, arrival: Ps) {
         let i = (slot & self.cq_mask) as usize;
-        self.cq_ready[i] = ready;
-        self.cq_arrival[i] = arrival;
+        self.cq_slots[i] = (ready, arrival);
         self.last = self.last.max(ready);
     }
 
     /// When Rx CQ slot `slot` becomes visible.
     #[inline]
     pub(crate) fn cq_ready(&self, slot: u32) -> Ps {
-        self.cq_ready[(slot & self.cq_mask) as usize]
+        self.cq_slots[(slot & self.cq_mask) as usize].0
     }
 
-    /// When the frame of Rx CQ slot `slot` arrived.
+    /// When Rx CQ slot `slot` becomes visible and when its frame arrived (one look-up for
+    /// both).
     #[inline]
-    pub(crate) fn cq_arrival(&self, slot: u32) -> Ps {
-        self.cq_arrival[(slot & self.cq_mask) as usize]
+    pub(crate) fn cq_slot(&self, slot: u32) -> (Ps, Ps) {
+        self.cq_slots[(slot & self.cq_mask) as usize]
     }
 
     /// WQEBBs free in the send queue in model time (WQEs whose frames have not left count).
@@ -1591,11 +1629,11 @@ impl NicModel {
                     meta_miss_ppm: 0,
                     ddio_inflight: None,
                     rx_fetch_full: None,
+                    rx_steps: None,
                     dram_acc: 0,
                     rewrite_bytes: u64::from(cyc.header_writes) * CACHE_LINE,
                     dram_book_acc: 0,
-                    cq_ready: vec![0; cq].into_boxed_slice(),
-                    cq_arrival: vec![0; cq].into_boxed_slice(),
+                    cq_slots: vec![(0, 0); cq].into_boxed_slice(),
                     cq_mask: cq as u32 - 1,
                     // A power of two (`txn` is), so positions wrap with a mask.
                     inflight: vec![(0, 0); txn].into_boxed_slice(),
@@ -1800,11 +1838,13 @@ impl NicModel {
         let mask = (posted_at.len() as u32).wrapping_sub(1);
         let k = &mut self.k;
         // The DMA engine's, the link's and the wire's state on lanes for the pass; each
-        // transfer's cost split once (per run for the data).
+        // transfer's cost split once per frame length (kept for the next pass).
         let tl = &t.tl;
-        let eng = tl.get(ResourceKind::DmaEngine);
-        let (eng_w, eng_r) = (eng.step(tl.dma_write_ps()), eng.step(tl.dma_read_ps()));
-        let cqe_s = tl.get(ResourceKind::PcieUp).step(k.cqe.up_bytes);
+        let mut st = match t.rx_steps {
+            Some(st) if st.len == lens.first().copied().unwrap_or(st.len) => st,
+            _ => RxSteps::new(tl, k, lens.first().copied().unwrap_or(0)),
+        };
+        let (eng_w, eng_r, cqe_s) = (st.eng_w, st.eng_r, st.cqe);
         let (drain, posted_latency) = (t.rx_buffer_drain, t.posted_latency);
         let mut dma = tl.dma_lanes();
         let mut wire = tl.get(ResourceKind::WireRx).lane();
@@ -1819,13 +1859,12 @@ impl NicModel {
         let (mut writes_n, mut cqes) = (0, 0);
         // The completion slots' times, out of `t` for the pass (they go back after it).
         let cq_mask = t.cq_mask;
-        let mut cq_ready = std::mem::take(&mut t.cq_ready);
-        let mut cq_arrival = std::mem::take(&mut t.cq_arrival);
+        let mut cq_slots = std::mem::take(&mut t.cq_slots);
         let mut i = 0;
         while i < lens.len() {
             let len = lens[i];
             // The run's end; a pass of one length (the commonest) is found without a search.
-            let end = if i == 0 && lens.iter().filter(|&&l| l != len).count() == 0 {
+            let end = if i == 0 && lens.iter().fold(0, |d, &l| d | (l ^ len)) == 0 {
                 lens.len()
             } else {
                 lens[i..]
@@ -1833,19 +1872,15 @@ impl NicModel {
                     .position(|&l| l != len)
                     .map_or(lens.len(), |n| i + n)
             };
-            let tl = &t.tl;
-            let (op, writes) = (&k.op, &mut k.writes);
-            let wire_s = tl
-                .get(ResourceKind::WireRx)
-                .step(u64::from(len) + k.wire_overhead);
-            let data_bytes = writes.get(len, |n| op.rx_data_write(n)).up_bytes;
-            let up_r = tl.get(ResourceKind::PcieUp);
-            let data_s = up_r.step(data_bytes);
+            if st.len != len {
+                st = RxSteps::new(&t.tl, k, len);
+            }
+            let (wire_s, data_s) = (st.wire, st.data);
             let frames = (end - i) as u64;
             let mut datas = 0;
             if quick && next_refused >= end && wire.whole_with(wire_s) {
                 // Every frame's data and completion (see above), booked as one transfer.
-                let both_s = up_r.step(data_bytes + k.cqe.up_bytes);
+                let both_s = st.both;
                 // Completions become visible in booking order on the up link, so the run's
                 // last is its latest.
                 let mut visible = last;
@@ -1858,12 +1893,9 @@ impl NicModel {
                         (c & mask) as usize,
                         (slot0.wrapping_add(j as u32) & cq_mask) as usize,
                     );
-                    let m = (end - j).min(posted_at.len() - pi).min(cq_ready.len() - si);
-                    let piece = posted_at[pi..pi + m]
-                        .iter()
-                        .zip(&mut cq_ready[si..si + m])
-                        .zip(&mut cq_arrival[si..si + m]);
-                    for ((&posted, ready_at), arrived) in piece {
+                    let m = (end - j).min(posted_at.len() - pi).min(cq_slots.len() - si);
+                    let piece = posted_at[pi..pi + m].iter().zip(&mut cq_slots[si..si + m]);
+                    for (&posted, cq_slot) in piece {
                         let fc = dma.up.free_at().saturating_sub(drain);
                         let at = wire.reserve_whole(posted.max(fc), wire_s);
                         if wqe_left == 0 {
@@ -1874,7 +1906,7 @@ impl NicModel {
                         wqe_left -= 1;
                         let e = dma.eng.reserve_whole(at, eng_w);
                         visible = dma.up.reserve(e, both_s).done;
-                        (*ready_at, *arrived) = (visible, at);
+                        *cq_slot = (visible, at);
                         j += 1;
                     }
                 }
@@ -1930,8 +1962,7 @@ impl NicModel {
                         at + posted_latency
                     };
                     let slot = (slot0.wrapping_add(j as u32) & cq_mask) as usize;
-                    cq_ready[slot] = visible;
-                    cq_arrival[slot] = at;
+                    cq_slots[slot] = (visible, at);
                     last = last.max(visible);
                 }
             }
@@ -1947,9 +1978,10 @@ impl NicModel {
         self.rx_wqe_left = wqe_left;
         (t.cqe_mini, t.last) = (cqe_mini, last);
         if t.first.is_none() && !lens.is_empty() {
-            t.first = Some(cq_arrival[(slot0 & cq_mask) as usize]);
+            t.first = Some(cq_slots[(slot0 & cq_mask) as usize].1);
         }
-        (t.cq_ready, t.cq_arrival) = (cq_ready, cq_arrival);
+        t.cq_slots = cq_slots;
+        t.rx_steps = Some(st);
     }
 
     /// [`NicModel::rx_book_whole`]'s header-ring WQE fetch at `at` when `posted` WQEs are
