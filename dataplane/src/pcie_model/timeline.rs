@@ -309,6 +309,13 @@ pub struct Step {
 // the general booking it stands for, in fewer instructions.
 
 impl Step {
+    /// No work.
+    pub const ZERO: Step = Step {
+        units: 0,
+        q: 0,
+        r: 0,
+    };
+
     /// True when the work takes no time (a resource without a limit, such as the DMA engine of
     /// a profile without an op rate).
     #[inline(always)]

@@ -821,6 +821,10 @@ impl MemoryContention {
     /// once and the core waits one DRAM access per round of them ([`Self::rounds`]).
     #[inline]
     fn burst_stall(&self, n: u64) -> u64 {
+        if self.lost_headers == 0.0 && self.lost_meta == 0.0 {
+            // Nothing lost (DDIO keeps every line): no round to wait for.
+            return 0;
+        }
         let n = n as f64;
         let rounds = self.rounds(self.lost_headers * n) + self.rounds(self.lost_meta * n);
         (rounds * self.round_cycles * 1000.0).round() as u64
@@ -927,7 +931,7 @@ pub(crate) struct Timing {
     /// ([`NicModel::rx_book_whole`]).
     rx_fetch_full: Option<(Step, Step)>,
     /// The receive pass's transfers of the last frame length it booked.
-    rx_steps: Option<RxSteps>,
+    rx_steps: RxSteps,
     dram_acc: u64,
     /// Bytes of a packet's header the NFs rewrite (`host.cycles.header_writes` lines): after the
     /// core read a lost header back from DRAM and rewrote it, the line is written back again.
@@ -974,6 +978,7 @@ const SEND_RUN: usize = 64;
 /// ops. A queue's costs do not change, so the steps of the last length serve the next pass.
 #[derive(Clone, Copy, Debug)]
 struct RxSteps {
+    /// The frame length ([`RxSteps::NONE`]'s `u32::MAX`: none yet).
     len: u32,
     wire: Step,
     data: Step,
@@ -984,6 +989,17 @@ struct RxSteps {
 }
 
 impl RxSteps {
+    /// No steps yet (no frame is `u32::MAX` bytes long).
+    const NONE: RxSteps = RxSteps {
+        len: u32::MAX,
+        wire: Step::ZERO,
+        data: Step::ZERO,
+        cqe: Step::ZERO,
+        both: Step::ZERO,
+        eng_w: Step::ZERO,
+        eng_r: Step::ZERO,
+    };
+
     fn new(tl: &Timelines, k: &mut Costs, len: u32) -> Self {
         let (op, writes) = (&k.op, &mut k.writes);
         let data = writes.get(len, |n| op.rx_data_write(n)).up_bytes;
@@ -1196,11 +1212,11 @@ impl Timing {
         self.cq_slots[(slot & self.cq_mask) as usize].0
     }
 
-    /// When Rx CQ slot `slot` becomes visible and when its frame arrived (one look-up for
-    /// both).
+    /// Per Rx CQ slot, when it becomes visible and when its frame arrived, and the mask that
+    /// maps a slot count to its index (the queue's polling reads them in a loop).
     #[inline]
-    pub(crate) fn cq_slot(&self, slot: u32) -> (Ps, Ps) {
-        self.cq_slots[(slot & self.cq_mask) as usize]
+    pub(crate) fn cq_slots(&self) -> (&[(Ps, Ps)], u32) {
+        (&self.cq_slots, self.cq_mask)
     }
 
     /// WQEBBs free in the send queue in model time (WQEs whose frames have not left count).
@@ -1629,7 +1645,7 @@ impl NicModel {
                     meta_miss_ppm: 0,
                     ddio_inflight: None,
                     rx_fetch_full: None,
-                    rx_steps: None,
+                    rx_steps: RxSteps::NONE,
                     dram_acc: 0,
                     rewrite_bytes: u64::from(cyc.header_writes) * CACHE_LINE,
                     dram_book_acc: 0,
@@ -1840,10 +1856,12 @@ impl NicModel {
         // The DMA engine's, the link's and the wire's state on lanes for the pass; each
         // transfer's cost split once per frame length (kept for the next pass).
         let tl = &t.tl;
-        let mut st = match t.rx_steps {
-            Some(st) if st.len == lens.first().copied().unwrap_or(st.len) => st,
-            _ => RxSteps::new(tl, k, lens.first().copied().unwrap_or(0)),
-        };
+        if let Some(&len) = lens.first()
+            && t.rx_steps.len != len
+        {
+            t.rx_steps = RxSteps::new(tl, k, len);
+        }
+        let st = &t.rx_steps;
         let (eng_w, eng_r, cqe_s) = (st.eng_w, st.eng_r, st.cqe);
         let (drain, posted_latency) = (t.rx_buffer_drain, t.posted_latency);
         let mut dma = tl.dma_lanes();
@@ -1872,15 +1890,14 @@ impl NicModel {
                     .position(|&l| l != len)
                     .map_or(lens.len(), |n| i + n)
             };
-            if st.len != len {
-                st = RxSteps::new(&t.tl, k, len);
+            if t.rx_steps.len != len {
+                t.rx_steps = RxSteps::new(&t.tl, k, len);
             }
-            let (wire_s, data_s) = (st.wire, st.data);
+            let (wire_s, data_s, both_s) = (t.rx_steps.wire, t.rx_steps.data, t.rx_steps.both);
             let frames = (end - i) as u64;
             let mut datas = 0;
             if quick && next_refused >= end && wire.whole_with(wire_s) {
                 // Every frame's data and completion (see above), booked as one transfer.
-                let both_s = st.both;
                 // Completions become visible in booking order on the up link, so the run's
                 // last is its latest.
                 let mut visible = last;
@@ -1981,7 +1998,6 @@ impl NicModel {
             t.first = Some(cq_slots[(slot0 & cq_mask) as usize].1);
         }
         t.cq_slots = cq_slots;
-        t.rx_steps = Some(st);
     }
 
     /// [`NicModel::rx_book_whole`]'s header-ring WQE fetch at `at` when `posted` WQEs are

@@ -1350,19 +1350,24 @@ impl VnicQueue {
         let ci0 = cq.consumer();
         let end = ci0.wrapping_add(n);
         let (mut err_p, mut err_s) = (0u32, 0u32);
-        let timing = self.model.t.as_deref();
+        // A timed queue's completion slot times as a local view (the metadata writes below
+        // would otherwise make the compiler reload them per packet), and the visibility limit.
+        let (cq_times, cq_mask) = match self.model.t.as_deref() {
+            Some(t) if TIMED => t.cq_slots(),
+            _ => (&[][..], 0),
+        };
+        let limit = until.unwrap_or(Ps::MAX);
         let mut latest = 0;
         while cq.consumer() != end {
-            let arrival = match timing {
-                Some(t) if TIMED => {
-                    let (ready, arrival) = t.cq_slot(cq.consumer());
-                    if until.is_some_and(|u| ready > u) {
-                        break;
-                    }
-                    latest = latest.max(ready);
-                    arrival
+            let arrival = if TIMED && !cq_times.is_empty() {
+                let (ready, arrival) = cq_times[(cq.consumer() & cq_mask) as usize];
+                if ready > limit {
+                    break;
                 }
-                _ => 0,
+                latest = latest.max(ready);
+                arrival
+            } else {
+                0
             };
             let Some(cqe) = cq.poll() else {
                 break;
