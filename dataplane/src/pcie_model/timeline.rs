@@ -322,6 +322,12 @@ impl Step {
     pub fn takes_no_time(&self) -> bool {
         self.q == 0 && self.r == 0
     }
+
+    /// The work's time in whole picoseconds, rounded down.
+    #[inline(always)]
+    pub fn whole_ps(&self) -> Ps {
+        self.q
+    }
 }
 
 impl Lane {
@@ -341,6 +347,27 @@ impl Lane {
         debug_assert!(self.whole_with(s), "a whole lane and whole work");
         self.free_ps = ready.max(self.free_ps) + s.q;
         self.free_ps
+    }
+
+    /// [`Lane::reserve`] of work `s` ready before the lane is free ([`Lane::free_at`]): it
+    /// queues right behind the lane's last work, so the busy-until time grows by `s`.
+    #[inline(always)]
+    pub fn reserve_queued(&mut self, s: Step) -> Reservation {
+        let start = self.free_at();
+        // rem < den and s.r < den: at most one carry.
+        let (mut ps, mut rem) = (self.free_ps + s.q, self.free_rem + s.r);
+        if rem >= self.den {
+            rem -= self.den;
+            ps += 1;
+        }
+        self.free_ps = ps;
+        self.free_rem = rem;
+        let end = ps + u64::from(rem > 0);
+        Reservation {
+            start,
+            end,
+            done: end + self.latency_ps,
+        }
     }
 }
 

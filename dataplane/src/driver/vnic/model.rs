@@ -112,7 +112,7 @@ use crate::pcie_model::dram::{LoadedLatency, write_cost};
 use crate::pcie_model::pcie::{PcieLink, Traffic};
 use crate::pcie_model::profile::{Efficiency, HardwareProfile};
 use crate::pcie_model::timeline::{
-    Cost, DmaLanes, PS_PER_NS, Ps, ResourceKind, Step, Timelines, pick_bottleneck,
+    Cost, DmaLanes, Lane, PS_PER_NS, Ps, ResourceKind, Step, Timelines, pick_bottleneck,
 };
 use crate::pcie_model::{Breakdown, BreakdownInput};
 
@@ -1901,6 +1901,8 @@ impl NicModel {
                 // Completions become visible in booking order on the up link, so the run's
                 // last is its latest.
                 let mut visible = last;
+                // Whether frames held by flow control can take `rx_held_run`.
+                let held = both_s.whole_ps() >= wire_s.whole_ps() && wire_s.whole_ps() < drain;
                 let mut j = i;
                 while j < end {
                     // A piece of the run in which neither the header ring nor the completion
@@ -1911,10 +1913,30 @@ impl NicModel {
                         (slot0.wrapping_add(j as u32) & cq_mask) as usize,
                     );
                     let m = (end - j).min(posted_at.len() - pi).min(cq_slots.len() - si);
-                    let piece = posted_at[pi..pi + m].iter().zip(&mut cq_slots[si..si + m]);
-                    for (&posted, cq_slot) in piece {
+                    let (posted, slots) = (&posted_at[pi..pi + m], &mut cq_slots[si..si + m]);
+                    let mut x = 0;
+                    while x < m {
+                        if held && wqe_left > 0 {
+                            // Frames held by flow control, booked as a chain on the up link.
+                            let n = (m - x).min(wqe_left as usize);
+                            let done = Self::rx_held_run(
+                                &mut wire,
+                                &mut dma,
+                                (wire_s, both_s, eng_w, drain),
+                                &posted[x..x + n],
+                                &mut slots[x..x + n],
+                            );
+                            if done > 0 {
+                                visible = slots[x + done - 1].0;
+                                wqe_left -= done as u32;
+                                (x, j) = (x + done, j + done);
+                                if x == m {
+                                    break;
+                                }
+                            }
+                        }
                         let fc = dma.up.free_at().saturating_sub(drain);
-                        let at = wire.reserve_whole(posted.max(fc), wire_s);
+                        let at = wire.reserve_whole(posted[x].max(fc), wire_s);
                         if wqe_left == 0 {
                             let posted = posted0.wrapping_sub(j as u32);
                             wqe_left =
@@ -1923,8 +1945,8 @@ impl NicModel {
                         wqe_left -= 1;
                         let e = dma.eng.reserve_whole(at, eng_w);
                         visible = dma.up.reserve(e, both_s).done;
-                        *cq_slot = (visible, at);
-                        j += 1;
+                        slots[x] = (visible, at);
+                        (x, j) = (x + 1, j + 1);
                     }
                 }
                 last = last.max(visible);
@@ -1998,6 +2020,70 @@ impl NicModel {
             t.first = Some(cq_slots[(slot0 & cq_mask) as usize].1);
         }
         t.cq_slots = cq_slots;
+    }
+
+    /// [`NicModel::rx_book_whole`]'s short loop for frames held by flow control: books frames
+    /// posted at `posted` (none fetching a WQE) into completion slots `slots` while each is,
+    /// and returns how many it booked. `steps` are the frame's wire time, its data and
+    /// completion on the up link, the engine's write (which takes no time) and the receive
+    /// buffer's drain time, with wire and engine lanes in whole picoseconds.
+    ///
+    /// A frame is held when the up link's busy-until time less the drain time is past its
+    /// descriptor's posting and the wire's busy-until time: it arrives `wire` after that time.
+    /// When the drain time exceeds the frame's wire time and the engine is free before the
+    /// link, its writes (ready when it arrived, or when the engine is free) queue behind the
+    /// link's backlog; and when the link takes at least as long per frame as the wire
+    /// (`both >= wire`), the next frame finds the wire free again by its own time. So each
+    /// frame's times follow from the link's busy-until time alone
+    /// ([`Lane::reserve_queued`]), exactly as the general booking gives them; the wire ends
+    /// where the last frame left it and the engine at the later of its time and that frame's
+    /// arrival.
+    ///
+    /// [`Lane::reserve_queued`]: crate::pcie_model::timeline::Lane::reserve_queued
+    #[inline(always)]
+    fn rx_held_run(
+        wire: &mut Lane,
+        dma: &mut DmaLanes,
+        steps: (Step, Step, Step, Ps),
+        posted: &[Ps],
+        slots: &mut [(Ps, Ps)],
+    ) -> usize {
+        let (wire_s, both_s, eng_w, drain) = steps;
+        let wq = wire_s.whole_ps();
+        let mut end = dma.up.free_at();
+        if end < drain || wire.free_at() > end - drain || dma.eng.free_at() >= end {
+            return 0;
+        }
+        // The general booking on copies, to check the chain against (debug builds).
+        let mut check = cfg!(debug_assertions).then_some((*wire, *dma));
+        let (mut n, mut at) = (0, 0);
+        for (&p, slot) in posted.iter().zip(slots) {
+            let fc = end - drain;
+            if p > fc {
+                break;
+            }
+            at = fc + wq;
+            let r = dma.up.reserve_queued(both_s);
+            end = r.end;
+            *slot = (r.done, at);
+            n += 1;
+            if let Some((w, d)) = &mut check {
+                let a = w.reserve_whole(p.max(d.up.free_at().saturating_sub(drain)), wire_s);
+                let e = d.eng.reserve_whole(a, eng_w);
+                debug_assert_eq!((d.up.reserve(e, both_s).done, a), *slot);
+            }
+        }
+        if n > 0 {
+            wire.reserve_whole(at - wq, wire_s);
+            dma.eng.reserve_whole(at, eng_w);
+        }
+        if let Some((w, d)) = check {
+            debug_assert_eq!(
+                (w.free_at(), d.eng.free_at(), d.up.free_at()),
+                (wire.free_at(), dma.eng.free_at(), dma.up.free_at())
+            );
+        }
+        n
     }
 
     /// [`NicModel::rx_book_whole`]'s header-ring WQE fetch at `at` when `posted` WQEs are
