@@ -112,7 +112,7 @@ use crate::pcie_model::dram::{LoadedLatency, write_cost};
 use crate::pcie_model::pcie::{PcieLink, Traffic};
 use crate::pcie_model::profile::{Efficiency, HardwareProfile};
 use crate::pcie_model::timeline::{
-    Cost, PS_PER_NS, Ps, ResourceKind, Step, Timelines, pick_bottleneck,
+    Cost, DmaLanes, Lane, PS_PER_NS, Ps, ResourceKind, Step, Timelines, pick_bottleneck,
 };
 use crate::pcie_model::{Breakdown, BreakdownInput};
 
@@ -733,6 +733,9 @@ struct MemoryContention {
     milli_acc: u64,
     /// DMA-read adder of a Tx read that misses the LLC, ps.
     miss_adder_ps: Ps,
+    /// The miss fractions of the last [`MemoryContention::price`]: the prices depend only on
+    /// them and on `latency_ns`, so an update that changes neither keeps them.
+    priced: (u64, u64),
 }
 
 impl MemoryContention {
@@ -775,6 +778,7 @@ impl MemoryContention {
             var_milli: 0,
             milli_acc: 0,
             miss_adder_ps: 0,
+            priced: (0, 0),
         };
         m.price(0, 0);
         Ok(m)
@@ -792,11 +796,14 @@ impl MemoryContention {
             self.latency_ns = self.curve.latency_ns(u / self.sustained);
             self.win_start = now;
             self.win_busy = busy;
+        } else if self.priced == (miss_ppm, meta_miss_ppm) {
+            return;
         }
         self.price(miss_ppm, meta_miss_ppm);
     }
 
     fn price(&mut self, miss_ppm: u64, meta_miss_ppm: u64) {
+        self.priced = (miss_ppm, meta_miss_ppm);
         let l = self.latency_ns * self.ghz;
         self.round_cycles = (l - self.llc_cycles).max(0.0);
         self.lost_headers = self.header_lines * miss_ppm as f64 / 1e6;
@@ -814,6 +821,10 @@ impl MemoryContention {
     /// once and the core waits one DRAM access per round of them ([`Self::rounds`]).
     #[inline]
     fn burst_stall(&self, n: u64) -> u64 {
+        if self.lost_headers == 0.0 && self.lost_meta == 0.0 {
+            // Nothing lost (DDIO keeps every line): no round to wait for.
+            return 0;
+        }
         let n = n as f64;
         let rounds = self.rounds(self.lost_headers * n) + self.rounds(self.lost_meta * n);
         (rounds * self.round_cycles * 1000.0).round() as u64
@@ -913,6 +924,14 @@ pub(crate) struct Timing {
     miss_ppm: u64,
     /// Per million of the cores' LLC-resident lines the packet data in the LLC evicted.
     meta_miss_ppm: u64,
+    /// The packet bytes in flight `miss_ppm` and `meta_miss_ppm` were last worked out for
+    /// ([`Timing::ddio_update`]).
+    ddio_inflight: Option<u64>,
+    /// The up and down link steps of a full batch's header-ring WQE fetch, once worked out
+    /// ([`NicModel::rx_book_whole`]).
+    rx_fetch_full: Option<(Step, Step)>,
+    /// The receive pass's transfers of the last frame length it booked.
+    rx_steps: RxSteps,
     dram_acc: u64,
     /// Bytes of a packet's header the NFs rewrite (`host.cycles.header_writes` lines): after the
     /// core read a lost header back from DRAM and rewrote it, the line is written back again.
@@ -921,8 +940,7 @@ pub(crate) struct Timing {
     /// by the write cost).
     dram_book_acc: u64,
     /// Per Rx CQ slot: when the CQE is visible to the CPU, and when its frame arrived.
-    cq_ready: Box<[Ps]>,
-    cq_arrival: Box<[Ps]>,
+    cq_slots: Box<[(Ps, Ps)]>,
     cq_mask: u32,
     /// Tx WQEs in flight in model time: (departure, WQEBBs), FIFO (a power-of-two ring).
     inflight: Box<[(Ps, u32)]>,
@@ -953,6 +971,55 @@ struct SendRun {
 
 /// The most sends [`SendRun`] queues before it books them.
 const SEND_RUN: usize = 64;
+
+/// The transfers [`NicModel::rx_book_whole`] books for a frame of `len` bytes received whole,
+/// split into steps of their resources: the frame on the wire, its data write and its
+/// completion write on the up link (and both together), and the DMA engine's write and read
+/// ops. A queue's costs do not change, so the steps of the last length serve the next pass.
+#[derive(Clone, Copy, Debug)]
+struct RxSteps {
+    /// The frame length ([`RxSteps::NONE`]'s `u32::MAX`: none yet).
+    len: u32,
+    wire: Step,
+    data: Step,
+    cqe: Step,
+    both: Step,
+    eng_w: Step,
+    eng_r: Step,
+}
+
+impl RxSteps {
+    /// No steps yet (no frame is `u32::MAX` bytes long).
+    const NONE: RxSteps = RxSteps {
+        len: u32::MAX,
+        wire: Step::ZERO,
+        data: Step::ZERO,
+        cqe: Step::ZERO,
+        both: Step::ZERO,
+        eng_w: Step::ZERO,
+        eng_r: Step::ZERO,
+    };
+
+    fn new(tl: &Timelines, k: &mut Costs, len: u32) -> Self {
+        let (op, writes) = (&k.op, &mut k.writes);
+        let data = writes.get(len, |n| op.rx_data_write(n)).up_bytes;
+        let (up, eng) = (
+            tl.get(ResourceKind::PcieUp),
+            tl.get(ResourceKind::DmaEngine),
+        );
+        RxSteps {
+            len,
+            wire: tl
+                .get(ResourceKind::WireRx)
+                .step(u64::from(len) + k.wire_overhead),
+            data: up.step(data),
+            cqe: up.step(k.cqe.up_bytes),
+            both: up.step(data + k.cqe.up_bytes),
+            eng_w: eng.step(tl.dma_write_ps()),
+            eng_r: eng.step(tl.dma_read_ps()),
+        }
+    }
+}
 
 impl Timing {
     /// The DRAM traffic of a received packet (`hl` header and `host_payload` payload bytes in
@@ -1135,21 +1202,21 @@ impl Timing {
     #[inline]
     pub(crate) fn cq_set(&mut self, slot: u32, ready: Ps, arrival: Ps) {
         let i = (slot & self.cq_mask) as usize;
-        self.cq_ready[i] = ready;
-        self.cq_arrival[i] = arrival;
+        self.cq_slots[i] = (ready, arrival);
         self.last = self.last.max(ready);
     }
 
     /// When Rx CQ slot `slot` becomes visible.
     #[inline]
     pub(crate) fn cq_ready(&self, slot: u32) -> Ps {
-        self.cq_ready[(slot & self.cq_mask) as usize]
+        self.cq_slots[(slot & self.cq_mask) as usize].0
     }
 
-    /// When the frame of Rx CQ slot `slot` arrived.
+    /// Per Rx CQ slot, when it becomes visible and when its frame arrived, and the mask that
+    /// maps a slot count to its index (the queue's polling reads them in a loop).
     #[inline]
-    pub(crate) fn cq_arrival(&self, slot: u32) -> Ps {
-        self.cq_arrival[(slot & self.cq_mask) as usize]
+    pub(crate) fn cq_slots(&self) -> (&[(Ps, Ps)], u32) {
+        (&self.cq_slots, self.cq_mask)
     }
 
     /// WQEBBs free in the send queue in model time (WQEs whose frames have not left count).
@@ -1211,9 +1278,14 @@ impl Timing {
     /// memory system's state ([`MemoryContention::update`]).
     pub(crate) fn ddio_update(&mut self, entries: u64, host_bytes: u64, len: u64) {
         let w = entries * self.ddio_peers.port_bytes(host_bytes, len);
-        let p = self.ddio.p_hit(w);
-        self.miss_ppm = ((1.0 - p) * 1e6).round() as u64;
-        self.meta_miss_ppm = ((1.0 - self.ddio.core_hit(w, self.core_bytes)) * 1e6).round() as u64;
+        if self.ddio_inflight != Some(w) {
+            // The fractions depend only on the bytes in flight (the cores' state is fixed).
+            self.ddio_inflight = Some(w);
+            let p = self.ddio.p_hit(w);
+            self.miss_ppm = ((1.0 - p) * 1e6).round() as u64;
+            self.meta_miss_ppm =
+                ((1.0 - self.ddio.core_hit(w, self.core_bytes)) * 1e6).round() as u64;
+        }
         let busy = self.tl.get(ResourceKind::Hostmem).busy_ps();
         self.mem
             .update(self.now, busy, self.miss_ppm, self.meta_miss_ppm);
@@ -1571,11 +1643,13 @@ impl NicModel {
                         * CACHE_LINE,
                     miss_ppm: 0,
                     meta_miss_ppm: 0,
+                    ddio_inflight: None,
+                    rx_fetch_full: None,
+                    rx_steps: RxSteps::NONE,
                     dram_acc: 0,
                     rewrite_bytes: u64::from(cyc.header_writes) * CACHE_LINE,
                     dram_book_acc: 0,
-                    cq_ready: vec![0; cq].into_boxed_slice(),
-                    cq_arrival: vec![0; cq].into_boxed_slice(),
+                    cq_slots: vec![(0, 0); cq].into_boxed_slice(),
                     cq_mask: cq as u32 - 1,
                     // A power of two (`txn` is), so positions wrap with a mask.
                     inflight: vec![(0, 0); txn].into_boxed_slice(),
@@ -1747,6 +1821,17 @@ impl NicModel {
     /// completion slot ([`Timing::cq_set`]). Frame `i` is `lens[i]` bytes long and took header
     /// descriptor `first + i`, posted at `posted_at[(first + i) & mask]` when `posted0 - i`
     /// were posted, and completion slot `slot0 + i`.
+    ///
+    /// The pass goes a run of equal lengths at a time, with the lanes, the prefetched WQEs,
+    /// the compressed-slot count and the completion slots in locals. A run of the commonest
+    /// kind (no refused descriptor, every completion written, DMA-engine writes that take no
+    /// time, no DDIO losses, wire and engine in whole picoseconds) takes a short loop with
+    /// shortcuts that give the same times: the wire and the engine book with
+    /// [`Lane::reserve_whole`](crate::pcie_model::timeline::Lane::reserve_whole), and a frame's
+    /// completion, ready on the up link when its data is (its engine write ends with the
+    /// data's), queues right behind the data, so one reservation of both transfers' bytes books
+    /// the same busy-until time and completion end (a lane's time is exact, so `a` then `b`
+    /// units end where `a + b` do). Other runs take the frame-by-frame booking.
     pub(crate) fn rx_book_whole(
         &mut self,
         lens: &[u32],
@@ -1769,90 +1854,274 @@ impl NicModel {
         let mask = (posted_at.len() as u32).wrapping_sub(1);
         let k = &mut self.k;
         // The DMA engine's, the link's and the wire's state on lanes for the pass; each
-        // transfer's cost split once (per frame length for the data).
+        // transfer's cost split once per frame length (kept for the next pass).
         let tl = &t.tl;
-        let eng = tl.get(ResourceKind::DmaEngine);
-        let (eng_w, eng_r) = (eng.step(tl.dma_write_ps()), eng.step(tl.dma_read_ps()));
-        let cqe_s = tl.get(ResourceKind::PcieUp).step(k.cqe.up_bytes);
-        let read_latency = tl.read_latency_ps();
+        if let Some(&len) = lens.first()
+            && t.rx_steps.len != len
+        {
+            t.rx_steps = RxSteps::new(tl, k, len);
+        }
+        let st = &t.rx_steps;
+        let (eng_w, eng_r, cqe_s) = (st.eng_w, st.eng_r, st.cqe);
         let (drain, posted_latency) = (t.rx_buffer_drain, t.posted_latency);
         let mut dma = tl.dma_lanes();
-        let wire_r = tl.get(ResourceKind::WireRx);
-        let mut wire = wire_r.lane();
-        let (mut shape, mut wire_s, mut data_s) = (u32::MAX, Step::default(), Step::default());
-        // Reservations counted per run: frames and data writes of the current length, and
-        // the pass's DMA-engine writes and completion writes.
-        let (mut frames, mut datas, mut writes_n, mut cqes) = (0, 0, 0, 0);
-        for (i, &len) in lens.iter().enumerate() {
-            if len != shape {
-                wire.add(frames, wire_s);
-                dma.up.add(datas, data_s);
-                (frames, datas) = (0, 0);
-                let tl = &t.tl;
-                shape = len;
-                let (op, writes) = (&k.op, &mut k.writes);
-                wire_s = tl
-                    .get(ResourceKind::WireRx)
-                    .step(u64::from(len) + k.wire_overhead);
-                data_s = tl
-                    .get(ResourceKind::PcieUp)
-                    .step(writes.get(len, |n| op.rx_data_write(n)).up_bytes);
-            }
-            // Its arrival (`Timing::arrive`): flow control holds the sender while the receive
-            // buffer is too full.
-            let c = first.wrapping_add(i as u32);
-            let ready = posted_at[(c & mask) as usize].max(dma.up.free_at().saturating_sub(drain));
-            let at = wire.reserve(ready, wire_s).end;
-            frames += 1;
-            if t.first.is_none() {
-                t.first = Some(at);
-            }
-            // The header-ring WQE (`rx_wqe_consumed`): a fetch when the prefetched ones are used
-            // up.
-            if self.rx_wqe_left == 0 {
-                let (nw, tr) =
-                    Self::rx_wqe_fetch_charged(k, &mut self.c, posted0.wrapping_sub(i as u32));
-                let (up, down) = (
-                    t.tl.get(ResourceKind::PcieUp).step(tr.up_bytes),
-                    t.tl.get(ResourceKind::PcieDown).step(tr.down_bytes),
-                );
-                dma.read_booked(t.tl.reads_mut(), at, at, eng_r, up, down, read_latency);
-                dma.eng.add(1, eng_r);
-                dma.up.add(1, up);
-                dma.down.add(1, down);
-                self.rx_wqe_left = nw;
-            }
-            self.rx_wqe_left -= 1;
-            if i == next_refused {
-                r += 1;
-                next_refused = if r < nrefused {
-                    usize::from(t.rx_refused[r])
-                } else {
-                    usize::MAX
-                };
+        let mut wire = tl.get(ResourceKind::WireRx).lane();
+        // The short loop's conditions that hold for the whole pass.
+        let quick = eng_w.takes_no_time()
+            && dma.eng.whole_with(eng_w)
+            && dma.eng.whole_with(eng_r)
+            && t.miss_ppm == 0
+            && k.mini_per_slot.is_none();
+        let (mut cqe_mini, mut wqe_left, mut last) = (t.cqe_mini, self.rx_wqe_left, t.last);
+        // The pass's DMA-engine writes and completion writes.
+        let (mut writes_n, mut cqes) = (0, 0);
+        // The completion slots' times, out of `t` for the pass (they go back after it).
+        let cq_mask = t.cq_mask;
+        let mut cq_slots = std::mem::take(&mut t.cq_slots);
+        let mut i = 0;
+        while i < lens.len() {
+            let len = lens[i];
+            // The run's end; a pass of one length (the commonest) is found without a search.
+            let end = if i == 0 && lens.iter().fold(0, |d, &l| d | (l ^ len)) == 0 {
+                lens.len()
             } else {
-                // The data write (`rx_book`): the whole frame into its header buffer.
-                dma.posted_write(at, eng_w, data_s);
-                datas += 1;
-                writes_n += 1;
-                t.book_lost_packet(&mut self.c.dram_bytes, at, len, 0);
-            }
-            // The completion (`rx_cqe_book`).
-            let visible = if Self::cqe_written(t, k) {
-                writes_n += 1;
-                cqes += 1;
-                dma.posted_write(at, eng_w, cqe_s).done
-            } else {
-                at + posted_latency
+                lens[i..]
+                    .iter()
+                    .position(|&l| l != len)
+                    .map_or(lens.len(), |n| i + n)
             };
-            t.cq_set(slot0.wrapping_add(i as u32), visible, at);
+            if t.rx_steps.len != len {
+                t.rx_steps = RxSteps::new(&t.tl, k, len);
+            }
+            let (wire_s, data_s, both_s) = (t.rx_steps.wire, t.rx_steps.data, t.rx_steps.both);
+            let frames = (end - i) as u64;
+            let mut datas = 0;
+            if quick && next_refused >= end && wire.whole_with(wire_s) {
+                // Every frame's data and completion (see above), booked as one transfer.
+                // Completions become visible in booking order on the up link, so the run's
+                // last is its latest.
+                let mut visible = last;
+                // Whether frames held by flow control can take `rx_held_run`.
+                let held = both_s.whole_ps() >= wire_s.whole_ps() && wire_s.whole_ps() < drain;
+                let mut j = i;
+                while j < end {
+                    // A piece of the run in which neither the header ring nor the completion
+                    // queue wraps, walked without indexing.
+                    let c = first.wrapping_add(j as u32);
+                    let (pi, si) = (
+                        (c & mask) as usize,
+                        (slot0.wrapping_add(j as u32) & cq_mask) as usize,
+                    );
+                    let m = (end - j).min(posted_at.len() - pi).min(cq_slots.len() - si);
+                    let (posted, slots) = (&posted_at[pi..pi + m], &mut cq_slots[si..si + m]);
+                    let mut x = 0;
+                    while x < m {
+                        if held && wqe_left > 0 {
+                            // Frames held by flow control, booked as a chain on the up link.
+                            let n = (m - x).min(wqe_left as usize);
+                            let done = Self::rx_held_run(
+                                &mut wire,
+                                &mut dma,
+                                (wire_s, both_s, eng_w, drain),
+                                &posted[x..x + n],
+                                &mut slots[x..x + n],
+                            );
+                            if done > 0 {
+                                visible = slots[x + done - 1].0;
+                                wqe_left -= done as u32;
+                                (x, j) = (x + done, j + done);
+                                if x == m {
+                                    break;
+                                }
+                            }
+                        }
+                        let fc = dma.up.free_at().saturating_sub(drain);
+                        let at = wire.reserve_whole(posted[x].max(fc), wire_s);
+                        if wqe_left == 0 {
+                            let posted = posted0.wrapping_sub(j as u32);
+                            wqe_left =
+                                Self::rx_wqe_fetch_booked(k, &mut self.c, t, &mut dma, at, posted);
+                        }
+                        wqe_left -= 1;
+                        let e = dma.eng.reserve_whole(at, eng_w);
+                        visible = dma.up.reserve(e, both_s).done;
+                        slots[x] = (visible, at);
+                        (x, j) = (x + 1, j + 1);
+                    }
+                }
+                last = last.max(visible);
+                datas = frames;
+                cqes += frames;
+            } else {
+                for j in i..end {
+                    // Its arrival (`Timing::arrive`): flow control holds the sender while the
+                    // receive buffer is too full.
+                    let c = first.wrapping_add(j as u32);
+                    let fc = dma.up.free_at().saturating_sub(drain);
+                    let at = wire
+                        .reserve(posted_at[(c & mask) as usize].max(fc), wire_s)
+                        .end;
+                    // The header-ring WQE (`rx_wqe_consumed`): a fetch when the prefetched ones
+                    // are used up.
+                    if wqe_left == 0 {
+                        let posted = posted0.wrapping_sub(j as u32);
+                        wqe_left =
+                            Self::rx_wqe_fetch_booked(k, &mut self.c, t, &mut dma, at, posted);
+                    }
+                    wqe_left -= 1;
+                    if j == next_refused {
+                        r += 1;
+                        next_refused = if r < nrefused {
+                            usize::from(t.rx_refused[r])
+                        } else {
+                            usize::MAX
+                        };
+                    } else {
+                        // The data write (`rx_book`): the whole frame into its header buffer.
+                        dma.posted_write(at, eng_w, data_s);
+                        datas += 1;
+                        t.book_lost_packet(&mut self.c.dram_bytes, at, len, 0);
+                    }
+                    // The completion (`rx_cqe_book`; `cqe_written` with the count in a local).
+                    let written = match k.mini_per_slot {
+                        None => true,
+                        Some(per) => {
+                            cqe_mini += 1;
+                            let full = cqe_mini == per;
+                            if full {
+                                cqe_mini = 0;
+                            }
+                            full
+                        }
+                    };
+                    let visible = if written {
+                        cqes += 1;
+                        dma.posted_write(at, eng_w, cqe_s).done
+                    } else {
+                        at + posted_latency
+                    };
+                    let slot = (slot0.wrapping_add(j as u32) & cq_mask) as usize;
+                    cq_slots[slot] = (visible, at);
+                    last = last.max(visible);
+                }
+            }
+            wire.add(frames, wire_s);
+            dma.up.add(datas, data_s);
+            writes_n += datas;
+            i = end;
         }
-        wire.add(frames, wire_s);
-        dma.up.add(datas, data_s);
-        dma.eng.add(writes_n, eng_w);
+        dma.eng.add(writes_n + cqes, eng_w);
         dma.up.add(cqes, cqe_s);
         t.tl.settle_dma(dma);
         t.tl.get_mut(ResourceKind::WireRx).settle(wire);
+        self.rx_wqe_left = wqe_left;
+        (t.cqe_mini, t.last) = (cqe_mini, last);
+        if t.first.is_none() && !lens.is_empty() {
+            t.first = Some(cq_slots[(slot0 & cq_mask) as usize].1);
+        }
+        t.cq_slots = cq_slots;
+    }
+
+    /// [`NicModel::rx_book_whole`]'s short loop for frames held by flow control: books frames
+    /// posted at `posted` (none fetching a WQE) into completion slots `slots` while each is,
+    /// and returns how many it booked. `steps` are the frame's wire time, its data and
+    /// completion on the up link, the engine's write (which takes no time) and the receive
+    /// buffer's drain time, with wire and engine lanes in whole picoseconds.
+    ///
+    /// A frame is held when the up link's busy-until time less the drain time is past its
+    /// descriptor's posting and the wire's busy-until time: it arrives `wire` after that time.
+    /// When the drain time exceeds the frame's wire time and the engine is free before the
+    /// link, its writes (ready when it arrived, or when the engine is free) queue behind the
+    /// link's backlog; and when the link takes at least as long per frame as the wire
+    /// (`both >= wire`), the next frame finds the wire free again by its own time. So each
+    /// frame's times follow from the link's busy-until time alone
+    /// ([`Lane::reserve_queued`]), exactly as the general booking gives them; the wire ends
+    /// where the last frame left it and the engine at the later of its time and that frame's
+    /// arrival.
+    ///
+    /// [`Lane::reserve_queued`]: crate::pcie_model::timeline::Lane::reserve_queued
+    #[inline(always)]
+    fn rx_held_run(
+        wire: &mut Lane,
+        dma: &mut DmaLanes,
+        steps: (Step, Step, Step, Ps),
+        posted: &[Ps],
+        slots: &mut [(Ps, Ps)],
+    ) -> usize {
+        let (wire_s, both_s, eng_w, drain) = steps;
+        let wq = wire_s.whole_ps();
+        let mut end = dma.up.free_at();
+        if end < drain || wire.free_at() > end - drain || dma.eng.free_at() >= end {
+            return 0;
+        }
+        // The general booking on copies, to check the chain against (debug builds).
+        let mut check = cfg!(debug_assertions).then_some((*wire, *dma));
+        let (mut n, mut at) = (0, 0);
+        for (&p, slot) in posted.iter().zip(slots) {
+            let fc = end - drain;
+            if p > fc {
+                break;
+            }
+            at = fc + wq;
+            let r = dma.up.reserve_queued(both_s);
+            end = r.end;
+            *slot = (r.done, at);
+            n += 1;
+            if let Some((w, d)) = &mut check {
+                let a = w.reserve_whole(p.max(d.up.free_at().saturating_sub(drain)), wire_s);
+                let e = d.eng.reserve_whole(a, eng_w);
+                debug_assert_eq!((d.up.reserve(e, both_s).done, a), *slot);
+            }
+        }
+        if n > 0 {
+            wire.reserve_whole(at - wq, wire_s);
+            dma.eng.reserve_whole(at, eng_w);
+        }
+        if let Some((w, d)) = check {
+            debug_assert_eq!(
+                (w.free_at(), d.eng.free_at(), d.up.free_at()),
+                (wire.free_at(), dma.eng.free_at(), dma.up.free_at())
+            );
+        }
+        n
+    }
+
+    /// [`NicModel::rx_book_whole`]'s header-ring WQE fetch at `at` when `posted` WQEs are
+    /// posted, charged and booked on the pass's lanes `dma`; returns the WQEs fetched. Out of
+    /// line: a fetch serves a batch of frames, and the pass's loops keep their state in
+    /// registers without its. A full batch's transfers are split into steps once per queue.
+    #[inline(never)]
+    fn rx_wqe_fetch_booked(
+        k: &Costs,
+        c: &mut NicCounters,
+        t: &mut Timing,
+        dma: &mut DmaLanes,
+        at: Ps,
+        posted: u32,
+    ) -> u32 {
+        let (nw, tr) = Self::rx_wqe_fetch_charged(k, c, posted);
+        let tl = &t.tl;
+        let steps = |tr: Traffic| {
+            (
+                tl.get(ResourceKind::PcieUp).step(tr.up_bytes),
+                tl.get(ResourceKind::PcieDown).step(tr.down_bytes),
+            )
+        };
+        let (up, down) = if nw == k.rx_batch {
+            *t.rx_fetch_full.get_or_insert_with(|| steps(tr))
+        } else {
+            steps(tr)
+        };
+        let tl = &mut t.tl;
+        let (eng_r, latency) = (
+            tl.get(ResourceKind::DmaEngine).step(tl.dma_read_ps()),
+            tl.read_latency_ps(),
+        );
+        dma.read_booked(tl.reads_mut(), at, at, eng_r, up, down, latency);
+        dma.eng.add(1, eng_r);
+        dma.up.add(1, up);
+        dma.down.add(1, down);
+        nw
     }
 
     /// Whether the next Rx completion's write goes out (with CQE compression, only each full

@@ -255,6 +255,20 @@ fn refused_whole(model: &mut NicModel, e: u8) -> (u8, u8) {
     (e, cqe_op::RESP_ERR)
 }
 
+/// Timed: header descriptors `from..from + n` were posted at `now` (`posted_at` is indexed by
+/// descriptor modulo its power-of-two length), filled a piece of the ring at a time.
+fn stamp_posted(posted_at: &mut [Ps], from: u32, n: u32, now: Ps) {
+    let mask = posted_at.len() as u32 - 1;
+    let (mut at, mut left) = (from, n as usize);
+    while left > 0 {
+        let i = (at & mask) as usize;
+        let m = left.min(posted_at.len() - i);
+        posted_at[i..i + m].fill(now);
+        at = at.wrapping_add(m as u32);
+        left -= m;
+    }
+}
+
 /// Returns the buffers a completion names to their caches: an error completion, or a completion
 /// nobody will turn into a packet.
 #[cold]
@@ -354,13 +368,8 @@ impl VnicQueue {
             self.hdr.post(&self.scratch[..n]);
             self.stats.rx_nombuf += (n < k) as u64;
             if let Some(t) = self.model.t.as_deref() {
-                let now = t.now();
-                let mask = self.hdr_posted_at.len() as u32 - 1;
-                let mut i = before;
-                while i != self.hdr.producer() {
-                    self.hdr_posted_at[(i & mask) as usize] = now;
-                    i = i.wrapping_add(1);
-                }
+                let posted = self.hdr.producer().wrapping_sub(before);
+                stamp_posted(&mut self.hdr_posted_at, before, posted, t.now());
             }
         }
         if let (Some(r), Some(c)) = (&mut self.primary, &mut self.cache.nic) {
@@ -1341,20 +1350,24 @@ impl VnicQueue {
         let ci0 = cq.consumer();
         let end = ci0.wrapping_add(n);
         let (mut err_p, mut err_s) = (0u32, 0u32);
-        let timing = self.model.t.as_deref();
+        // A timed queue's completion slot times as a local view (the metadata writes below
+        // would otherwise make the compiler reload them per packet), and the visibility limit.
+        let (cq_times, cq_mask) = match self.model.t.as_deref() {
+            Some(t) if TIMED => t.cq_slots(),
+            _ => (&[][..], 0),
+        };
+        let limit = until.unwrap_or(Ps::MAX);
         let mut latest = 0;
         while cq.consumer() != end {
-            let arrival = match timing {
-                Some(t) if TIMED => {
-                    let slot = cq.consumer();
-                    let ready = t.cq_ready(slot);
-                    if until.is_some_and(|u| ready > u) {
-                        break;
-                    }
-                    latest = latest.max(ready);
-                    t.cq_arrival(slot)
+            let arrival = if TIMED && !cq_times.is_empty() {
+                let (ready, arrival) = cq_times[(cq.consumer() & cq_mask) as usize];
+                if ready > limit {
+                    break;
                 }
-                _ => 0,
+                latest = latest.max(ready);
+                arrival
+            } else {
+                0
             };
             let Some(cqe) = cq.poll() else {
                 break;
