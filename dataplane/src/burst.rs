@@ -498,6 +498,7 @@ fn swap_macs_ssse3(burst: &mut Burst, short: DropReason) -> usize {
 
 /// The rare header segment of fewer than 16 bytes in [`swap_macs_ssse3`]: swapped when it
 /// holds both addresses (`true`), else left alone (`false`: the caller drops the packet).
+#[cfg(target_arch = "x86_64")]
 #[cold]
 #[inline(never)]
 fn swap_macs_short(h: &mut [u8]) -> bool {
