@@ -1,9 +1,9 @@
 //! `macswap`: swaps the Ethernet source and destination addresses (testpmd's `macswap` mode). It
 //! touches the header segment only, so it costs the same in every datapath mode.
 //!
-//! One pass over the live packets with [`Burst::packets_mut`], which prefetches the headers a
-//! few packets ahead while the current one is rewritten; the swap is two 6-byte moves through a
-//! 12-byte copy (a few register moves, no byte loop).
+//! The swap is the burst's own [`Burst::swap_ethernet_addresses`]: one pass over the live
+//! packets with the headers prefetched a few packets ahead, one 16-byte shuffle per header on
+//! x86-64 CPUs with SSSE3 (as testpmd's macswap does), no `unsafe` here.
 
 use dataplane::{Burst, Counters, DropReason, NetworkFunction, NfContext};
 
@@ -42,19 +42,7 @@ impl NetworkFunction for MacSwap {
         // Every live packet is swapped but the truncated ones: one count per burst instead of
         // one per packet.
         let live = burst.live_count() as u64;
-        let mut truncated = 0u64;
-        // `for_each` (not a `for` loop): the walk then prefetches without a check per packet.
-        burst.packets_mut().for_each(|mut p| {
-            let Some(macs) = p.header().first_chunk_mut::<12>() else {
-                p.drop_packet(DropReason::TRUNCATED);
-                truncated += 1;
-                return;
-            };
-            let (dst, src) = macs.split_at_mut(6);
-            let d: [u8; 6] = (*dst).try_into().expect("6 bytes");
-            dst.copy_from_slice(src);
-            src.copy_from_slice(&d);
-        });
+        let truncated = burst.swap_ethernet_addresses(DropReason::TRUNCATED) as u64;
         self.swapped += live - truncated;
         self.truncated += truncated;
     }
