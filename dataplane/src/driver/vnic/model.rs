@@ -1152,9 +1152,11 @@ impl Timing {
         self.cq_arrival[(slot & self.cq_mask) as usize]
     }
 
-    /// WQEBBs free in the send queue in model time (WQEs whose frames have not left count).
+    /// WQEBBs free in the send queue in model time (WQEs whose frames have not left count); a
+    /// paced queue's (an unpaced one records no WQEs in flight, see [`Timing::tx_inflight_push`]).
     #[inline]
     pub(crate) fn tx_room(&mut self, ring_bbs: u32) -> u32 {
+        debug_assert!(self.paced(), "only a paced queue records its WQEs in flight");
         let now = self.now;
         let mask = self.inflight.len() - 1;
         while self.if_len > 0 {
@@ -1172,6 +1174,9 @@ impl Timing {
     /// [`Timing::tx_inflight_push`] of WQEs of `nbb` WQEBBs leaving at `deps`, in order.
     #[inline]
     fn tx_inflight_push_all(&mut self, deps: &[Ps], nbb: u32) {
+        if self.pace.is_none() {
+            return;
+        }
         let cap = self.inflight.len();
         let mask = cap - 1;
         let (mut head, mut len, mut bbs) = (self.if_head, self.if_len, self.inflight_bbs);
@@ -1188,8 +1193,14 @@ impl Timing {
         (self.if_head, self.if_len, self.inflight_bbs) = (head, len, bbs);
     }
 
+    /// Records a WQE of `nbb` WQEBBs in flight until `dep`, for [`Timing::tx_room`]. Only a
+    /// paced queue asks for room in model time (unpaced, flow control holds the sender), and
+    /// whether a queue is paced is fixed when it is built: an unpaced queue keeps no record.
     #[inline]
     fn tx_inflight_push(&mut self, dep: Ps, nbb: u32) {
+        if self.pace.is_none() {
+            return;
+        }
         let cap = self.inflight.len();
         let mask = cap - 1;
         if self.if_len == cap {
