@@ -305,6 +305,14 @@ pub struct Step {
     r: u64,
 }
 
+impl Step {
+    /// True when the work takes no time (a free resource, or no units).
+    #[inline]
+    pub fn is_free(&self) -> bool {
+        self.q == 0 && self.r == 0
+    }
+}
+
 /// A resource's busy-until state copied out for a run of reservations ([`Resource::lane`]),
 /// booked with [`Lane::reserve`] and written back with [`Resource::settle`]: a loop that books
 /// many transfers keeps the state in registers instead of going through the resource each time.
@@ -354,6 +362,41 @@ impl Lane {
     #[inline(always)]
     pub fn free_at(&self) -> Ps {
         self.free_ps + u64::from(self.free_rem > 0)
+    }
+
+    /// Starts a run of reservations that are all ready at `ready`, booked with
+    /// [`Lane::reserve_queued`]: an idle lane starts the run at `ready`, as [`Lane::reserve`]
+    /// would start its first one (a busy lane is left as it is).
+    ///
+    /// Why a run needs no check per reservation: after this the lane is either free at
+    /// exactly `ready` (no remainder) or busy past it, and each reservation of the run keeps it
+    /// so (it starts where the lane is free and ends no earlier). From either state
+    /// [`Lane::reserve`] at `ready` starts at the lane's busy-until time, remainder included,
+    /// which is all [`Lane::reserve_queued`] does.
+    #[inline(always)]
+    pub fn start_run(&mut self, ready: Ps) {
+        if ready >= self.free_at() {
+            self.free_ps = ready;
+            self.free_rem = 0;
+        }
+    }
+
+    /// [`Lane::reserve`] of work `s` in a run started with [`Lane::start_run`] (every
+    /// reservation of the run ready at the run's time): it queues behind the lane's busy-until
+    /// time, keeping its fractional picoseconds. Returns when the lane is free again (the
+    /// reservation's `end`).
+    #[inline(always)]
+    pub fn reserve_queued(&mut self, s: Step) -> Ps {
+        // free_rem < den and s.r < den: at most one carry.
+        let mut rem = self.free_rem + s.r;
+        let mut ps = self.free_ps + s.q;
+        if rem >= self.den {
+            rem -= self.den;
+            ps += 1;
+        }
+        self.free_ps = ps;
+        self.free_rem = rem;
+        ps + u64::from(rem > 0)
     }
 
     /// Counts `n` reservations of work `s` made with [`Lane::reserve`].
@@ -542,20 +585,29 @@ impl OutstandingReads {
 
     /// Lazy: drops the reads a later issue's time has reached (the ones the heap retired) and
     /// forgets the issue times, which every remaining read has now been checked against.
+    ///
+    /// The latest issue time after a read's record is the first maximum issued later, and the
+    /// list is in record order, so each maximum applies to one stretch of the list (found by a
+    /// binary search): the walk compares each read with one time and compacts in place.
     fn clean_up(&mut self) {
-        let maxima = &self.maxima;
-        let mut m = 0;
-        self.list.retain(|&(done, before)| {
-            // The latest issue time after this read's record: the first maximum issued later.
-            while m < maxima.len() && maxima[m].0 <= before {
-                m += 1;
-            }
-            maxima.get(m).is_none_or(|&(_, t)| done > t)
-        });
         let issues = self.issues;
-        for r in &mut self.list {
-            r.1 = issues;
+        let list = &mut self.list[..];
+        let (mut r, mut w) = (0, 0);
+        for &(issue, t) in &self.maxima {
+            let end = r + list[r..].partition_point(|&(_, before)| before < issue);
+            for k in r..end {
+                let done = list[k].0;
+                list[w] = (done, issues);
+                w += usize::from(done > t);
+            }
+            r = end;
         }
+        // Recorded after the last issue: nothing has retired them.
+        for k in r..list.len() {
+            list[w] = (list[k].0, issues);
+            w += 1;
+        }
+        self.list.truncate(w);
         self.maxima.clear();
     }
 
@@ -1040,6 +1092,40 @@ mod tests {
                 (b.free_ps, b.free_rem, b.units)
             );
             assert_eq!(a.reservations(), b.reservations());
+        }
+    }
+
+    #[test]
+    fn a_run_ready_at_one_time_books_as_reservations_one_by_one() {
+        // Runs of reservations all ready at one time (idle gaps before some, backlogs before
+        // others, sizes mixed within a run, free work among them): a lane started at the run's
+        // time and booked with `reserve_queued` gives each one `reserve`'s end and leaves the
+        // same state, remainder included, on a fractional, an integer and a free cost.
+        for cost in [
+            Cost::per_byte_at_bps(113_700_000_000),
+            Cost::ps_per_unit(3),
+            Cost::FREE,
+        ] {
+            let mut a = Resource::new("a", cost, 7);
+            let mut lane = a.lane();
+            let mut x = 0x2545_f491_4f6c_dd1du64;
+            let mut ready = 0;
+            for run in 0..3_000u64 {
+                x ^= x << 13;
+                x ^= x >> 7;
+                x ^= x << 17;
+                ready += x % 12_000;
+                lane.start_run(ready);
+                for i in 0..(x >> 50) % 40 {
+                    let units = [0, 1, 64, 88, 1_500][((x >> (i % 40)) % 5) as usize];
+                    let want = a.reserve(ready, units).end;
+                    assert_eq!(lane.reserve_queued(a.step(units)), want, "run {run}, {i}");
+                    assert_eq!((lane.free_ps, lane.free_rem), (a.free_ps, a.free_rem));
+                }
+                // (A run of none leaves an idle lane started at its time, where the resource
+                // keeps its old busy-until time: both are free for every later ready time.)
+            }
+            assert!(a.reservations() > 10_000);
         }
     }
 

@@ -112,7 +112,7 @@ use crate::pcie_model::dram::{LoadedLatency, write_cost};
 use crate::pcie_model::pcie::{PcieLink, Traffic};
 use crate::pcie_model::profile::{Efficiency, HardwareProfile};
 use crate::pcie_model::timeline::{
-    Cost, PS_PER_NS, Ps, ResourceKind, Step, Timelines, pick_bottleneck,
+    Cost, DmaLanes, OutstandingReads, PS_PER_NS, Ps, ResourceKind, Step, Timelines, pick_bottleneck,
 };
 use crate::pcie_model::{Breakdown, BreakdownInput};
 
@@ -1156,7 +1156,10 @@ impl Timing {
     /// paced queue's (an unpaced one records no WQEs in flight, see [`Timing::tx_inflight_push`]).
     #[inline]
     pub(crate) fn tx_room(&mut self, ring_bbs: u32) -> u32 {
-        debug_assert!(self.paced(), "only a paced queue records its WQEs in flight");
+        debug_assert!(
+            self.paced(),
+            "only a paced queue records its WQEs in flight"
+        );
         let now = self.now;
         let mask = self.inflight.len() - 1;
         while self.if_len > 0 {
@@ -2190,30 +2193,34 @@ impl NicModel {
             let eng = tl.get(ResourceKind::DmaEngine).step(tl.dma_read_ps());
             let mut dma = tl.dma_lanes();
             let reads = t.tl.reads_mut();
-            let segs = &segs[..nseg];
-            if n * nseg <= reads.lazy_room() {
-                // No read waits for a tag or retires another: each issues at `ready`, and the
-                // tracker records the run in one go.
-                let mut rd = [0; 2 * SEND_RUN];
-                let mut j = 0;
-                if let [(up, down)] = *segs {
-                    // One data segment (the commonest): the read's completion is its end.
-                    for (d, r) in done.iter_mut().zip(&mut rd) {
-                        *r = dma.read_untracked(book_at, ready, eng, up, down, latency);
-                        *d = (*d).max(*r);
-                    }
-                    j = n;
-                } else {
-                    for d in done.iter_mut() {
-                        for &(up, down) in segs {
-                            rd[j] = dma.read_untracked(book_at, ready, eng, up, down, latency);
-                            *d = (*d).max(rd[j]);
-                            j += 1;
-                        }
-                    }
+            if eng.is_free() {
+                // Every read of the run waits for nothing but the lanes, each lane's reads all
+                // ready at one time: booked as runs ([`Lane::start_run`]).
+                match segs[..nseg] {
+                    [a] => Self::tx_send_reads_book(
+                        &mut dma,
+                        reads,
+                        eng,
+                        [a],
+                        book_at,
+                        ready,
+                        latency,
+                        done,
+                    ),
+                    [a, b] => Self::tx_send_reads_book(
+                        &mut dma,
+                        reads,
+                        eng,
+                        [a, b],
+                        book_at,
+                        ready,
+                        latency,
+                        done,
+                    ),
+                    _ => unreachable!("a send has at most two host data segments"),
                 }
-                reads.issue_lazy_run(ready, &rd[..j]);
             } else {
+                let segs = &segs[..nseg];
                 for d in done.iter_mut() {
                     for &(up, down) in segs {
                         *d = (*d)
@@ -2223,7 +2230,7 @@ impl NicModel {
             }
             let reads_n = (n * nseg) as u64;
             dma.eng.add(reads_n, eng);
-            for &(up, down) in segs {
+            for &(up, down) in &segs[..nseg] {
                 dma.up.add(n as u64, up);
                 dma.down.add(n as u64, down);
             }
@@ -2261,6 +2268,74 @@ impl NicModel {
         wire.add(n as u64, wire_s);
         t.tl.get_mut(ResourceKind::WireTx).settle(wire);
         end
+    }
+
+    /// The host data reads of [`NicModel::book_sends`]' run when the DMA engine takes no time
+    /// per read (`eng`): `SEGS` reads per send (`segs`: their request and completion bytes on the up
+    /// and down lanes), all booked at `book_at` and starting at `ready`, each send's `done`
+    /// raised to its reads' completion. Exactly what [`DmaLanes::read_booked`] gives each read
+    /// in turn: the engine is free at one time for all of them, so every request is ready then
+    /// and every completion at `book_at`, and each lane books them as a run
+    /// ([`Lane::start_run`]); reads the tag tracker would issue at `ready` without retiring any
+    /// ([`OutstandingReads::lazy_room`]) are recorded together, any other goes through it.
+    #[inline(always)]
+    #[allow(clippy::too_many_arguments)]
+    fn tx_send_reads_book<const SEGS: usize>(
+        dma: &mut DmaLanes,
+        reads: &mut OutstandingReads,
+        eng: Step,
+        segs: [(Step, Step); SEGS],
+        book_at: Ps,
+        ready: Ps,
+        latency: Ps,
+        done: &mut [Ps],
+    ) {
+        dma.eng.start_run(book_at);
+        dma.up.start_run(dma.eng.free_at());
+        dma.down.start_run(book_at);
+        let (mut up, mut down) = (dma.up, dma.down);
+        // A read completes at `ready + (request end - book_at) + latency + (completion end -
+        // book_at)`; the constant part once (mod 2^64: the sum is a time).
+        let base = ready
+            .wrapping_add(latency)
+            .wrapping_sub(book_at.wrapping_mul(2));
+        let total = done.len() * SEGS;
+        // Each read's completion in read order: one read per send straight into `done` (a
+        // read completes after its send's WQE was ready), else raised into `done` below.
+        let mut buf = [0; 2 * SEND_RUN];
+        let rd = if SEGS == 1 {
+            &mut *done
+        } else {
+            &mut buf[..total]
+        };
+        let mut j = 0;
+        while j < total {
+            let room = reads.lazy_room().min(total - j);
+            if room == 0 {
+                // The tracker must retire reads (or is short of tags): this read through it.
+                (dma.up, dma.down) = (up, down);
+                let (u, d) = segs[j % SEGS];
+                rd[j] = dma.read_booked(reads, book_at, ready, eng, u, d, latency);
+                (up, down) = (dma.up, dma.down);
+                j += 1;
+                continue;
+            }
+            let run = &mut rd[j..j + room];
+            for (k, c) in run.iter_mut().enumerate() {
+                let (u, d) = segs[(j + k) % SEGS];
+                *c = base
+                    .wrapping_add(up.reserve_queued(u))
+                    .wrapping_add(down.reserve_queued(d));
+            }
+            reads.issue_lazy_run(ready, run);
+            j += room;
+        }
+        (dma.up, dma.down) = (up, down);
+        if SEGS > 1 {
+            for (d, r) in done.iter_mut().zip(buf.chunks_exact(SEGS)) {
+                *d = r.iter().fold(*d, |a, &c| a.max(c));
+            }
+        }
     }
 
     /// Untimed: a frame of `len` bytes left after the NIC read the host data segments `host`
