@@ -399,6 +399,29 @@ impl Lane {
         ps + u64::from(rem > 0)
     }
 
+    /// [`Lane::reserve`] of work `s` at each time of `times` in turn, replacing each with its
+    /// reservation's `end`. In a run the lane's next free time is the last reservation's end,
+    /// so it is not worked out from the remainder each time.
+    #[inline(always)]
+    pub fn reserve_each(&mut self, times: &mut [Ps], s: Step) {
+        let (mut ps, mut rem, mut free_at) = (self.free_ps, self.free_rem, self.free_at());
+        for t in times {
+            if *t >= free_at {
+                (ps, rem) = (*t, 0);
+            }
+            // rem < den and s.r < den: at most one carry.
+            rem += s.r;
+            ps += s.q;
+            if rem >= self.den {
+                rem -= self.den;
+                ps += 1;
+            }
+            free_at = ps + u64::from(rem > 0);
+            *t = free_at;
+        }
+        (self.free_ps, self.free_rem) = (ps, rem);
+    }
+
     /// Counts `n` reservations of work `s` made with [`Lane::reserve`].
     #[inline(always)]
     pub fn add(&mut self, n: u64, s: Step) {
@@ -497,6 +520,9 @@ pub struct OutstandingReads {
     /// Lazy: (issue number, time) of the issues since the last clean-up whose time is larger
     /// than every later one's, in issue order (so times strictly decrease).
     maxima: Vec<(u64, Ps)>,
+    /// Lazy: where a clean-up gathers the reads it keeps (then swapped with `list`), so the
+    /// reads it drops cost a comparison each and no move.
+    kept: Vec<(Ps, u64)>,
 }
 
 impl OutstandingReads {
@@ -512,6 +538,7 @@ impl OutstandingReads {
             heap: BinaryHeap::new(),
             list: Vec::new(),
             maxima: Vec::new(),
+            kept: Vec::new(),
         }
     }
 
@@ -588,26 +615,25 @@ impl OutstandingReads {
     ///
     /// The latest issue time after a read's record is the first maximum issued later, and the
     /// list is in record order, so each maximum applies to one stretch of the list (found by a
-    /// binary search): the walk compares each read with one time and compacts in place.
+    /// binary search): the walk compares each read with one time and copies the few it keeps.
     fn clean_up(&mut self) {
         let issues = self.issues;
-        let list = &mut self.list[..];
-        let (mut r, mut w) = (0, 0);
+        let (list, kept) = (&self.list[..], &mut self.kept);
+        kept.clear();
+        let mut r = 0;
         for &(issue, t) in &self.maxima {
             let end = r + list[r..].partition_point(|&(_, before)| before < issue);
-            for k in r..end {
-                let done = list[k].0;
-                list[w] = (done, issues);
-                w += usize::from(done > t);
-            }
+            kept.extend(
+                list[r..end]
+                    .iter()
+                    .filter(|&&(done, _)| done > t)
+                    .map(|&(done, _)| (done, issues)),
+            );
             r = end;
         }
         // Recorded after the last issue: nothing has retired them.
-        for k in r..list.len() {
-            list[w] = (list[k].0, issues);
-            w += 1;
-        }
-        self.list.truncate(w);
+        kept.extend(list[r..].iter().map(|&(done, _)| (done, issues)));
+        std::mem::swap(&mut self.list, &mut self.kept);
         self.maxima.clear();
     }
 
@@ -1126,6 +1152,39 @@ mod tests {
                 // keeps its old busy-until time: both are free for every later ready time.)
             }
             assert!(a.reservations() > 10_000);
+        }
+    }
+
+    #[test]
+    fn reserving_each_time_of_a_run_is_reserving_them_one_by_one() {
+        // Runs of increasing ready times, some closer than the work (a backlog builds), some
+        // farther apart (idle gaps): `reserve_each` gives `reserve`'s ends and leaves the state.
+        for cost in [
+            Cost::per_byte_at_bps(100_000_000_000),
+            Cost::per_byte_at_bps(113_700_000_000),
+            Cost::ps_per_unit(3),
+            Cost::FREE,
+        ] {
+            let mut a = Resource::new("a", cost, 0);
+            let mut lane = a.lane();
+            let mut x = 0x9e37_79b9_7f4a_7c15u64;
+            let mut ready = 0;
+            for run in 0..2_000u64 {
+                x ^= x << 13;
+                x ^= x >> 7;
+                x ^= x << 17;
+                let units = [1, 84, 1_538][(x % 3) as usize];
+                let mut times: Vec<Ps> = (0..(x >> 40) % 64)
+                    .map(|i| {
+                        ready += (x >> (i % 32)) % 14_000;
+                        ready
+                    })
+                    .collect();
+                let want: Vec<Ps> = times.iter().map(|&t| a.reserve(t, units).end).collect();
+                lane.reserve_each(&mut times, a.step(units));
+                assert_eq!(times, want, "run {run}");
+                assert_eq!((lane.free_ps, lane.free_rem), (a.free_ps, a.free_rem));
+            }
         }
     }
 

@@ -2248,23 +2248,32 @@ impl NicModel {
             nicmem.settle(lane);
         }
         let mut wire = t.tl.get(ResourceKind::WireTx).lane();
-        let (mut end, mut last) = (0, t.last);
-        // The run's latencies: their extremes and sum merge into the queue's after the run.
-        let mut exact = LatencyExact::default();
-        for (i, d) in done.iter_mut().enumerate() {
-            end = wire.reserve(*d, wire_s).end;
-            *d = end;
-            let lat = (end / PS_PER_NS)
-                .saturating_sub(t.sends.arrival_ns[i])
-                .max(1);
-            exact.record(lat);
-            t.count_latency(lat);
-            last = last.max(end);
+        // Each frame's departure into `done`, its latency over its arrival (which is not needed
+        // again); the run's latency extremes and sum merge into the queue's after the run.
+        let (mut lo, mut hi, mut sum) = (u64::MAX, 0, 0u128);
+        wire.reserve_each(done, wire_s);
+        for (&end, a) in done.iter().zip(&mut t.sends.arrival_ns[..n]) {
+            let lat = (end / PS_PER_NS).saturating_sub(*a).max(1);
+            *a = lat;
+            lo = lo.min(lat);
+            hi = hi.max(lat);
+            sum += u128::from(lat);
         }
+        for i in 0..n {
+            let lat = t.sends.arrival_ns[i];
+            t.count_latency(lat);
+        }
+        t.lat_exact.merge(&LatencyExact {
+            count: n as u64,
+            min_ns: lo,
+            max_ns: hi,
+            sum_ns: sum,
+        });
+        // A lane's reservations end in the order they were made: the run's last is its latest.
+        let end = done[n - 1];
+        t.last = t.last.max(end);
         // Each WQE is in flight until its frame left (the last one's end is the caller's).
         t.tx_inflight_push_all(&done[..if all_done { n } else { n - 1 }], nbb);
-        t.lat_exact.merge(&exact);
-        t.last = last;
         wire.add(n as u64, wire_s);
         t.tl.get_mut(ResourceKind::WireTx).settle(wire);
         end
