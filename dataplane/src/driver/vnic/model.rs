@@ -949,6 +949,51 @@ struct SendRun {
     n: usize,
     /// Arrival of each queued send's frame, ns.
     arrival_ns: [u64; SEND_RUN],
+    /// The transfers of the last run's shape of send, kept for the next run of that shape.
+    steps: SendSteps,
+}
+
+/// The work a send of one shape (frame length, host data segments, nicmem bytes) puts on each
+/// resource, as [`Step`]s: worked out once per shape rather than per run of sends (the costs
+/// of the resources and of the transfers never change).
+#[derive(Clone, Copy, Default)]
+struct SendSteps {
+    /// The shape: frame length, host data segments (0: none), nicmem bytes; `None` before the
+    /// first run.
+    shape: Option<(u32, [u32; 2], u32)>,
+    /// Each host data read's request (up) and completion (down) bytes, the first `nseg`.
+    segs: [(Step, Step); 2],
+    nseg: usize,
+    /// A read's DMA-engine op.
+    eng: Step,
+    /// The nicmem read.
+    nic: Step,
+    /// The frame on the wire.
+    wire: Step,
+}
+
+impl SendSteps {
+    fn new(tl: &Timelines, k: &mut Costs, len: u32, host: [u32; 2], nic: u32) -> Self {
+        let op = &k.op;
+        let (up, down) = (tl.get(ResourceKind::PcieUp), tl.get(ResourceKind::PcieDown));
+        let mut segs = [(Step::default(), Step::default()); 2];
+        let mut nseg = 0;
+        for h in host.into_iter().filter(|&h| h > 0) {
+            let tr = k.reads.get(h, |n| op.tx_data_read(n));
+            segs[nseg] = (up.step(tr.up_bytes), down.step(tr.down_bytes));
+            nseg += 1;
+        }
+        SendSteps {
+            shape: Some((len, host, nic)),
+            segs,
+            nseg,
+            eng: tl.get(ResourceKind::DmaEngine).step(tl.dma_read_ps()),
+            nic: tl.get(ResourceKind::Nicmem).step(u64::from(nic)),
+            wire: tl
+                .get(ResourceKind::WireTx)
+                .step(u64::from(len) + k.wire_overhead),
+        }
+    }
 }
 
 /// The most sends [`SendRun`] queues before it books them.
@@ -1606,6 +1651,7 @@ impl NicModel {
                         nbb: 0,
                         n: 0,
                         arrival_ns: [0; SEND_RUN],
+                        steps: SendSteps::default(),
                     },
                 }))
             }
@@ -2169,28 +2215,32 @@ impl NicModel {
             return 0;
         }
         t.sends.n = 0;
-        let (ready, len, nic, nbb) = (t.sends.ready, t.sends.len, t.sends.nic, t.sends.nbb);
-        let book_at = t.now.min(ready);
-        let op = &k.op;
-        let tl = &t.tl;
-        let (up_r, down_r) = (tl.get(ResourceKind::PcieUp), tl.get(ResourceKind::PcieDown));
-        let mut segs = [(Step::default(), Step::default()); 2];
-        let mut nseg = 0;
-        for h in t.sends.host.into_iter().filter(|&h| h > 0) {
-            let tr = k.reads.get(h, |n| op.tx_data_read(n));
-            segs[nseg] = (up_r.step(tr.up_bytes), down_r.step(tr.down_bytes));
-            nseg += 1;
+        let (ready, len, host, nic, nbb) = (
+            t.sends.ready,
+            t.sends.len,
+            t.sends.host,
+            t.sends.nic,
+            t.sends.nbb,
+        );
+        if t.sends.steps.shape != Some((len, host, nic)) {
+            t.sends.steps = SendSteps::new(&t.tl, k, len, host, nic);
         }
+        let SendSteps {
+            segs,
+            nseg,
+            eng,
+            nic: nic_s,
+            wire: wire_s,
+            ..
+        } = t.sends.steps;
+        let book_at = t.now.min(ready);
+        let tl = &t.tl;
         let latency = tl.read_latency_ps() + t.tx_read_adder_ps();
-        let wire_s = tl
-            .get(ResourceKind::WireTx)
-            .step(u64::from(len) + k.wire_overhead);
         // Each resource sees its transfers in the per-send order, one resource at a time (no
         // transfer of one waits for another's): the reads, the nicmem reads, then the wire.
         let mut done = [ready; SEND_RUN];
         let done = &mut done[..n];
         if nseg > 0 {
-            let eng = tl.get(ResourceKind::DmaEngine).step(tl.dma_read_ps());
             let mut dma = tl.dma_lanes();
             let reads = t.tl.reads_mut();
             if eng.is_free() {
@@ -2237,12 +2287,16 @@ impl NicModel {
             t.tl.settle_dma(dma);
         }
         if nic > 0 {
+            // All ready at `book_at`: a run on the lane; each read is done `latency` after its
+            // end, counted from `ready` (mod 2^64: the sum is a time).
             let nicmem = t.tl.get_mut(ResourceKind::Nicmem);
-            let nic_s = nicmem.step(u64::from(nic));
+            let base = ready
+                .wrapping_add(nicmem.latency_ps())
+                .wrapping_sub(book_at);
             let mut lane = nicmem.lane();
+            lane.start_run(book_at);
             for d in done.iter_mut() {
-                let r = lane.reserve(book_at, nic_s);
-                *d = (*d).max(ready + (r.done - book_at));
+                *d = (*d).max(base.wrapping_add(lane.reserve_queued(nic_s)));
             }
             lane.add(n as u64, nic_s);
             nicmem.settle(lane);
