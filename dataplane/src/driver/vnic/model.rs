@@ -2302,19 +2302,26 @@ impl NicModel {
             nicmem.settle(lane);
         }
         let mut wire = t.tl.get(ResourceKind::WireTx).lane();
-        // Each frame's departure into `done`, its latency over its arrival (which is not needed
-        // again); the run's latency extremes and sum merge into the queue's after the run.
+        // Each frame's departure into `done`, then its latency over its arrival; the run's
+        // latency extremes and sum merge into the queue's after the run.
         let (mut lo, mut hi, mut sum) = (u64::MAX, 0, 0u128);
-        wire.reserve_each(done, wire_s);
-        for (&end, a) in done.iter().zip(&mut t.sends.arrival_ns[..n]) {
-            let lat = (end / PS_PER_NS).saturating_sub(*a).max(1);
-            *a = lat;
+        if nseg == 0 && nic == 0 {
+            // Nothing to read (the frames inline): every frame is ready at `ready`, a run on
+            // the wire.
+            wire.start_run(ready);
+            for d in done.iter_mut() {
+                *d = wire.reserve_queued(wire_s);
+            }
+        } else {
+            wire.reserve_each(done, wire_s);
+        }
+        for (i, &end) in done.iter().enumerate() {
+            let lat = (end / PS_PER_NS)
+                .saturating_sub(t.sends.arrival_ns[i])
+                .max(1);
             lo = lo.min(lat);
             hi = hi.max(lat);
             sum += u128::from(lat);
-        }
-        for i in 0..n {
-            let lat = t.sends.arrival_ns[i];
             t.count_latency(lat);
         }
         t.lat_exact.merge(&LatencyExact {
