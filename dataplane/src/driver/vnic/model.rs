@@ -2184,13 +2184,16 @@ impl NicModel {
         };
         let key = (ready, len as u32, host, nic, nbb);
         let r = &t.sends;
-        if r.n > 0 && (r.n == SEND_RUN || (r.ready, r.len, r.host, r.nic, r.nbb) != key) {
-            Self::book_sends(t, &mut self.k, true);
-        }
-        let r = &mut t.sends;
-        if r.n == 0 {
+        // The run's key is kept after it is booked, so one comparison decides: a send like the
+        // queued ones joins them, any other starts a run (booking the queued ones, if any).
+        if r.n == SEND_RUN || (r.ready, r.len, r.host, r.nic, r.nbb) != key {
+            if r.n > 0 {
+                Self::book_sends(t, &mut self.k, true);
+            }
+            let r = &mut t.sends;
             (r.ready, r.len, r.host, r.nic, r.nbb) = key;
         }
+        let r = &mut t.sends;
         r.arrival_ns[r.n] = arrival_ns;
         r.n += 1;
     }
