@@ -311,6 +311,13 @@ impl Step {
     pub fn is_free(&self) -> bool {
         self.q == 0 && self.r == 0
     }
+
+    /// The work's whole picoseconds: the ends of back-to-back reservations of it on a lane are
+    /// at least this far apart.
+    #[inline]
+    pub fn whole_ps(&self) -> Ps {
+        self.q
+    }
 }
 
 /// A resource's busy-until state copied out for a run of reservations ([`Resource::lane`]),
@@ -420,6 +427,36 @@ impl Lane {
             *t = free_at;
         }
         (self.free_ps, self.free_rem) = (ps, rem);
+    }
+
+    /// [`Lane::reserve_each`] of times each at least `gap` after the one before. When the work
+    /// `s` takes no longer than `gap` (rounded up), a reservation that found the lane free ends
+    /// before the next time, which then finds it free too: from the first such one on, each
+    /// reservation starts at its time with no remainder and ends `s` (rounded up) after it, with
+    /// no booking per time beyond that addition.
+    #[inline(always)]
+    pub fn reserve_each_spaced(&mut self, times: &mut [Ps], gap: Ps, s: Step) {
+        let took = s.q + u64::from(s.r > 0);
+        if took > gap {
+            return self.reserve_each(times, s);
+        }
+        let mut i = 0;
+        while i < times.len() {
+            let t = times[i];
+            let idle = t >= self.free_at();
+            times[i] = self.reserve(t, s).end;
+            i += 1;
+            if idle {
+                break;
+            }
+        }
+        if let [.., last] = times[i..] {
+            // Free at `last`: the lane starts there and books `s` (`s.r < den`, no carry).
+            (self.free_ps, self.free_rem) = (last + s.q, s.r);
+            for t in &mut times[i..] {
+                *t += took;
+            }
+        }
     }
 
     /// Counts `n` reservations of work `s` made with [`Lane::reserve`].
@@ -1185,6 +1222,46 @@ mod tests {
                 assert_eq!(times, want, "run {run}");
                 assert_eq!((lane.free_ps, lane.free_rem), (a.free_ps, a.free_rem));
             }
+        }
+    }
+
+    #[test]
+    fn reserving_each_of_spaced_times_is_reserving_them_one_by_one() {
+        // Times at least `gap` apart, the gap now above the work (the lane goes idle from some
+        // reservation on), now below it (the general booking), after a backlog or not.
+        for cost in [
+            Cost::per_byte_at_bps(100_000_000_000),
+            Cost::per_byte_at_bps(113_700_000_000),
+            Cost::ps_per_unit(3),
+            Cost::FREE,
+        ] {
+            let mut a = Resource::new("a", cost, 0);
+            let mut lane = a.lane();
+            let mut x = 0x2545_f491_4f6c_dd1du64;
+            let mut ready = 0;
+            let mut idle_runs = 0;
+            for run in 0..3_000u64 {
+                x ^= x << 13;
+                x ^= x >> 7;
+                x ^= x << 17;
+                let units = [1, 84, 85, 1_538][(x % 4) as usize];
+                let gap = [6_720, 6_800, 7_000, 100][((x >> 8) % 4) as usize];
+                // Sometimes the run starts behind a backlog.
+                ready += (x >> 12) % 20_000;
+                let mut times: Vec<Ps> = (0..(x >> 40) % 64)
+                    .map(|i| {
+                        ready += gap + (x >> (i % 32)) % [1, 3, 500][(x >> 20) as usize % 3];
+                        ready
+                    })
+                    .collect();
+                let want: Vec<Ps> = times.iter().map(|&t| a.reserve(t, units).end).collect();
+                let step = a.step(units);
+                idle_runs += u64::from(step.whole_ps() < gap && times.len() > 1);
+                lane.reserve_each_spaced(&mut times, gap, step);
+                assert_eq!(times, want, "run {run}");
+                assert_eq!((lane.free_ps, lane.free_rem), (a.free_ps, a.free_rem));
+            }
+            assert!(idle_runs > 100, "{idle_runs}");
         }
     }
 

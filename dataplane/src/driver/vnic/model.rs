@@ -2243,6 +2243,8 @@ impl NicModel {
         // transfer of one waits for another's): the reads, the nicmem reads, then the wire.
         let mut done = [ready; SEND_RUN];
         let done = &mut done[..n];
+        // The least time between two sends' reads completing, when the run knows it.
+        let mut spaced = None;
         if nseg > 0 {
             let mut dma = tl.dma_lanes();
             let reads = t.tl.reads_mut();
@@ -2250,26 +2252,36 @@ impl NicModel {
                 // Every read of the run waits for nothing but the lanes, each lane's reads all
                 // ready at one time: booked as runs ([`Lane::start_run`]).
                 match segs[..nseg] {
-                    [a] => Self::tx_send_reads_book(
-                        &mut dma,
-                        reads,
-                        eng,
-                        [a],
-                        book_at,
-                        ready,
-                        latency,
-                        done,
-                    ),
-                    [a, b] => Self::tx_send_reads_book(
-                        &mut dma,
-                        reads,
-                        eng,
-                        [a, b],
-                        book_at,
-                        ready,
-                        latency,
-                        done,
-                    ),
+                    [a] => {
+                        let at_ready = Self::tx_send_reads_book(
+                            &mut dma,
+                            reads,
+                            eng,
+                            [a],
+                            book_at,
+                            ready,
+                            latency,
+                            done,
+                        );
+                        // Each send's read ends on both lanes at least their steps' whole
+                        // picoseconds after the one before, so it completes at least that
+                        // much later (issued at the same time).
+                        if at_ready {
+                            spaced = Some(a.0.whole_ps() + a.1.whole_ps());
+                        }
+                    }
+                    [a, b] => {
+                        _ = Self::tx_send_reads_book(
+                            &mut dma,
+                            reads,
+                            eng,
+                            [a, b],
+                            book_at,
+                            ready,
+                            latency,
+                            done,
+                        )
+                    }
                     _ => unreachable!("a send has at most two host data segments"),
                 }
             } else {
@@ -2315,6 +2327,9 @@ impl NicModel {
             for d in done.iter_mut() {
                 *d = wire.reserve_queued(wire_s);
             }
+        } else if let (Some(gap), 0) = (spaced, nic) {
+            // Frames ready when their one read completed, at least `gap` apart.
+            wire.reserve_each_spaced(done, gap, wire_s);
         } else {
             wire.reserve_each(done, wire_s);
         }
@@ -2351,6 +2366,7 @@ impl NicModel {
     /// and every completion at `book_at`, and each lane books them as a run
     /// ([`Lane::start_run`]); reads the tag tracker would issue at `ready` without retiring any
     /// ([`OutstandingReads::lazy_room`]) are recorded together, any other goes through it.
+    /// Returns whether every read issued at `ready` (none waited for a tag).
     #[inline(always)]
     #[allow(clippy::too_many_arguments)]
     fn tx_send_reads_book<const SEGS: usize>(
@@ -2362,7 +2378,7 @@ impl NicModel {
         ready: Ps,
         latency: Ps,
         done: &mut [Ps],
-    ) {
+    ) -> bool {
         dma.eng.start_run(book_at);
         dma.up.start_run(dma.eng.free_at());
         dma.down.start_run(book_at);
@@ -2373,6 +2389,7 @@ impl NicModel {
             .wrapping_add(latency)
             .wrapping_sub(book_at.wrapping_mul(2));
         let total = done.len() * SEGS;
+        let mut at_ready = true;
         // Each read's completion in read order: one read per send straight into `done` (a
         // read completes after its send's WQE was ready), else raised into `done` below.
         let mut buf = [0; 2 * SEND_RUN];
@@ -2390,6 +2407,9 @@ impl NicModel {
                 let (u, d) = segs[j % SEGS];
                 rd[j] = dma.read_booked(reads, book_at, ready, eng, u, d, latency);
                 (up, down) = (dma.up, dma.down);
+                // Issued at `ready` unless it waited for a tag: then it completes later than
+                // its lanes say.
+                at_ready &= rd[j] == base.wrapping_add(up.free_at()).wrapping_add(down.free_at());
                 j += 1;
                 continue;
             }
@@ -2409,6 +2429,7 @@ impl NicModel {
                 *d = r.iter().fold(*d, |a, &c| a.max(c));
             }
         }
+        at_ready
     }
 
     /// Untimed: a frame of `len` bytes left after the NIC read the host data segments `host`
