@@ -348,27 +348,6 @@ impl Lane {
         self.free_ps = ready.max(self.free_ps) + s.q;
         self.free_ps
     }
-
-    /// [`Lane::reserve`] of work `s` ready before the lane is free ([`Lane::free_at`]): it
-    /// queues right behind the lane's last work, so the busy-until time grows by `s`.
-    #[inline(always)]
-    pub fn reserve_queued(&mut self, s: Step) -> Reservation {
-        let start = self.free_at();
-        // rem < den and s.r < den: at most one carry.
-        let (mut ps, mut rem) = (self.free_ps + s.q, self.free_rem + s.r);
-        if rem >= self.den {
-            rem -= self.den;
-            ps += 1;
-        }
-        self.free_ps = ps;
-        self.free_rem = rem;
-        let end = ps + u64::from(rem > 0);
-        Reservation {
-            start,
-            end,
-            done: end + self.latency_ps,
-        }
-    }
 }
 
 /// A resource's busy-until state copied out for a run of reservations ([`Resource::lane`]),
@@ -420,6 +399,101 @@ impl Lane {
     #[inline(always)]
     pub fn free_at(&self) -> Ps {
         self.free_ps + u64::from(self.free_rem > 0)
+    }
+
+    /// Starts a run of reservations that are all ready at `ready`, booked with
+    /// [`Lane::reserve_queued`]: an idle lane starts the run at `ready`, as [`Lane::reserve`]
+    /// would start its first one (a busy lane is left as it is).
+    ///
+    /// Why a run needs no check per reservation: after this the lane is either free at
+    /// exactly `ready` (no remainder) or busy past it, and each reservation of the run keeps it
+    /// so (it starts where the lane is free and ends no earlier). From either state
+    /// [`Lane::reserve`] at `ready` starts at the lane's busy-until time, remainder included,
+    /// which is all [`Lane::reserve_queued`] does.
+    #[inline(always)]
+    pub fn start_run(&mut self, ready: Ps) {
+        if ready >= self.free_at() {
+            self.free_ps = ready;
+            self.free_rem = 0;
+        }
+    }
+
+    /// [`Lane::reserve`] of work `s` in a run started with [`Lane::start_run`] (every
+    /// reservation of the run ready at the run's time): it queues behind the lane's busy-until
+    /// time, keeping its fractional picoseconds (its `end` is when the lane is free again).
+    /// The receive pass's chain of frames held by flow control books the same way: each frame
+    /// is ready before the lane is free.
+    #[inline(always)]
+    pub fn reserve_queued(&mut self, s: Step) -> Reservation {
+        let start = self.free_at();
+        // free_rem < den and s.r < den: at most one carry.
+        let mut rem = self.free_rem + s.r;
+        let mut ps = self.free_ps + s.q;
+        if rem >= self.den {
+            rem -= self.den;
+            ps += 1;
+        }
+        self.free_ps = ps;
+        self.free_rem = rem;
+        let end = ps + u64::from(rem > 0);
+        Reservation {
+            start,
+            end,
+            done: end + self.latency_ps,
+        }
+    }
+
+    /// [`Lane::reserve`] of work `s` at each time of `times` in turn, replacing each with its
+    /// reservation's `end`. In a run the lane's next free time is the last reservation's end,
+    /// so it is not worked out from the remainder each time.
+    #[inline(always)]
+    pub fn reserve_each(&mut self, times: &mut [Ps], s: Step) {
+        let (mut ps, mut rem, mut free_at) = (self.free_ps, self.free_rem, self.free_at());
+        for t in times {
+            if *t >= free_at {
+                (ps, rem) = (*t, 0);
+            }
+            // rem < den and s.r < den: at most one carry.
+            rem += s.r;
+            ps += s.q;
+            if rem >= self.den {
+                rem -= self.den;
+                ps += 1;
+            }
+            free_at = ps + u64::from(rem > 0);
+            *t = free_at;
+        }
+        (self.free_ps, self.free_rem) = (ps, rem);
+    }
+
+    /// [`Lane::reserve_each`] of times each at least `gap` after the one before. When the work
+    /// `s` takes no longer than `gap` (rounded up), a reservation that found the lane free ends
+    /// before the next time, which then finds it free too: from the first such one on, each
+    /// reservation starts at its time with no remainder and ends `s` (rounded up) after it, with
+    /// no booking per time beyond that addition.
+    #[inline(always)]
+    pub fn reserve_each_spaced(&mut self, times: &mut [Ps], gap: Ps, s: Step) {
+        let took = s.q + u64::from(s.r > 0);
+        if took > gap {
+            return self.reserve_each(times, s);
+        }
+        let mut i = 0;
+        while i < times.len() {
+            let t = times[i];
+            let idle = t >= self.free_at();
+            times[i] = self.reserve(t, s).end;
+            i += 1;
+            if idle {
+                break;
+            }
+        }
+        if let [.., last] = times[i..] {
+            // Free at `last`: the lane starts there and books `s` (`s.r < den`, no carry).
+            (self.free_ps, self.free_rem) = (last + s.q, s.r);
+            for t in &mut times[i..] {
+                *t += took;
+            }
+        }
     }
 
     /// Counts `n` reservations of work `s` made with [`Lane::reserve`].
@@ -520,6 +594,9 @@ pub struct OutstandingReads {
     /// Lazy: (issue number, time) of the issues since the last clean-up whose time is larger
     /// than every later one's, in issue order (so times strictly decrease).
     maxima: Vec<(u64, Ps)>,
+    /// Lazy: where a clean-up gathers the reads it keeps (then swapped with `list`), so the
+    /// reads it drops cost a comparison each and no move.
+    kept: Vec<(Ps, u64)>,
 }
 
 impl OutstandingReads {
@@ -535,6 +612,7 @@ impl OutstandingReads {
             heap: BinaryHeap::new(),
             list: Vec::new(),
             maxima: Vec::new(),
+            kept: Vec::new(),
         }
     }
 
@@ -608,20 +686,28 @@ impl OutstandingReads {
 
     /// Lazy: drops the reads a later issue's time has reached (the ones the heap retired) and
     /// forgets the issue times, which every remaining read has now been checked against.
+    ///
+    /// The latest issue time after a read's record is the first maximum issued later, and the
+    /// list is in record order, so each maximum applies to one stretch of the list (found by a
+    /// binary search): the walk compares each read with one time and copies the few it keeps.
     fn clean_up(&mut self) {
-        let maxima = &self.maxima;
-        let mut m = 0;
-        self.list.retain(|&(done, before)| {
-            // The latest issue time after this read's record: the first maximum issued later.
-            while m < maxima.len() && maxima[m].0 <= before {
-                m += 1;
-            }
-            maxima.get(m).is_none_or(|&(_, t)| done > t)
-        });
         let issues = self.issues;
-        for r in &mut self.list {
-            r.1 = issues;
+        let (list, kept) = (&self.list[..], &mut self.kept);
+        kept.clear();
+        let mut r = 0;
+        for &(issue, t) in &self.maxima {
+            let end = r + list[r..].partition_point(|&(_, before)| before < issue);
+            kept.extend(
+                list[r..end]
+                    .iter()
+                    .filter(|&&(done, _)| done > t)
+                    .map(|&(done, _)| (done, issues)),
+            );
+            r = end;
         }
+        // Recorded after the last issue: nothing has retired them.
+        kept.extend(list[r..].iter().map(|&(done, _)| (done, issues)));
+        std::mem::swap(&mut self.list, &mut self.kept);
         self.maxima.clear();
     }
 
@@ -1106,6 +1192,117 @@ mod tests {
                 (b.free_ps, b.free_rem, b.units)
             );
             assert_eq!(a.reservations(), b.reservations());
+        }
+    }
+
+    #[test]
+    fn a_run_ready_at_one_time_books_as_reservations_one_by_one() {
+        // Runs of reservations all ready at one time (idle gaps before some, backlogs before
+        // others, sizes mixed within a run, free work among them): a lane started at the run's
+        // time and booked with `reserve_queued` gives each one `reserve`'s end and leaves the
+        // same state, remainder included, on a fractional, an integer and a free cost.
+        for cost in [
+            Cost::per_byte_at_bps(113_700_000_000),
+            Cost::ps_per_unit(3),
+            Cost::FREE,
+        ] {
+            let mut a = Resource::new("a", cost, 7);
+            let mut lane = a.lane();
+            let mut x = 0x2545_f491_4f6c_dd1du64;
+            let mut ready = 0;
+            for run in 0..3_000u64 {
+                x ^= x << 13;
+                x ^= x >> 7;
+                x ^= x << 17;
+                ready += x % 12_000;
+                lane.start_run(ready);
+                for i in 0..(x >> 50) % 40 {
+                    let units = [0, 1, 64, 88, 1_500][((x >> (i % 40)) % 5) as usize];
+                    let want = a.reserve(ready, units).end;
+                    assert_eq!(
+                        lane.reserve_queued(a.step(units)).end,
+                        want,
+                        "run {run}, {i}"
+                    );
+                    assert_eq!((lane.free_ps, lane.free_rem), (a.free_ps, a.free_rem));
+                }
+                // (A run of none leaves an idle lane started at its time, where the resource
+                // keeps its old busy-until time: both are free for every later ready time.)
+            }
+            assert!(a.reservations() > 10_000);
+        }
+    }
+
+    #[test]
+    fn reserving_each_time_of_a_run_is_reserving_them_one_by_one() {
+        // Runs of increasing ready times, some closer than the work (a backlog builds), some
+        // farther apart (idle gaps): `reserve_each` gives `reserve`'s ends and leaves the state.
+        for cost in [
+            Cost::per_byte_at_bps(100_000_000_000),
+            Cost::per_byte_at_bps(113_700_000_000),
+            Cost::ps_per_unit(3),
+            Cost::FREE,
+        ] {
+            let mut a = Resource::new("a", cost, 0);
+            let mut lane = a.lane();
+            let mut x = 0x9e37_79b9_7f4a_7c15u64;
+            let mut ready = 0;
+            for run in 0..2_000u64 {
+                x ^= x << 13;
+                x ^= x >> 7;
+                x ^= x << 17;
+                let units = [1, 84, 1_538][(x % 3) as usize];
+                let mut times: Vec<Ps> = (0..(x >> 40) % 64)
+                    .map(|i| {
+                        ready += (x >> (i % 32)) % 14_000;
+                        ready
+                    })
+                    .collect();
+                let want: Vec<Ps> = times.iter().map(|&t| a.reserve(t, units).end).collect();
+                lane.reserve_each(&mut times, a.step(units));
+                assert_eq!(times, want, "run {run}");
+                assert_eq!((lane.free_ps, lane.free_rem), (a.free_ps, a.free_rem));
+            }
+        }
+    }
+
+    #[test]
+    fn reserving_each_of_spaced_times_is_reserving_them_one_by_one() {
+        // Times at least `gap` apart, the gap now above the work (the lane goes idle from some
+        // reservation on), now below it (the general booking), after a backlog or not.
+        for cost in [
+            Cost::per_byte_at_bps(100_000_000_000),
+            Cost::per_byte_at_bps(113_700_000_000),
+            Cost::ps_per_unit(3),
+            Cost::FREE,
+        ] {
+            let mut a = Resource::new("a", cost, 0);
+            let mut lane = a.lane();
+            let mut x = 0x2545_f491_4f6c_dd1du64;
+            let mut ready = 0;
+            let mut idle_runs = 0;
+            for run in 0..3_000u64 {
+                x ^= x << 13;
+                x ^= x >> 7;
+                x ^= x << 17;
+                let units = [1, 84, 85, 1_538][(x % 4) as usize];
+                let gap = [6_720, 6_800, 7_000, 100][((x >> 8) % 4) as usize];
+                // Sometimes the run starts behind a backlog.
+                ready += (x >> 12) % 20_000;
+                let mut times: Vec<Ps> = (0..(x >> 40) % 64)
+                    .map(|i| {
+                        ready += gap + (x >> (i % 32)) % [1, 3, 500][(x >> 20) as usize % 3];
+                        ready
+                    })
+                    .collect();
+                let want: Vec<Ps> = times.iter().map(|&t| a.reserve(t, units).end).collect();
+                let step = a.step(units);
+                idle_runs += u64::from(step.whole_ps() < gap && times.len() > 1);
+                lane.reserve_each_spaced(&mut times, gap, step);
+                assert_eq!(times, want, "run {run}");
+                assert_eq!((lane.free_ps, lane.free_rem), (a.free_ps, a.free_rem));
+            }
+            assert!(idle_runs > 100, "{idle_runs}");
         }
     }
 

@@ -112,7 +112,8 @@ use crate::pcie_model::dram::{LoadedLatency, write_cost};
 use crate::pcie_model::pcie::{PcieLink, Traffic};
 use crate::pcie_model::profile::{Efficiency, HardwareProfile};
 use crate::pcie_model::timeline::{
-    Cost, DmaLanes, Lane, PS_PER_NS, Ps, ResourceKind, Step, Timelines, pick_bottleneck,
+    Cost, DmaLanes, Lane, OutstandingReads, PS_PER_NS, Ps, ResourceKind, Step, Timelines,
+    pick_bottleneck,
 };
 use crate::pcie_model::{Breakdown, BreakdownInput};
 
@@ -967,6 +968,51 @@ struct SendRun {
     n: usize,
     /// Arrival of each queued send's frame, ns.
     arrival_ns: [u64; SEND_RUN],
+    /// The transfers of the last run's shape of send, kept for the next run of that shape.
+    steps: SendSteps,
+}
+
+/// The work a send of one shape (frame length, host data segments, nicmem bytes) puts on each
+/// resource, as [`Step`]s: worked out once per shape rather than per run of sends (the costs
+/// of the resources and of the transfers never change).
+#[derive(Clone, Copy, Default)]
+struct SendSteps {
+    /// The shape: frame length, host data segments (0: none), nicmem bytes; `None` before the
+    /// first run.
+    shape: Option<(u32, [u32; 2], u32)>,
+    /// Each host data read's request (up) and completion (down) bytes, the first `nseg`.
+    segs: [(Step, Step); 2],
+    nseg: usize,
+    /// A read's DMA-engine op.
+    eng: Step,
+    /// The nicmem read.
+    nic: Step,
+    /// The frame on the wire.
+    wire: Step,
+}
+
+impl SendSteps {
+    fn new(tl: &Timelines, k: &mut Costs, len: u32, host: [u32; 2], nic: u32) -> Self {
+        let op = &k.op;
+        let (up, down) = (tl.get(ResourceKind::PcieUp), tl.get(ResourceKind::PcieDown));
+        let mut segs = [(Step::default(), Step::default()); 2];
+        let mut nseg = 0;
+        for h in host.into_iter().filter(|&h| h > 0) {
+            let tr = k.reads.get(h, |n| op.tx_data_read(n));
+            segs[nseg] = (up.step(tr.up_bytes), down.step(tr.down_bytes));
+            nseg += 1;
+        }
+        SendSteps {
+            shape: Some((len, host, nic)),
+            segs,
+            nseg,
+            eng: tl.get(ResourceKind::DmaEngine).step(tl.dma_read_ps()),
+            nic: tl.get(ResourceKind::Nicmem).step(u64::from(nic)),
+            wire: tl
+                .get(ResourceKind::WireTx)
+                .step(u64::from(len) + k.wire_overhead),
+        }
+    }
 }
 
 /// The most sends [`SendRun`] queues before it books them.
@@ -1219,9 +1265,14 @@ impl Timing {
         (&self.cq_slots, self.cq_mask)
     }
 
-    /// WQEBBs free in the send queue in model time (WQEs whose frames have not left count).
+    /// WQEBBs free in the send queue in model time (WQEs whose frames have not left count); a
+    /// paced queue's (an unpaced one records no WQEs in flight, see [`Timing::tx_inflight_push`]).
     #[inline]
     pub(crate) fn tx_room(&mut self, ring_bbs: u32) -> u32 {
+        debug_assert!(
+            self.paced(),
+            "only a paced queue records its WQEs in flight"
+        );
         let now = self.now;
         let mask = self.inflight.len() - 1;
         while self.if_len > 0 {
@@ -1239,6 +1290,9 @@ impl Timing {
     /// [`Timing::tx_inflight_push`] of WQEs of `nbb` WQEBBs leaving at `deps`, in order.
     #[inline]
     fn tx_inflight_push_all(&mut self, deps: &[Ps], nbb: u32) {
+        if self.pace.is_none() {
+            return;
+        }
         let cap = self.inflight.len();
         let mask = cap - 1;
         let (mut head, mut len, mut bbs) = (self.if_head, self.if_len, self.inflight_bbs);
@@ -1255,8 +1309,14 @@ impl Timing {
         (self.if_head, self.if_len, self.inflight_bbs) = (head, len, bbs);
     }
 
+    /// Records a WQE of `nbb` WQEBBs in flight until `dep`, for [`Timing::tx_room`]. Only a
+    /// paced queue asks for room in model time (unpaced, flow control holds the sender), and
+    /// whether a queue is paced is fixed when it is built: an unpaced queue keeps no record.
     #[inline]
     fn tx_inflight_push(&mut self, dep: Ps, nbb: u32) {
+        if self.pace.is_none() {
+            return;
+        }
         let cap = self.inflight.len();
         let mask = cap - 1;
         if self.if_len == cap {
@@ -1666,6 +1726,7 @@ impl NicModel {
                         nbb: 0,
                         n: 0,
                         arrival_ns: [0; SEND_RUN],
+                        steps: SendSteps::default(),
                     },
                 }))
             }
@@ -2393,13 +2454,16 @@ impl NicModel {
         };
         let key = (ready, len as u32, host, nic, nbb);
         let r = &t.sends;
-        if r.n > 0 && (r.n == SEND_RUN || (r.ready, r.len, r.host, r.nic, r.nbb) != key) {
-            Self::book_sends(t, &mut self.k, true);
-        }
-        let r = &mut t.sends;
-        if r.n == 0 {
+        // The run's key is kept after it is booked, so one comparison decides: a send like the
+        // queued ones joins them, any other starts a run (booking the queued ones, if any).
+        if r.n == SEND_RUN || (r.ready, r.len, r.host, r.nic, r.nbb) != key {
+            if r.n > 0 {
+                Self::book_sends(t, &mut self.k, true);
+            }
+            let r = &mut t.sends;
             (r.ready, r.len, r.host, r.nic, r.nbb) = key;
         }
+        let r = &mut t.sends;
         r.arrival_ns[r.n] = arrival_ns;
         r.n += 1;
     }
@@ -2424,54 +2488,74 @@ impl NicModel {
             return 0;
         }
         t.sends.n = 0;
-        let (ready, len, nic, nbb) = (t.sends.ready, t.sends.len, t.sends.nic, t.sends.nbb);
-        let book_at = t.now.min(ready);
-        let op = &k.op;
-        let tl = &t.tl;
-        let (up_r, down_r) = (tl.get(ResourceKind::PcieUp), tl.get(ResourceKind::PcieDown));
-        let mut segs = [(Step::default(), Step::default()); 2];
-        let mut nseg = 0;
-        for h in t.sends.host.into_iter().filter(|&h| h > 0) {
-            let tr = k.reads.get(h, |n| op.tx_data_read(n));
-            segs[nseg] = (up_r.step(tr.up_bytes), down_r.step(tr.down_bytes));
-            nseg += 1;
+        let (ready, len, host, nic, nbb) = (
+            t.sends.ready,
+            t.sends.len,
+            t.sends.host,
+            t.sends.nic,
+            t.sends.nbb,
+        );
+        if t.sends.steps.shape != Some((len, host, nic)) {
+            t.sends.steps = SendSteps::new(&t.tl, k, len, host, nic);
         }
+        let SendSteps {
+            segs,
+            nseg,
+            eng,
+            nic: nic_s,
+            wire: wire_s,
+            ..
+        } = t.sends.steps;
+        let book_at = t.now.min(ready);
+        let tl = &t.tl;
         let latency = tl.read_latency_ps() + t.tx_read_adder_ps();
-        let wire_s = tl
-            .get(ResourceKind::WireTx)
-            .step(u64::from(len) + k.wire_overhead);
         // Each resource sees its transfers in the per-send order, one resource at a time (no
         // transfer of one waits for another's): the reads, the nicmem reads, then the wire.
         let mut done = [ready; SEND_RUN];
         let done = &mut done[..n];
+        // The least time between two sends' reads completing, when the run knows it.
+        let mut spaced = None;
         if nseg > 0 {
-            let eng = tl.get(ResourceKind::DmaEngine).step(tl.dma_read_ps());
             let mut dma = tl.dma_lanes();
             let reads = t.tl.reads_mut();
-            let segs = &segs[..nseg];
-            if n * nseg <= reads.lazy_room() {
-                // No read waits for a tag or retires another: each issues at `ready`, and the
-                // tracker records the run in one go.
-                let mut rd = [0; 2 * SEND_RUN];
-                let mut j = 0;
-                if let [(up, down)] = *segs {
-                    // One data segment (the commonest): the read's completion is its end.
-                    for (d, r) in done.iter_mut().zip(&mut rd) {
-                        *r = dma.read_untracked(book_at, ready, eng, up, down, latency);
-                        *d = (*d).max(*r);
-                    }
-                    j = n;
-                } else {
-                    for d in done.iter_mut() {
-                        for &(up, down) in segs {
-                            rd[j] = dma.read_untracked(book_at, ready, eng, up, down, latency);
-                            *d = (*d).max(rd[j]);
-                            j += 1;
+            if eng.takes_no_time() {
+                // Every read of the run waits for nothing but the lanes, each lane's reads all
+                // ready at one time: booked as runs ([`Lane::start_run`]).
+                match segs[..nseg] {
+                    [a] => {
+                        let at_ready = Self::tx_send_reads_book(
+                            &mut dma,
+                            reads,
+                            eng,
+                            [a],
+                            book_at,
+                            ready,
+                            latency,
+                            done,
+                        );
+                        // Each send's read ends on both lanes at least their steps' whole
+                        // picoseconds after the one before, so it completes at least that
+                        // much later (issued at the same time).
+                        if at_ready {
+                            spaced = Some(a.0.whole_ps() + a.1.whole_ps());
                         }
                     }
+                    [a, b] => {
+                        _ = Self::tx_send_reads_book(
+                            &mut dma,
+                            reads,
+                            eng,
+                            [a, b],
+                            book_at,
+                            ready,
+                            latency,
+                            done,
+                        )
+                    }
+                    _ => unreachable!("a send has at most two host data segments"),
                 }
-                reads.issue_lazy_run(ready, &rd[..j]);
             } else {
+                let segs = &segs[..nseg];
                 for d in done.iter_mut() {
                     for &(up, down) in segs {
                         *d = (*d)
@@ -2481,44 +2565,141 @@ impl NicModel {
             }
             let reads_n = (n * nseg) as u64;
             dma.eng.add(reads_n, eng);
-            for &(up, down) in segs {
+            for &(up, down) in &segs[..nseg] {
                 dma.up.add(n as u64, up);
                 dma.down.add(n as u64, down);
             }
             t.tl.settle_dma(dma);
         }
         if nic > 0 {
+            // All ready at `book_at`: a run on the lane; each read is done `latency` after its
+            // end, counted from `ready` (mod 2^64: the sum is a time).
             let nicmem = t.tl.get_mut(ResourceKind::Nicmem);
-            let nic_s = nicmem.step(u64::from(nic));
+            let base = ready
+                .wrapping_add(nicmem.latency_ps())
+                .wrapping_sub(book_at);
             let mut lane = nicmem.lane();
+            lane.start_run(book_at);
             for d in done.iter_mut() {
-                let r = lane.reserve(book_at, nic_s);
-                *d = (*d).max(ready + (r.done - book_at));
+                *d = (*d).max(base.wrapping_add(lane.reserve_queued(nic_s).end));
             }
             lane.add(n as u64, nic_s);
             nicmem.settle(lane);
         }
         let mut wire = t.tl.get(ResourceKind::WireTx).lane();
-        let (mut end, mut last) = (0, t.last);
-        // The run's latencies: their extremes and sum merge into the queue's after the run.
-        let mut exact = LatencyExact::default();
-        for (i, d) in done.iter_mut().enumerate() {
-            end = wire.reserve(*d, wire_s).end;
-            *d = end;
+        // Each frame's departure into `done`, then its latency over its arrival; the run's
+        // latency extremes and sum merge into the queue's after the run.
+        let (mut lo, mut hi, mut sum) = (u64::MAX, 0, 0u128);
+        if nseg == 0 && nic == 0 {
+            // Nothing to read (the frames inline): every frame is ready at `ready`, a run on
+            // the wire.
+            wire.start_run(ready);
+            for d in done.iter_mut() {
+                *d = wire.reserve_queued(wire_s).end;
+            }
+        } else if let (Some(gap), 0) = (spaced, nic) {
+            // Frames ready when their one read completed, at least `gap` apart.
+            wire.reserve_each_spaced(done, gap, wire_s);
+        } else {
+            wire.reserve_each(done, wire_s);
+        }
+        for (i, &end) in done.iter().enumerate() {
             let lat = (end / PS_PER_NS)
                 .saturating_sub(t.sends.arrival_ns[i])
                 .max(1);
-            exact.record(lat);
+            lo = lo.min(lat);
+            hi = hi.max(lat);
+            sum += u128::from(lat);
             t.count_latency(lat);
-            last = last.max(end);
         }
+        t.lat_exact.merge(&LatencyExact {
+            count: n as u64,
+            min_ns: lo,
+            max_ns: hi,
+            sum_ns: sum,
+        });
+        // A lane's reservations end in the order they were made: the run's last is its latest.
+        let end = done[n - 1];
+        t.last = t.last.max(end);
         // Each WQE is in flight until its frame left (the last one's end is the caller's).
         t.tx_inflight_push_all(&done[..if all_done { n } else { n - 1 }], nbb);
-        t.lat_exact.merge(&exact);
-        t.last = last;
         wire.add(n as u64, wire_s);
         t.tl.get_mut(ResourceKind::WireTx).settle(wire);
         end
+    }
+
+    /// The host data reads of [`NicModel::book_sends`]' run when the DMA engine takes no time
+    /// per read (`eng`): `SEGS` reads per send (`segs`: their request and completion bytes on the up
+    /// and down lanes), all booked at `book_at` and starting at `ready`, each send's `done`
+    /// raised to its reads' completion. Exactly what [`DmaLanes::read_booked`] gives each read
+    /// in turn: the engine is free at one time for all of them, so every request is ready then
+    /// and every completion at `book_at`, and each lane books them as a run
+    /// ([`Lane::start_run`]); reads the tag tracker would issue at `ready` without retiring any
+    /// ([`OutstandingReads::lazy_room`]) are recorded together, any other goes through it.
+    /// Returns whether every read issued at `ready` (none waited for a tag).
+    #[inline(always)]
+    #[allow(clippy::too_many_arguments)]
+    fn tx_send_reads_book<const SEGS: usize>(
+        dma: &mut DmaLanes,
+        reads: &mut OutstandingReads,
+        eng: Step,
+        segs: [(Step, Step); SEGS],
+        book_at: Ps,
+        ready: Ps,
+        latency: Ps,
+        done: &mut [Ps],
+    ) -> bool {
+        dma.eng.start_run(book_at);
+        dma.up.start_run(dma.eng.free_at());
+        dma.down.start_run(book_at);
+        let (mut up, mut down) = (dma.up, dma.down);
+        // A read completes at `ready + (request end - book_at) + latency + (completion end -
+        // book_at)`; the constant part once (mod 2^64: the sum is a time).
+        let base = ready
+            .wrapping_add(latency)
+            .wrapping_sub(book_at.wrapping_mul(2));
+        let total = done.len() * SEGS;
+        let mut at_ready = true;
+        // Each read's completion in read order: one read per send straight into `done` (a
+        // read completes after its send's WQE was ready), else raised into `done` below.
+        let mut buf = [0; 2 * SEND_RUN];
+        let rd = if SEGS == 1 {
+            &mut *done
+        } else {
+            &mut buf[..total]
+        };
+        let mut j = 0;
+        while j < total {
+            let room = reads.lazy_room().min(total - j);
+            if room == 0 {
+                // The tracker must retire reads (or is short of tags): this read through it.
+                (dma.up, dma.down) = (up, down);
+                let (u, d) = segs[j % SEGS];
+                rd[j] = dma.read_booked(reads, book_at, ready, eng, u, d, latency);
+                (up, down) = (dma.up, dma.down);
+                // Issued at `ready` unless it waited for a tag: then it completes later than
+                // its lanes say.
+                at_ready &= rd[j] == base.wrapping_add(up.free_at()).wrapping_add(down.free_at());
+                j += 1;
+                continue;
+            }
+            let run = &mut rd[j..j + room];
+            for (k, c) in run.iter_mut().enumerate() {
+                let (u, d) = segs[(j + k) % SEGS];
+                *c = base
+                    .wrapping_add(up.reserve_queued(u).end)
+                    .wrapping_add(down.reserve_queued(d).end);
+            }
+            reads.issue_lazy_run(ready, run);
+            j += room;
+        }
+        (dma.up, dma.down) = (up, down);
+        if SEGS > 1 {
+            for (d, r) in done.iter_mut().zip(buf.chunks_exact(SEGS)) {
+                *d = r.iter().fold(*d, |a, &c| a.max(c));
+            }
+        }
+        at_ready
     }
 
     /// Untimed: a frame of `len` bytes left after the NIC read the host data segments `host`
