@@ -248,6 +248,10 @@ unsafe fn dma_write(dst: *mut u8, room: usize, src: &[u8], len: usize) {
     nicmem::copy_prefix(d, src, len);
 }
 
+/// Bytes a frame of at most that many bytes is received with as one fixed-size copy (the fast
+/// case of [`nicmem::copy_prefix`]): the bytes past the frame land in the buffer's room.
+const FIXED_COPY: usize = 64;
+
 /// The charge and completion fields of a frame whose descriptor was refused with syndrome `e`.
 #[cold]
 fn refused_whole(model: &mut NicModel, e: u8) -> (u8, u8) {
@@ -512,7 +516,14 @@ impl VnicQueue {
             // the pass's frames after it, in frame order).
             let mut cq = self.rx_cq.cursor();
             let (first, slot0) = (self.hdr.consumer(), cq.producer());
-            Self::receive_whole::<TIMED>(lens, &self.rx_batch, &mut hc, &mut cq, &mut self.model);
+            Self::receive_whole::<TIMED>(
+                lens,
+                &self.rx_batch,
+                &mut self.rx_place,
+                &mut hc,
+                &mut cq,
+                &mut self.model,
+            );
             self.hdr.nic_commit(hc);
             self.rx_cq.commit(cq);
             let model = &mut self.model;
@@ -696,21 +707,59 @@ impl VnicQueue {
     }
 
     /// The receive of an untimed batch whose frames all go whole to the header ring (none
-    /// longer than the split offset) without a hash, in one pass: each frame's descriptor is
-    /// validated as [`NicCursor::take`] validates it, the frame copied, and its completion
-    /// written (an error completion for a refused descriptor), runs of equal lengths charged
-    /// together. The cursors are local copies for the pass. A timed queue (`TIMED`) notes each
-    /// refused frame for the booking after the pass ([`NicModel::rx_book_whole`]).
+    /// longer than the split offset) without a hash. A batch of frames of one length whose
+    /// descriptors are all valid (a burst of one flow) goes in short loops with few live values
+    /// each: validate every descriptor ([`NicCursor::places_for`], noting in `place` where
+    /// each frame goes), copy the frames, charge them as one run, write the completions. Any
+    /// other batch goes in one pass: each frame's descriptor is validated as
+    /// [`NicCursor::take`] validates it, the frame copied, and its completion written (an
+    /// error completion for a refused descriptor), runs of equal lengths charged together. The
+    /// cursors are local copies for the pass. A timed queue (`TIMED`) notes each refused frame
+    /// for the booking after the pass ([`NicModel::rx_book_whole`]).
     #[inline(never)]
     fn receive_whole<const TIMED: bool>(
         lens: &[u32],
         batch: &[u8],
+        place: &mut [u64],
         hc: &mut NicCursor,
         cq: &mut CqCursor,
         model: &mut NicModel,
     ) {
         let (mut c, mut q) = (*hc, *cq);
         let room = c.room();
+        if let Some(&len) = lens.first()
+            && lens.iter().fold(true, |same, &l| same & (l == len))
+            && c.places_for(len, &mut place[..lens.len()])
+        {
+            // Frames of one length, every descriptor valid (a burst of one flow): copy them,
+            // charge them as one run and write their completions, each a loop of its own.
+            let n = lens.len();
+            let first = c.skip(n as u32);
+            let (step, l) = (batch_step(len as usize), len as usize);
+            if l <= FIXED_COPY && room >= FIXED_COPY && (n - 1) * step + FIXED_COPY <= batch.len() {
+                for (i, &at) in place[..n].iter().enumerate() {
+                    // SAFETY: `places_for` accepted the posted buffer's data area, `room >=
+                    // FIXED_COPY` bytes that the driver does not touch until the completion is
+                    // polled; the stage holds `FIXED_COPY` bytes from frame `i`'s start
+                    // (checked) and is a different allocation.
+                    unsafe {
+                        let dst = std::slice::from_raw_parts_mut(c.at(at), FIXED_COPY);
+                        let src =
+                            std::slice::from_raw_parts(batch.as_ptr().add(i * step), FIXED_COPY);
+                        nicmem::copy_prefix(dst, src, FIXED_COPY);
+                    }
+                }
+            } else {
+                for (i, &at) in place[..n].iter().enumerate() {
+                    // SAFETY: as in the frame-by-frame loop below.
+                    unsafe { dma_write(c.at(at), room, &batch[i * step..], l) };
+                }
+            }
+            model.rx_untimed_many(len, 0, 0, n as u64);
+            q.push_whole(first, n as u32, len);
+            (*hc, *cq) = (c, q);
+            return;
+        }
         let (mut run_len, mut run) = (0u32, 0u64);
         let mut off = 0;
         for (i, &len) in lens.iter().enumerate() {

@@ -22,7 +22,7 @@
 
 use nicmem::PoolLayout;
 
-use super::desc::{Cqe, DataSeg, SEG, syndrome};
+use super::desc::{Cqe, DataSeg, SEG, cqe_op, cqe_ring, syndrome};
 
 /// A place [`NicCursor::take_batch`] refused.
 pub(crate) const REFUSED: u64 = u64::MAX;
@@ -373,6 +373,42 @@ impl NicCursor {
         (first, refused)
     }
 
+    /// Whether the next `place.len()` posted WQEs (the caller checked [`NicCursor::posted`])
+    /// each take a whole frame of `len` bytes, as [`NicCursor::take`] would validate them,
+    /// noting where each frame goes (a byte offset for [`NicCursor::at`]) in `place`. Consumes
+    /// nothing: on `true` the caller takes them with [`NicCursor::skip`]; on `false` it takes
+    /// them one by one, which finds the refused ones and why. Every check is made for every
+    /// WQE, with no branch per WQE.
+    #[inline(always)]
+    pub(crate) fn places_for(&self, len: u32, place: &mut [u64]) -> bool {
+        if self.alias_slots != 0 || len > self.room {
+            return false;
+        }
+        let (wqes, bufs, mask, ci) = (self.wqes, self.bufs, self.mask, self.ci);
+        let (want_lo, iova, stride) = (self.want_lo, self.iova, self.stride);
+        let mut ok = true;
+        for (i, out) in place.iter_mut().enumerate() {
+            let slot = (ci.wrapping_add(i as u32) & mask) as usize;
+            // SAFETY: as in `take_batch`.
+            let (wqe, b) = unsafe { (*wqes.add(slot), *bufs.add(slot)) };
+            let off = u64::from(b) * stride;
+            let lo = u64::from_ne_bytes(wqe[..8].try_into().expect("8 bytes"));
+            let hi = u64::from_ne_bytes(wqe[8..].try_into().expect("8 bytes"));
+            ok &= (lo == want_lo) & (hi == (iova + off).to_be());
+            *out = off;
+        }
+        ok
+    }
+
+    /// Consumes the next `n` posted WQEs (accepted by [`NicCursor::places_for`]) and returns
+    /// the consumer count of the first.
+    #[inline(always)]
+    pub(crate) fn skip(&mut self, n: u32) -> u32 {
+        let first = self.ci;
+        self.ci = first.wrapping_add(n);
+        first
+    }
+
     /// Where to write for a place [`NicCursor::take_batch`] accepted.
     #[inline(always)]
     pub(crate) fn at(&self, place: u64) -> *mut u8 {
@@ -550,6 +586,27 @@ impl CqCursor {
     #[inline(always)]
     pub(crate) fn producer(&self) -> u32 {
         self.pi
+    }
+
+    /// Writes the completions of `n` frames received whole, `len` bytes each, into the header
+    /// ring's WQEs from consumer count `first` on (what [`CqCursor::push`] writes for each).
+    /// The caller checked the queue has room.
+    #[inline(always)]
+    pub(crate) fn push_whole(&mut self, first: u32, n: u32, len: u32) {
+        let mut cqe = Cqe {
+            rss_hash: 0,
+            byte_cnt: len,
+            hdr_len: len as u16,
+            ring: cqe_ring::NONE,
+            syndrome: 0,
+            wqe_counter: 0,
+            payload_counter: 0,
+            opcode: cqe_op::RESP_SEND,
+        };
+        for i in 0..n {
+            cqe.wqe_counter = first.wrapping_add(i) as u16;
+            self.push(&cqe);
+        }
     }
 
     /// Writes a completion. The caller checked the queue has room.
