@@ -35,10 +35,10 @@ use nicmem::{ProtectionDomain, RegionTable};
 use super::desc::{Cqe, SEG, cqe_op, cqe_ring, syndrome};
 use super::faults::FaultState;
 use super::model::{LiveModel, ModelSinkRef, NicModel};
-use super::rx::{CompletionQueue, CqCursor, NicCursor, REFUSED, RxRing};
+use super::rx::{CompletionQueue, CqCursor, CqPoll, NicCursor, REFUSED, RxRing, SwCursor};
 use super::tx::{PostError, TxRing};
 use crate::arena::{ArenaCache, ArenaLayout, HEADROOM, PacketArena, PacketMeta};
-use crate::burst::{Burst, MAX_BURST, RxPacket};
+use crate::burst::{Burst, MAX_BURST, RxPacket, RxWriter};
 use crate::link::{FrameRing, FrameSink, FrameSource, MAX_WIRE_FRAME, batch_step};
 use crate::mode::DatapathMode;
 use crate::packet::{PacketOwner, PayloadRing};
@@ -257,6 +257,49 @@ const FIXED_COPY: usize = 64;
 fn refused_whole(model: &mut NicModel, e: u8) -> (u8, u8) {
     model.rx_cqes(1);
     (e, cqe_op::RESP_ERR)
+}
+
+/// The driver's harvest of the leading run of completions of frames received whole into their
+/// header buffers ([`CqPoll::poll_whole`], at most `n`), into the burst `w` writes: what the
+/// general harvest does for each of them, in a loop of its own. `hdr` is the header pool's base,
+/// buffer size and room for data; an untimed queue stamps arrival 0.
+#[inline(always)]
+fn harvest_whole(
+    cq: &mut CqPoll,
+    n: u32,
+    hc: &SwCursor,
+    hdr: (*mut u8, usize, usize),
+    w: &mut RxWriter<'_>,
+) {
+    let (hbase, hsize, hroom) = hdr;
+    cq.poll_whole(n, hc, hroom, |p| {
+        let buf = hbase.wrapping_add(p.buf as usize * hsize);
+        // SAFETY: header buffer `p.buf` was just harvested: the driver owns it and nothing else
+        // refers to its metadata, which starts the buffer (64-byte aligned, `META_BYTES`
+        // long).
+        unsafe {
+            *buf.cast::<PacketMeta>() = PacketMeta {
+                payload: 0,
+                ring: PayloadRing::None,
+                arrival: 0,
+            };
+        }
+        // SAFETY: the burst adopted this queue's arena as owner (checked by `rx_burst`); the
+        // header pointer names `len <= room` bytes of buffer `p.buf`, after `HEADROOM` bytes of
+        // the same buffer, all owned by the packet from now on.
+        let pushed = unsafe {
+            w.push(&RxPacket {
+                handle: p.buf as usize,
+                hdr: buf.wrapping_add(crate::arena::DATA_OFF),
+                hdr_len: p.len,
+                headroom: HEADROOM as u16,
+                frame_len: u32::from(p.len),
+                ring: PayloadRing::None,
+                rss_hash: p.rss_hash,
+            })
+        };
+        debug_assert!(pushed, "room was checked");
+    });
 }
 
 /// Returns the buffers a completion names to their caches: an error completion, or a completion
@@ -1392,6 +1435,11 @@ impl VnicQueue {
         let (mut err_p, mut err_s) = (0u32, 0u32);
         let timing = self.model.t.as_deref();
         let mut latest = 0;
+        if !TIMED {
+            // The leading run of completions of frames received whole (every completion of a
+            // burst of short frames), in a loop of its own.
+            harvest_whole(&mut cq, n, &hc, (hbase, hsize, hroom), &mut w);
+        }
         while cq.consumer() != end {
             let arrival = match timing {
                 Some(t) if TIMED => {

@@ -621,6 +621,18 @@ impl CqCursor {
     }
 }
 
+/// A completion of a frame received whole into its header buffer, as the driver harvests it
+/// (see [`CqPoll::poll_whole`]).
+#[derive(Clone, Copy)]
+pub(crate) struct WholeCqe {
+    /// The header buffer.
+    pub buf: u32,
+    /// The frame's length.
+    pub len: u16,
+    /// Its RSS hash.
+    pub rss_hash: u32,
+}
+
 /// The driver's consumer position on a completion queue during one pass (see
 /// [`CompletionQueue::poll_cursor`]).
 pub(crate) struct CqPoll {
@@ -634,6 +646,47 @@ impl CqPoll {
     #[inline(always)]
     pub(crate) fn consumer(&self) -> u32 {
         self.ci
+    }
+
+    /// Polls the leading run, of at most `n`, of completions of frames received whole into
+    /// their header buffers: written in the pass the cursor is in, a receive without error
+    /// (`RESP_SEND`), no payload ring, the frame's length that of its header segment and at most
+    /// `hroom`. Hands `f` each one's header buffer (from `hdr`), length and RSS hash, and
+    /// returns how many it polled; any other completion ends the run and is left to
+    /// [`CqPoll::poll`].
+    #[inline(always)]
+    pub(crate) fn poll_whole(
+        &mut self,
+        n: u32,
+        hdr: &SwCursor,
+        hroom: usize,
+        mut f: impl FnMut(WholeCqe),
+    ) -> u32 {
+        let (slots, mask, ci) = (self.slots, self.mask, self.ci);
+        let mut k = 0;
+        while k < n {
+            let c = ci.wrapping_add(k);
+            // SAFETY: as in `poll`.
+            let b = unsafe { &*slots.add((c & mask) as usize) };
+            let last = (cqe_op::RESP_SEND << 4) | u8::from(CompletionQueue::owner(c, mask));
+            let len = u32::from_be_bytes([b[4], b[5], b[6], b[7]]);
+            let hl = u16::from_be_bytes([b[8], b[9]]);
+            if b[63] != last
+                || b[10] != cqe_ring::NONE
+                || len != u32::from(hl)
+                || usize::from(hl) > hroom
+            {
+                break;
+            }
+            f(WholeCqe {
+                buf: hdr.buf(u16::from_be_bytes([b[60], b[61]])),
+                len: hl,
+                rss_hash: u32::from_be_bytes([b[0], b[1], b[2], b[3]]),
+            });
+            k += 1;
+        }
+        self.ci = ci.wrapping_add(k);
+        k
     }
 
     /// [`CompletionQueue::poll`] on the cursor.
