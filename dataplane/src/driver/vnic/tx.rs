@@ -22,7 +22,7 @@ use super::desc::{
 use super::model::NicModel;
 use super::rx::CompletionQueue;
 use crate::arena::{ArenaLayout, META_BYTES};
-use crate::burst::{MAX_BURST, TxView};
+use crate::burst::TxView;
 use crate::link::{MAX_WIRE_FRAME, batch_step};
 use crate::packet::PayloadRing;
 use crate::pcie_model::timeline::{PS_PER_NS, Ps};
@@ -966,6 +966,28 @@ struct PostState {
 }
 
 impl PostState {
+    /// The completion pacing of `cnt` WQEs of `nbb` WQEBBs each posted in a row: what
+    /// [`PostState::admit`] does for each of them (the room aside). Returns where the first
+    /// completion request falls (a WQE's place in the run, counted from 1; past `cnt`: none)
+    /// and the step to each next one: `admit` flags the WQE that uses up either counter, then
+    /// both start afresh, so with equal WQEs the requests fall at fixed steps.
+    #[inline(always)]
+    fn pace_run(&mut self, cnt: u32, nbb: u32) -> (u32, u32) {
+        // `bbs_left` is never negative between WQEs (admit resets it when it would be).
+        let first = self.comp_left.min(self.bbs_left as u32 / nbb + 1);
+        let step = self.comp_every.min(self.half / nbb + 1);
+        if first > cnt {
+            self.comp_left -= cnt;
+            self.bbs_left -= (cnt * nbb) as i32;
+        } else {
+            // WQEs after the last request.
+            let since = (cnt - first) % step;
+            self.comp_left = self.comp_every - since;
+            self.bbs_left = self.half as i32 - (since * nbb) as i32;
+        }
+        (first, step)
+    }
+
     /// Takes `nbb` WQEBBs of room for the next WQE and returns its flags: a completion every
     /// `comp_every` WQEs and at least every half ring.
     #[inline(always)]
@@ -985,9 +1007,11 @@ impl PostState {
 
 /// Posts packets `from..` of `v` while each is simple: no payload bytes, the whole frame inlined,
 /// its WQE within the room and the ring's end. Returns the first packet it did not post (the
-/// caller posts or refuses that one, then calls again). In short passes, each with few live
-/// values: find the run, pace its completion requests and write the driver's records; write
-/// the WQEs; then set the completion requests.
+/// caller posts or refuses that one, then calls again). Run by run of frames of one size (a
+/// burst of one flow is one run), whose WQEs all have the same layout ([`InlineSize`]), so the
+/// run's extent within the room and the ring's end, and where its completion requests fall, are
+/// known before anything is written; then in short passes, each with few live values: the
+/// driver's records, the WQEs, the completion requests.
 ///
 /// # Safety
 /// `st` must name the arrays and positions of the send queue posting packets of the arena `l`
@@ -1001,115 +1025,117 @@ unsafe fn post_inline(
 ) -> usize {
     let mut st = *state;
     let n = v.handle.len();
-    let (handle, hdr, hdr_len, headroom, frame_len) = (
-        &v.handle[from..n],
-        &v.hdr[from..n],
-        &v.hdr_len[from..n],
-        &v.headroom[from..n],
-        &v.frame_len[from..n],
-    );
+    let (handle, hdr, hdr_len, headroom, frame_len) =
+        (v.handle, v.hdr, v.hdr_len, v.headroom, v.frame_len);
     let mask = st.mask;
     let size = mask as usize + 1;
-    let (pi0, hpi0) = (st.pi, st.hpi);
-    // The run: each frame whole in its header segment and inlined, its WQE inside the room and
-    // the ring's end, with the driver's records (which packet each WQE carries, the header
-    // buffers in posting order) written as it is found; which WQEs ask for a completion.
-    let mut flagged = [const { std::mem::MaybeUninit::<u32>::uninit() }; MAX_BURST];
-    let (mut nflag, mut pi, mut k) = (0, pi0, 0);
-    // The WQEBBs of the last inline size seen, which fits the queue's inline room.
-    let (mut run_len, mut nbb) = (usize::MAX, 0u32);
-    while k < hdr_len.len() {
-        let hlen = hdr_len[k] as usize;
-        if hlen != run_len {
-            if hlen > st.inline {
-                break;
-            }
-            (run_len, nbb) = (hlen, data_segment_at(hlen).div_ceil(4) as u32);
-        }
-        let slot = (pi & mask) as usize;
-        if frame_len[k] as usize != hlen || slot + nbb as usize > size || nbb > st.room {
+    let buf_size = l.hdr.buf_size;
+    let mut i = from;
+    while i < n {
+        // The run: frames of one size, each whole in its header segment, which the queue
+        // inlines whole.
+        let hlen = hdr_len[i] as usize;
+        if hlen > st.inline {
             break;
         }
-        let h = handle[k] as u32;
-        let hpi = hpi0.wrapping_add(k as u32);
-        let flag = st.admit(nbb) != 0;
-        // SAFETY: `& mask` indexes the ring's slots and header entries.
-        unsafe {
-            *st.slots.add(slot) = TxSlot {
-                at: pi,
-                hdr: h,
-                pay: 0,
-                nbb: nbb as u8,
-                ring: PayloadRing::None,
-                ends: flag,
-            };
-            *st.hdrs.add((hpi & mask) as usize) = h;
+        let end = i + hdr_len[i..]
+            .iter()
+            .zip(&frame_len[i..])
+            .position(|(&h, &f)| usize::from(h) != hlen || f as usize != hlen)
+            .unwrap_or(n - i);
+        let run = InlineSize::of(hlen);
+        let nbb = run.nbb as u32;
+        // As many as fit the room and the ring's end, in posting order.
+        let (pi0, hpi0) = (st.pi, st.hpi);
+        let slot0 = (pi0 & mask) as usize;
+        let cnt = (end - i)
+            .min((st.room / nbb) as usize)
+            .min((size - slot0) / run.nbb);
+        if cnt == 0 {
+            break;
         }
-        if flag {
-            // SAFETY: as above.
-            unsafe { *st.ends.add(slot) = [hpi.wrapping_add(1), st.pay_pis[0], st.pay_pis[1]] };
-            // The WQE's producer count, for its control segment below.
-            flagged[nflag].write(pi);
-            nflag += 1;
-        }
-        pi = pi.wrapping_add(nbb);
-        k += 1;
-    }
-    let buf_size = l.hdr.buf_size;
-    // The WQEs, none asking for a completion yet: control segment, Ethernet segment with the
-    // inline size, the frame inlined from its last 2 bytes on. What depends on the inline size
-    // alone (segment count, WQEBBs, Ethernet segment, whether the WQE has room for a fixed
-    // 64-byte copy) is worked out once per run of equal sizes, as a burst of one flow has.
-    let mut pi = pi0;
-    let mut run = InlineSize::of(hdr_len.first().map_or(0, |&h| h as usize));
-    for ((&p, &hl), &hr) in hdr[..k].iter().zip(&hdr_len[..k]).zip(&headroom[..k]) {
-        let hlen = hl as usize;
-        if hlen != run.len {
-            run = InlineSize::of(hlen);
-        }
-        let ctrl = CtrlSeg {
-            opcode: OPCODE_SEND,
-            wqe_index: pi as u16,
-            ds: run.ds as u8,
-            flags: 0,
-        };
-        // SAFETY: the run's WQEBBs are free, inside the room and before the ring's end; `w` has
-        // `nbb * WQEBB >= ds * SEG` writable bytes; segment writes stay below `ds * SEG`, the
-        // inline copy below `nbb * WQEBB`. Nothing else refers to them during the pass.
-        unsafe {
-            let w = st.bbs.add((pi & mask) as usize * WQEBB);
-            put_seg(w, ctrl.encode());
-            put_seg(w.add(SEG), run.eth);
-            let hdr_off = META_BYTES + hr as usize;
-            let src_room = buf_size - hdr_off;
-            if run.post_fixed && src_room >= FIXED_INLINE {
-                // SAFETY: as below, with `FIXED_INLINE` bytes on both sides (checked).
-                let src = std::slice::from_raw_parts(p.cast_const(), FIXED_INLINE);
-                let dst = std::slice::from_raw_parts_mut(w.add(INLINE_AT), FIXED_INLINE);
-                nicmem::copy_prefix(dst, src, FIXED_INLINE);
-            } else if hlen > 0 {
-                // SAFETY: the burst owns the packet; its header starts `hdr_off` bytes into its
-                // header buffer, whose bytes up to its end belong to the packet.
-                let src = std::slice::from_raw_parts(p.cast_const(), src_room);
-                let dst =
-                    std::slice::from_raw_parts_mut(w.add(INLINE_AT), run.nbb * WQEBB - INLINE_AT);
-                nicmem::copy_prefix(dst, src, hlen);
+        let span = i..i + cnt;
+        // The driver's records: which packet each WQE carries, the header buffers in posting
+        // order.
+        for (j, &h) in handle[span.clone()].iter().enumerate() {
+            let pi = pi0.wrapping_add(j as u32 * nbb);
+            // SAFETY: `& mask` indexes the ring's slots and header entries.
+            unsafe {
+                *st.slots.add((pi & mask) as usize) = TxSlot {
+                    at: pi,
+                    hdr: h as u32,
+                    pay: 0,
+                    nbb: nbb as u8,
+                    ring: PayloadRing::None,
+                    ends: false,
+                };
+                *st.hdrs.add((hpi0.wrapping_add(j as u32) & mask) as usize) = h as u32;
             }
         }
-        pi = pi.wrapping_add(run.nbb as u32);
+        // The WQEs, none asking for a completion yet: control segment, Ethernet segment with
+        // the inline size, the frame inlined from its last 2 bytes on.
+        let ctrl_lo = run.ctrl;
+        for (j, (&p, &hr)) in hdr[span.clone()]
+            .iter()
+            .zip(&headroom[span.clone()])
+            .enumerate()
+        {
+            let pi = pi0.wrapping_add(j as u32 * nbb);
+            // SAFETY: the run's WQEBBs are free, inside the room and before the ring's end (its
+            // extent above); `w` has `nbb * WQEBB >= ds * SEG` writable bytes; segment writes
+            // stay below `ds * SEG`, the inline copy below `nbb * WQEBB`. Nothing else refers
+            // to them during the pass.
+            unsafe {
+                let w = st.bbs.add((slot0 + j * run.nbb) * WQEBB);
+                let q = w.cast::<u64>();
+                q.write_unaligned(((u64::from(pi as u16) << 40) | ctrl_lo).to_be());
+                q.add(1).write_unaligned(0);
+                put_seg(w.add(SEG), run.eth);
+                let hdr_off = META_BYTES + hr as usize;
+                let src_room = buf_size - hdr_off;
+                if run.post_fixed && src_room >= FIXED_INLINE {
+                    // SAFETY: as below, with `FIXED_INLINE` bytes on both sides (checked).
+                    let src = std::slice::from_raw_parts(p.cast_const(), FIXED_INLINE);
+                    let dst = std::slice::from_raw_parts_mut(w.add(INLINE_AT), FIXED_INLINE);
+                    nicmem::copy_prefix(dst, src, FIXED_INLINE);
+                } else if hlen > 0 {
+                    // SAFETY: the burst owns the packet; its header starts `hdr_off` bytes into
+                    // its header buffer, whose bytes up to its end belong to the packet.
+                    let src = std::slice::from_raw_parts(p.cast_const(), src_room);
+                    let dst = std::slice::from_raw_parts_mut(
+                        w.add(INLINE_AT),
+                        run.nbb * WQEBB - INLINE_AT,
+                    );
+                    nicmem::copy_prefix(dst, src, hlen);
+                }
+            }
+        }
+        // The completion requests.
+        let (mut at, step) = st.pace_run(cnt as u32, nbb);
+        while at <= cnt as u32 {
+            let pi = pi0.wrapping_add((at - 1) * nbb);
+            let slot = (pi & mask) as usize;
+            // SAFETY: a WQE and slot just written (`slot <= mask`); byte 11 of its control
+            // segment holds its flags.
+            unsafe {
+                *st.bbs.add(slot * WQEBB + 11) = FLAG_CQE_REQUEST;
+                (*st.slots.add(slot)).ends = true;
+                *st.ends.add(slot) = [hpi0.wrapping_add(at), st.pay_pis[0], st.pay_pis[1]];
+            }
+            at += step;
+        }
+        st.room -= cnt as u32 * nbb;
+        st.pi = pi0.wrapping_add(cnt as u32 * nbb);
+        st.hpi = hpi0.wrapping_add(cnt as u32);
+        st.bytes += (cnt * hlen) as u64;
+        i += cnt;
+        if i < end {
+            // The room or the ring's end stopped the run.
+            break;
+        }
     }
-    // The completion requests.
-    for f in &flagged[..nflag] {
-        // SAFETY: the first `nflag` entries were written above.
-        let at = unsafe { f.assume_init() };
-        // SAFETY: a WQE just written; byte 11 of its control segment holds its flags.
-        unsafe { *st.bbs.add((at & mask) as usize * WQEBB + 11) = FLAG_CQE_REQUEST };
-    }
-    st.pi = pi;
-    st.hpi = hpi0.wrapping_add(k as u32);
-    st.bytes += frame_len[..k].iter().map(|&f| u64::from(f)).sum::<u64>();
     *state = st;
-    from + k
+    i
 }
 
 /// [`post_inline`] without inline bytes: posts packets `from..` of `v` while each has no payload
@@ -1186,13 +1212,9 @@ unsafe fn post_plain(state: &mut PostState, v: &TxView<'_>, l: &ArenaLayout, fro
             *st.hdrs.add((hpi0.wrapping_add(j as u32) & mask) as usize) = h as u32;
         }
     }
-    // The completion requests: [`PostState::admit`] flags the WQE that uses up either counter,
-    // then both start afresh, so with one WQEBB per WQE they fall at fixed steps.
+    // The completion requests.
     let cnt = k as u32;
-    let first = st.comp_left.min((st.bbs_left + 1) as u32);
-    let step = st.comp_every.min(st.half + 1);
-    let mut at = first;
-    let mut last = None;
+    let (mut at, step) = st.pace_run(cnt, 1);
     while at <= cnt {
         let j = at - 1;
         let pi = pi0.wrapping_add(j);
@@ -1204,19 +1226,7 @@ unsafe fn post_plain(state: &mut PostState, v: &TxView<'_>, l: &ArenaLayout, fro
             (*st.slots.add(slot)).ends = true;
             *st.ends.add(slot) = [hpi.wrapping_add(1), st.pay_pis[0], st.pay_pis[1]];
         }
-        last = Some(at);
         at += step;
-    }
-    match last {
-        None => {
-            st.comp_left -= cnt;
-            st.bbs_left -= cnt as i32;
-        }
-        Some(t) => {
-            let since = cnt - t;
-            st.comp_left = st.comp_every - since;
-            st.bbs_left = st.half as i32 - since as i32;
-        }
     }
     st.room -= cnt;
     st.pi = pi0.wrapping_add(cnt);
