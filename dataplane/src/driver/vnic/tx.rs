@@ -885,8 +885,6 @@ const FIXED_INLINE: usize = 64;
 /// one size rather than per frame.
 #[derive(Clone, Copy)]
 struct InlineSize {
-    /// The inline size.
-    len: usize,
     /// Data segments of the WQE ([`data_segment_at`]).
     ds: usize,
     /// WQEBBs of the WQE.
@@ -913,7 +911,6 @@ impl InlineSize {
         let ds = data_segment_at(len);
         let nbb = ds.div_ceil(4);
         Self {
-            len,
             ds,
             nbb,
             eth: ((len as u128) << 16).to_be_bytes(),
@@ -1598,7 +1595,9 @@ unsafe fn gather_plain<const TIMED: bool>(
 /// [`gather_plain`] for a queue that inlines: the run of inline-only WQEs (the whole frame in
 /// the WQE, no data segment) from `ci`, each posted with its packet and not wrapping around the
 /// ring's end. Stops at the first other WQE (left to [`gather_run`]) and where [`gather_run`]
-/// stops. Runs of equal frames are charged together.
+/// stops. Goes run by run of WQEs of one inline size (a burst of one flow is one run), whose
+/// layout ([`InlineSize`]) and how many of them the stage and the posted WQEBBs can take are
+/// worked out once per run; each run is charged together.
 ///
 /// # Safety
 /// As [`gather_run`].
@@ -1621,75 +1620,98 @@ unsafe fn gather_inline<const TIMED: bool>(
     let size = mask as usize + 1;
     let last_off = out.len().saturating_sub(MAX_WIRE_FRAME);
     let out = out.as_mut_ptr();
-    let (mut run_len, mut run_n) = (0u32, 0u64);
-    let mut run = InlineSize::of(0);
     let mut completion = None;
-    while ci != pi && k < lens.len() && off <= last_off {
-        let slot = (ci & mask) as usize;
-        // SAFETY: `slot <= mask` indexes the ring's WQEBBs and slots (the caller's contract);
-        // the control and Ethernet segments lie in the first WQEBB.
-        let (w, s, c0, flags, inl) = unsafe {
-            let w = bbs.add(slot * WQEBB);
-            (
-                w,
-                &*slots.add(slot),
-                w.cast::<u64>().read_unaligned(),
-                *w.add(11),
-                u16::from_be(w.add(SEG + 12).cast::<u16>().read_unaligned()) as usize,
-            )
+    'runs: while ci != pi && k < lens.len() && off <= last_off {
+        // SAFETY: `ci & mask` indexes the ring's WQEBBs (the caller's contract); the Ethernet
+        // segment lies in the first WQEBB.
+        let inl_be = unsafe {
+            bbs.add((ci & mask) as usize * WQEBB + SEG + 12)
+                .cast::<u16>()
+                .read_unaligned()
         };
-        if inl != run.len {
-            run = InlineSize::of(inl);
-        }
-        let (ds, nbb) = (run.ds, run.nbb);
-        // The control segment's first 8 bytes: WQE index, opcode, segment count.
-        if u64::from_be(c0) != run.ctrl | (u64::from(ci as u16) << 40)
-            || inl == 0
-            || s.at != ci
-            || s.hdr == NO_PKT
-            || nbb as u32 > pi.wrapping_sub(ci)
-            || slot + nbb > size
-        {
+        let inl = u16::from_be(inl_be) as usize;
+        if inl == 0 {
             break;
         }
-        // SAFETY: the WQE's `ds` segments lie flat in the ring from `w`, its inline bytes
-        // between `INLINE_AT` and their end; the stage behind `off` holds `MAX_WIRE_FRAME` bytes.
-        unsafe {
-            if run.gather_fixed {
-                // SAFETY: as below, with `FIXED_INLINE` bytes on both sides: the WQE's data
-                // segments from `INLINE_AT` hold that many (`run.gather_fixed`), the stage more.
-                let stage = std::slice::from_raw_parts_mut(out.add(off), FIXED_INLINE);
-                let src = std::slice::from_raw_parts(w.add(INLINE_AT), FIXED_INLINE);
-                nicmem::copy_prefix(stage, src, FIXED_INLINE);
-            } else {
-                let stage = std::slice::from_raw_parts_mut(out.add(off), MAX_WIRE_FRAME);
-                let src = std::slice::from_raw_parts(w.add(INLINE_AT), ds * SEG - INLINE_AT);
-                nicmem::copy_prefix(stage, src, inl);
+        let run = InlineSize::of(inl);
+        let nbb = run.nbb as u32;
+        // How many WQEs of this size the posted WQEBBs, the lengths and the stage can take.
+        let most = (pi.wrapping_sub(ci) / nbb) as usize;
+        let most = most
+            .min(lens.len() - k)
+            .min((last_off - off) / run.step + 1);
+        // Whether a WQE that is not of this kind ended the run (one of another inline size
+        // starts the next run instead).
+        let (mut cnt, mut other) = (0, false);
+        while cnt < most {
+            let slot = (ci & mask) as usize;
+            // SAFETY: `slot <= mask` indexes the ring's WQEBBs and slots (the caller's
+            // contract); the control and Ethernet segments lie in the first WQEBB.
+            let (w, s, c0, flags, inl_at) = unsafe {
+                let w = bbs.add(slot * WQEBB);
+                (
+                    w,
+                    &*slots.add(slot),
+                    w.cast::<u64>().read_unaligned(),
+                    *w.add(11),
+                    w.add(SEG + 12).cast::<u16>().read_unaligned(),
+                )
+            };
+            // A WQE of another inline size ends the run.
+            if inl_at != inl_be {
+                break;
+            }
+            // The control segment's first 8 bytes: WQE index, opcode, segment count.
+            if u64::from_be(c0) != run.ctrl | (u64::from(ci as u16) << 40)
+                || s.at != ci
+                || s.hdr == NO_PKT
+                || slot + run.nbb > size
+            {
+                other = true;
+                break;
+            }
+            // SAFETY: the WQE's `ds` segments lie flat in the ring from `w`, its inline bytes
+            // between `INLINE_AT` and their end; the stage behind `off` holds `MAX_WIRE_FRAME`
+            // bytes.
+            unsafe {
+                if run.gather_fixed {
+                    // SAFETY: as below, with `FIXED_INLINE` bytes on both sides: the WQE's data
+                    // segments from `INLINE_AT` hold that many (`run.gather_fixed`), the stage
+                    // more.
+                    let stage = std::slice::from_raw_parts_mut(out.add(off), FIXED_INLINE);
+                    let src = std::slice::from_raw_parts(w.add(INLINE_AT), FIXED_INLINE);
+                    nicmem::copy_prefix(stage, src, FIXED_INLINE);
+                } else {
+                    let stage = std::slice::from_raw_parts_mut(out.add(off), MAX_WIRE_FRAME);
+                    let src =
+                        std::slice::from_raw_parts(w.add(INLINE_AT), run.ds * SEG - INLINE_AT);
+                    nicmem::copy_prefix(stage, src, inl);
+                }
+            }
+            if TIMED {
+                // SAFETY: the slot holds a packet of the arena (checked above).
+                unsafe { timed_send(m, l, s, ready, inl, [0, 0], 0, nbb) }
+            }
+            lens[k] = inl as u32;
+            k += 1;
+            off += run.step;
+            cnt += 1;
+            let at = ci;
+            ci = ci.wrapping_add(nbb);
+            if flags & FLAG_CQE_REQUEST != 0 {
+                completion = Some((at, sends_booked::<TIMED>(m, ready), nbb));
+                m.tx_untimed_many([0, 0], 0, inl, cnt as u64);
+                break 'runs;
             }
         }
-        if TIMED {
-            // SAFETY: the slot holds a packet of the arena (checked above).
-            unsafe { timed_send(m, l, s, ready, inl, [0, 0], 0, nbb as u32) }
-        }
-        if inl as u32 != run_len {
-            m.tx_untimed_many([0, 0], 0, run_len as usize, run_n);
-            (run_len, run_n) = (inl as u32, 0);
-        }
-        run_n += 1;
-        lens[k] = inl as u32;
-        k += 1;
-        off += run.step;
-        let at = ci;
-        ci = ci.wrapping_add(nbb as u32);
-        if flags & FLAG_CQE_REQUEST != 0 {
-            completion = Some((at, sends_booked::<TIMED>(m, ready), nbb as u32));
+        m.tx_untimed_many([0, 0], 0, inl, cnt as u64);
+        if other || cnt == 0 {
             break;
         }
     }
     if TIMED && completion.is_none() {
         m.tx_sends_book(true);
     }
-    m.tx_untimed_many([0, 0], 0, run_len as usize, run_n);
     RunEnd {
         ci,
         off,
