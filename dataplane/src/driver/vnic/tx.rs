@@ -1487,8 +1487,11 @@ unsafe fn gather_run<const TIMED: bool>(
 /// The NIC's pass over a run of plain WQEs from `ci`, as [`gather_run`] but for the commonest
 /// WQE only: one WQEBB with the send's control segment (its own WQE index, 3 segments), no
 /// inline bytes, and one data segment inside the header buffer of the packet posted with it.
-/// Stops at the first other WQE (left to [`gather_run`]) and where [`gather_run`] stops. Runs of
-/// equal frames are charged together.
+/// Stops at the first other WQE (left to [`gather_run`]) and where [`gather_run`] stops. Goes
+/// run by run of frames of one length (a burst of one flow is one run): the data segment's
+/// length and key are checked once per run (each further WQE of the run has the same first
+/// 8 bytes of its data segment), how many WQEs the stage and the posted WQEBBs can take is
+/// worked out once, and each run is charged together.
 ///
 /// # Safety
 /// As [`gather_run`].
@@ -1516,74 +1519,98 @@ unsafe fn gather_plain<const TIMED: bool>(
     debug_assert!(!hdr_l.aliased, "header pools never alias");
     let (key, iova, size) = (u64::from(hdr_l.key.0), hdr_l.iova, hdr_l.buf_size as u64);
     let room = size - META_BYTES as u64;
-    let (mut run_len, mut run_n) = (0u32, 0u64);
     let mut completion = None;
-    while ci != pi && k < lens.len() && off <= last_off {
-        let slot = (ci & mask) as usize;
-        // SAFETY: `slot <= mask` indexes the ring's WQEBBs and slots (the caller's contract);
-        // the control, Ethernet and first data segments lie in the first WQEBB.
-        let (s, c0, flags, inl, lo, addr) = unsafe {
-            let w = bbs.add(slot * WQEBB);
-            let q = w.cast::<u64>();
-            (
-                &*slots.add(slot),
-                q.read_unaligned(),
-                *w.add(11),
-                w.add(SEG + 12).cast::<u16>().read_unaligned(),
-                u64::from_be(q.add(4).read_unaligned()),
-                u64::from_be(q.add(5).read_unaligned()),
-            )
+    'runs: while ci != pi && k < lens.len() && off <= last_off {
+        // SAFETY: `ci & mask` indexes the ring's WQEBBs (the caller's contract); the first data
+        // segment lies in the first WQEBB.
+        let lo_be = unsafe {
+            bbs.add((ci & mask) as usize * WQEBB + 4 * 8)
+                .cast::<u64>()
+                .read_unaligned()
         };
-        // The control segment's first 8 bytes: WQE index, opcode, segment count.
-        let want = ((u64::from(ci as u16) << 40) | (u64::from(OPCODE_SEND) << 32) | 3).to_be();
+        // The data segment's length and key.
+        let lo = u64::from_be(lo_be);
         let n = lo >> 32;
-        let o = addr.wrapping_sub(iova + u64::from(s.hdr) * size);
-        if c0 != want
-            || inl != 0
-            || s.at != ci
-            || s.hdr == NO_PKT
-            || lo as u32 as u64 != key
-            || n == 0
-            || n > room.min(MAX_WIRE_FRAME as u64)
-            || o.wrapping_sub(META_BYTES as u64) > room - n
-        {
+        if lo as u32 as u64 != key || n == 0 || n > room.min(MAX_WIRE_FRAME as u64) {
             break;
         }
-        let n = n as usize;
-        // SAFETY: the segment's `n` bytes lie in the packet's header buffer from byte `o` on,
-        // which the send queue owns until completion, with `size - o` bytes of the buffer from
-        // there; the stage behind `off` holds `MAX_WIRE_FRAME` bytes.
-        unsafe {
-            let src = std::slice::from_raw_parts(
-                hdr_l.base.add(s.hdr as usize * size as usize + o as usize),
-                (size - o) as usize,
-            );
-            let stage = std::slice::from_raw_parts_mut(out.add(off), MAX_WIRE_FRAME);
-            nicmem::copy_prefix(stage, src, n);
+        let (len, step) = (n as usize, batch_step(n as usize));
+        // Where the segment may start in its buffer, less the metadata (see `inside`).
+        let last_start = room - n;
+        // How many WQEs of this length the posted WQEBBs, the lengths and the stage can take.
+        let most = (pi.wrapping_sub(ci) as usize)
+            .min(lens.len() - k)
+            .min((last_off - off) / step + 1);
+        // Whether a WQE that is not of this kind ended the run (one of another length starts
+        // the next run instead).
+        let (mut cnt, mut other) = (0, false);
+        while cnt < most {
+            let slot = (ci & mask) as usize;
+            // SAFETY: `slot <= mask` indexes the ring's WQEBBs and slots (the caller's
+            // contract); the control, Ethernet and first data segments lie in the first WQEBB.
+            let (s, c0, flags, inl, lo_at, addr) = unsafe {
+                let w = bbs.add(slot * WQEBB);
+                let q = w.cast::<u64>();
+                (
+                    &*slots.add(slot),
+                    q.read_unaligned(),
+                    *w.add(11),
+                    w.add(SEG + 12).cast::<u16>().read_unaligned(),
+                    q.add(4).read_unaligned(),
+                    u64::from_be(q.add(5).read_unaligned()),
+                )
+            };
+            // A data segment of another length (or key) ends the run.
+            if lo_at != lo_be {
+                break;
+            }
+            // The control segment's first 8 bytes: WQE index, opcode, segment count.
+            let want = ((u64::from(ci as u16) << 40) | (u64::from(OPCODE_SEND) << 32) | 3).to_be();
+            let o = addr.wrapping_sub(iova + u64::from(s.hdr) * size);
+            if c0 != want
+                || inl != 0
+                || s.at != ci
+                || s.hdr == NO_PKT
+                || o.wrapping_sub(META_BYTES as u64) > last_start
+            {
+                other = true;
+                break;
+            }
+            // SAFETY: the segment's `len` bytes lie in the packet's header buffer from byte `o`
+            // on, which the send queue owns until completion, with `size - o` bytes of the
+            // buffer from there; the stage behind `off` holds `MAX_WIRE_FRAME` bytes.
+            unsafe {
+                let src = std::slice::from_raw_parts(
+                    hdr_l.base.add(s.hdr as usize * size as usize + o as usize),
+                    (size - o) as usize,
+                );
+                let stage = std::slice::from_raw_parts_mut(out.add(off), MAX_WIRE_FRAME);
+                nicmem::copy_prefix(stage, src, len);
+            }
+            if TIMED {
+                // SAFETY: the slot holds a packet of the arena (checked above).
+                unsafe { timed_send(m, l, s, ready, len, [len as u32, 0], 0, 1) }
+            }
+            lens[k] = len as u32;
+            k += 1;
+            off += step;
+            cnt += 1;
+            let at = ci;
+            ci = ci.wrapping_add(1);
+            if flags & FLAG_CQE_REQUEST != 0 {
+                completion = Some((at, sends_booked::<TIMED>(m, ready), 1));
+                m.tx_untimed_many([len as u32, 0], 0, len, cnt as u64);
+                break 'runs;
+            }
         }
-        if TIMED {
-            // SAFETY: the slot holds a packet of the arena (checked above).
-            unsafe { timed_send(m, l, s, ready, n, [n as u32, 0], 0, 1) }
-        }
-        if n as u32 != run_len {
-            m.tx_untimed_many([run_len, 0], 0, run_len as usize, run_n);
-            (run_len, run_n) = (n as u32, 0);
-        }
-        run_n += 1;
-        lens[k] = n as u32;
-        k += 1;
-        off += batch_step(n);
-        let at = ci;
-        ci = ci.wrapping_add(1);
-        if flags & FLAG_CQE_REQUEST != 0 {
-            completion = Some((at, sends_booked::<TIMED>(m, ready), 1));
+        m.tx_untimed_many([len as u32, 0], 0, len, cnt as u64);
+        if other || cnt == 0 {
             break;
         }
     }
     if TIMED && completion.is_none() {
         m.tx_sends_book(true);
     }
-    m.tx_untimed_many([run_len, 0], 0, run_len as usize, run_n);
     RunEnd {
         ci,
         off,
