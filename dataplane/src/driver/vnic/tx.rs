@@ -2010,3 +2010,56 @@ unsafe fn gather<const TIMED: bool>(
 fn refuse(table: &RegionTable, pd: ProtectionDomain, key: MemKey, addr: u64, len: u32) {
     let _ = table.resolve(pd, key, addr, len);
 }
+
+#[cfg(test)]
+mod tests {
+    use super::{FLAG_CQE_REQUEST, PostState};
+
+    /// A posting state with the given pacing counters (the arrays are never touched).
+    fn state(comp_left: u32, bbs_left: i32, comp_every: u32, half: u32) -> PostState {
+        PostState {
+            bbs: std::ptr::null_mut(),
+            slots: std::ptr::null_mut(),
+            hdrs: std::ptr::null_mut(),
+            ends: std::ptr::null_mut(),
+            mask: 2 * half + 1,
+            pi: 0,
+            hpi: 0,
+            comp_left,
+            bbs_left,
+            room: u32::MAX,
+            comp_every,
+            half,
+            inline: 0,
+            bytes: 0,
+            pay_pis: [0; 2],
+        }
+    }
+
+    #[test]
+    fn pace_run_requests_completions_where_admit_does() {
+        for (comp_every, half) in [(1, 7), (4, 7), (32, 511), (32, 7), (100, 31), (3, 3)] {
+            for nbb in 1..=4u32 {
+                for comp_left in 1..=comp_every {
+                    for bbs_left in 0..=half as i32 {
+                        let cnt = 3 * (comp_every + half) / nbb + 2;
+                        let mut one = state(comp_left, bbs_left, comp_every, half);
+                        let flagged: Vec<u32> = (1..=cnt)
+                            .filter(|_| one.admit(nbb) == FLAG_CQE_REQUEST)
+                            .collect();
+                        let mut run = state(comp_left, bbs_left, comp_every, half);
+                        let (first, step) = run.pace_run(cnt, nbb);
+                        let stepped: Vec<u32> = (first..=cnt).step_by(step as usize).collect();
+                        let case = (comp_every, half, nbb, comp_left, bbs_left);
+                        assert_eq!(stepped, flagged, "{case:?}");
+                        assert_eq!(
+                            (run.comp_left, run.bbs_left),
+                            (one.comp_left, one.bbs_left),
+                            "{case:?}"
+                        );
+                    }
+                }
+            }
+        }
+    }
+}
