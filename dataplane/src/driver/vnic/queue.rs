@@ -35,10 +35,10 @@ use nicmem::{ProtectionDomain, RegionTable};
 use super::desc::{Cqe, SEG, cqe_op, cqe_ring, syndrome};
 use super::faults::FaultState;
 use super::model::{LiveModel, ModelSinkRef, NicModel};
-use super::rx::{CompletionQueue, CqCursor, NicCursor, REFUSED, RxRing};
+use super::rx::{CompletionQueue, CqCursor, CqPoll, NicCursor, REFUSED, RxRing, SwCursor};
 use super::tx::{PostError, TxRing};
 use crate::arena::{ArenaCache, ArenaLayout, HEADROOM, PacketArena, PacketMeta};
-use crate::burst::{Burst, MAX_BURST, RxPacket};
+use crate::burst::{Burst, MAX_BURST, RxPacket, RxWriter};
 use crate::link::{FrameRing, FrameSink, FrameSource, MAX_WIRE_FRAME, batch_step};
 use crate::mode::DatapathMode;
 use crate::packet::{PacketOwner, PayloadRing};
@@ -248,6 +248,10 @@ unsafe fn dma_write(dst: *mut u8, room: usize, src: &[u8], len: usize) {
     nicmem::copy_prefix(d, src, len);
 }
 
+/// Bytes a frame of at most that many bytes is received with as one fixed-size copy (the fast
+/// case of [`nicmem::copy_prefix`]): the bytes past the frame land in the buffer's room.
+const FIXED_COPY: usize = 64;
+
 /// The charge and completion fields of a frame whose descriptor was refused with syndrome `e`.
 #[cold]
 fn refused_whole(model: &mut NicModel, e: u8) -> (u8, u8) {
@@ -267,6 +271,49 @@ fn stamp_posted(posted_at: &mut [Ps], from: u32, n: u32, now: Ps) {
         at = at.wrapping_add(m as u32);
         left -= m;
     }
+}
+
+/// The driver's harvest of the leading run of completions of frames received whole into their
+/// header buffers ([`CqPoll::poll_whole`], at most `n`), into the burst `w` writes: what the
+/// general harvest does for each of them, in a loop of its own. `hdr` is the header pool's base,
+/// buffer size and room for data; an untimed queue stamps arrival 0.
+#[inline(always)]
+fn harvest_whole(
+    cq: &mut CqPoll,
+    n: u32,
+    hc: &SwCursor,
+    hdr: (*mut u8, usize, usize),
+    w: &mut RxWriter<'_>,
+) {
+    let (hbase, hsize, hroom) = hdr;
+    cq.poll_whole(n, hc, hroom, |p| {
+        let buf = hbase.wrapping_add(p.buf as usize * hsize);
+        // SAFETY: header buffer `p.buf` was just harvested: the driver owns it and nothing else
+        // refers to its metadata, which starts the buffer (64-byte aligned, `META_BYTES`
+        // long).
+        unsafe {
+            *buf.cast::<PacketMeta>() = PacketMeta {
+                payload: 0,
+                ring: PayloadRing::None,
+                arrival: 0,
+            };
+        }
+        // SAFETY: the burst adopted this queue's arena as owner (checked by `rx_burst`); the
+        // header pointer names `len <= room` bytes of buffer `p.buf`, after `HEADROOM` bytes of
+        // the same buffer, all owned by the packet from now on.
+        let pushed = unsafe {
+            w.push(&RxPacket {
+                handle: p.buf as usize,
+                hdr: buf.wrapping_add(crate::arena::DATA_OFF),
+                hdr_len: p.len,
+                headroom: HEADROOM as u16,
+                frame_len: u32::from(p.len),
+                ring: PayloadRing::None,
+                rss_hash: p.rss_hash,
+            })
+        };
+        debug_assert!(pushed, "room was checked");
+    });
 }
 
 /// Returns the buffers a completion names to their caches: an error completion, or a completion
@@ -521,7 +568,14 @@ impl VnicQueue {
             // the pass's frames after it, in frame order).
             let mut cq = self.rx_cq.cursor();
             let (first, slot0) = (self.hdr.consumer(), cq.producer());
-            Self::receive_whole::<TIMED>(lens, &self.rx_batch, &mut hc, &mut cq, &mut self.model);
+            Self::receive_whole::<TIMED>(
+                lens,
+                &self.rx_batch,
+                &mut self.rx_place,
+                &mut hc,
+                &mut cq,
+                &mut self.model,
+            );
             self.hdr.nic_commit(hc);
             self.rx_cq.commit(cq);
             let model = &mut self.model;
@@ -705,21 +759,59 @@ impl VnicQueue {
     }
 
     /// The receive of an untimed batch whose frames all go whole to the header ring (none
-    /// longer than the split offset) without a hash, in one pass: each frame's descriptor is
-    /// validated as [`NicCursor::take`] validates it, the frame copied, and its completion
-    /// written (an error completion for a refused descriptor), runs of equal lengths charged
-    /// together. The cursors are local copies for the pass. A timed queue (`TIMED`) notes each
-    /// refused frame for the booking after the pass ([`NicModel::rx_book_whole`]).
+    /// longer than the split offset) without a hash. A batch of frames of one length whose
+    /// descriptors are all valid (a burst of one flow) goes in short loops with few live values
+    /// each: validate every descriptor ([`NicCursor::places_for`], noting in `place` where
+    /// each frame goes), copy the frames, charge them as one run, write the completions. Any
+    /// other batch goes in one pass: each frame's descriptor is validated as
+    /// [`NicCursor::take`] validates it, the frame copied, and its completion written (an
+    /// error completion for a refused descriptor), runs of equal lengths charged together. The
+    /// cursors are local copies for the pass. A timed queue (`TIMED`) notes each refused frame
+    /// for the booking after the pass ([`NicModel::rx_book_whole`]).
     #[inline(never)]
     fn receive_whole<const TIMED: bool>(
         lens: &[u32],
         batch: &[u8],
+        place: &mut [u64],
         hc: &mut NicCursor,
         cq: &mut CqCursor,
         model: &mut NicModel,
     ) {
         let (mut c, mut q) = (*hc, *cq);
         let room = c.room();
+        if let Some(&len) = lens.first()
+            && lens.iter().fold(true, |same, &l| same & (l == len))
+            && c.places_for(len, &mut place[..lens.len()])
+        {
+            // Frames of one length, every descriptor valid (a burst of one flow): copy them,
+            // charge them as one run and write their completions, each a loop of its own.
+            let n = lens.len();
+            let first = c.skip(n as u32);
+            let (step, l) = (batch_step(len as usize), len as usize);
+            if l <= FIXED_COPY && room >= FIXED_COPY && (n - 1) * step + FIXED_COPY <= batch.len() {
+                for (i, &at) in place[..n].iter().enumerate() {
+                    // SAFETY: `places_for` accepted the posted buffer's data area, `room >=
+                    // FIXED_COPY` bytes that the driver does not touch until the completion is
+                    // polled; the stage holds `FIXED_COPY` bytes from frame `i`'s start
+                    // (checked) and is a different allocation.
+                    unsafe {
+                        let dst = std::slice::from_raw_parts_mut(c.at(at), FIXED_COPY);
+                        let src =
+                            std::slice::from_raw_parts(batch.as_ptr().add(i * step), FIXED_COPY);
+                        nicmem::copy_prefix(dst, src, FIXED_COPY);
+                    }
+                }
+            } else {
+                for (i, &at) in place[..n].iter().enumerate() {
+                    // SAFETY: as in the frame-by-frame loop below.
+                    unsafe { dma_write(c.at(at), room, &batch[i * step..], l) };
+                }
+            }
+            model.rx_untimed_many(len, 0, 0, n as u64);
+            q.push_whole(first, n as u32, len);
+            (*hc, *cq) = (c, q);
+            return;
+        }
         let (mut run_len, mut run) = (0u32, 0u64);
         let mut off = 0;
         for (i, &len) in lens.iter().enumerate() {
@@ -1358,6 +1450,11 @@ impl VnicQueue {
         };
         let limit = until.unwrap_or(Ps::MAX);
         let mut latest = 0;
+        if !TIMED {
+            // The leading run of completions of frames received whole (every completion of a
+            // burst of short frames), in a loop of its own.
+            harvest_whole(&mut cq, n, &hc, (hbase, hsize, hroom), &mut w);
+        }
         while cq.consumer() != end {
             let arrival = if TIMED && !cq_times.is_empty() {
                 let (ready, arrival) = cq_times[(cq.consumer() & cq_mask) as usize];

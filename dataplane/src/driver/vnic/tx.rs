@@ -22,7 +22,7 @@ use super::desc::{
 use super::model::NicModel;
 use super::rx::CompletionQueue;
 use crate::arena::{ArenaLayout, META_BYTES};
-use crate::burst::{MAX_BURST, TxView};
+use crate::burst::TxView;
 use crate::link::{MAX_WIRE_FRAME, batch_step};
 use crate::packet::PayloadRing;
 use crate::pcie_model::timeline::{PS_PER_NS, Ps};
@@ -885,8 +885,6 @@ const FIXED_INLINE: usize = 64;
 /// one size rather than per frame.
 #[derive(Clone, Copy)]
 struct InlineSize {
-    /// The inline size.
-    len: usize,
     /// Data segments of the WQE ([`data_segment_at`]).
     ds: usize,
     /// WQEBBs of the WQE.
@@ -913,7 +911,6 @@ impl InlineSize {
         let ds = data_segment_at(len);
         let nbb = ds.div_ceil(4);
         Self {
-            len,
             ds,
             nbb,
             eth: ((len as u128) << 16).to_be_bytes(),
@@ -966,6 +963,28 @@ struct PostState {
 }
 
 impl PostState {
+    /// The completion pacing of `cnt` WQEs of `nbb` WQEBBs each posted in a row: what
+    /// [`PostState::admit`] does for each of them (the room aside). Returns where the first
+    /// completion request falls (a WQE's place in the run, counted from 1; past `cnt`: none)
+    /// and the step to each next one: `admit` flags the WQE that uses up either counter, then
+    /// both start afresh, so with equal WQEs the requests fall at fixed steps.
+    #[inline(always)]
+    fn pace_run(&mut self, cnt: u32, nbb: u32) -> (u32, u32) {
+        // `bbs_left` is never negative between WQEs (admit resets it when it would be).
+        let first = self.comp_left.min(self.bbs_left as u32 / nbb + 1);
+        let step = self.comp_every.min(self.half / nbb + 1);
+        if first > cnt {
+            self.comp_left -= cnt;
+            self.bbs_left -= (cnt * nbb) as i32;
+        } else {
+            // WQEs after the last request.
+            let since = (cnt - first) % step;
+            self.comp_left = self.comp_every - since;
+            self.bbs_left = self.half as i32 - (since * nbb) as i32;
+        }
+        (first, step)
+    }
+
     /// Takes `nbb` WQEBBs of room for the next WQE and returns its flags: a completion every
     /// `comp_every` WQEs and at least every half ring.
     #[inline(always)]
@@ -985,9 +1004,11 @@ impl PostState {
 
 /// Posts packets `from..` of `v` while each is simple: no payload bytes, the whole frame inlined,
 /// its WQE within the room and the ring's end. Returns the first packet it did not post (the
-/// caller posts or refuses that one, then calls again). In short passes, each with few live
-/// values: find the run, pace its completion requests and write the driver's records; write
-/// the WQEs; then set the completion requests.
+/// caller posts or refuses that one, then calls again). Run by run of frames of one size (a
+/// burst of one flow is one run), whose WQEs all have the same layout ([`InlineSize`]), so the
+/// run's extent within the room and the ring's end, and where its completion requests fall, are
+/// known before anything is written; then in short passes, each with few live values: the
+/// driver's records, the WQEs, the completion requests.
 ///
 /// # Safety
 /// `st` must name the arrays and positions of the send queue posting packets of the arena `l`
@@ -1001,115 +1022,117 @@ unsafe fn post_inline(
 ) -> usize {
     let mut st = *state;
     let n = v.handle.len();
-    let (handle, hdr, hdr_len, headroom, frame_len) = (
-        &v.handle[from..n],
-        &v.hdr[from..n],
-        &v.hdr_len[from..n],
-        &v.headroom[from..n],
-        &v.frame_len[from..n],
-    );
+    let (handle, hdr, hdr_len, headroom, frame_len) =
+        (v.handle, v.hdr, v.hdr_len, v.headroom, v.frame_len);
     let mask = st.mask;
     let size = mask as usize + 1;
-    let (pi0, hpi0) = (st.pi, st.hpi);
-    // The run: each frame whole in its header segment and inlined, its WQE inside the room and
-    // the ring's end, with the driver's records (which packet each WQE carries, the header
-    // buffers in posting order) written as it is found; which WQEs ask for a completion.
-    let mut flagged = [const { std::mem::MaybeUninit::<u32>::uninit() }; MAX_BURST];
-    let (mut nflag, mut pi, mut k) = (0, pi0, 0);
-    // The WQEBBs of the last inline size seen, which fits the queue's inline room.
-    let (mut run_len, mut nbb) = (usize::MAX, 0u32);
-    while k < hdr_len.len() {
-        let hlen = hdr_len[k] as usize;
-        if hlen != run_len {
-            if hlen > st.inline {
-                break;
-            }
-            (run_len, nbb) = (hlen, data_segment_at(hlen).div_ceil(4) as u32);
-        }
-        let slot = (pi & mask) as usize;
-        if frame_len[k] as usize != hlen || slot + nbb as usize > size || nbb > st.room {
+    let buf_size = l.hdr.buf_size;
+    let mut i = from;
+    while i < n {
+        // The run: frames of one size, each whole in its header segment, which the queue
+        // inlines whole.
+        let hlen = hdr_len[i] as usize;
+        if hlen > st.inline {
             break;
         }
-        let h = handle[k] as u32;
-        let hpi = hpi0.wrapping_add(k as u32);
-        let flag = st.admit(nbb) != 0;
-        // SAFETY: `& mask` indexes the ring's slots and header entries.
-        unsafe {
-            *st.slots.add(slot) = TxSlot {
-                at: pi,
-                hdr: h,
-                pay: 0,
-                nbb: nbb as u8,
-                ring: PayloadRing::None,
-                ends: flag,
-            };
-            *st.hdrs.add((hpi & mask) as usize) = h;
+        let end = i + hdr_len[i..]
+            .iter()
+            .zip(&frame_len[i..])
+            .position(|(&h, &f)| usize::from(h) != hlen || f as usize != hlen)
+            .unwrap_or(n - i);
+        let run = InlineSize::of(hlen);
+        let nbb = run.nbb as u32;
+        // As many as fit the room and the ring's end, in posting order.
+        let (pi0, hpi0) = (st.pi, st.hpi);
+        let slot0 = (pi0 & mask) as usize;
+        let cnt = (end - i)
+            .min((st.room / nbb) as usize)
+            .min((size - slot0) / run.nbb);
+        if cnt == 0 {
+            break;
         }
-        if flag {
-            // SAFETY: as above.
-            unsafe { *st.ends.add(slot) = [hpi.wrapping_add(1), st.pay_pis[0], st.pay_pis[1]] };
-            // The WQE's producer count, for its control segment below.
-            flagged[nflag].write(pi);
-            nflag += 1;
-        }
-        pi = pi.wrapping_add(nbb);
-        k += 1;
-    }
-    let buf_size = l.hdr.buf_size;
-    // The WQEs, none asking for a completion yet: control segment, Ethernet segment with the
-    // inline size, the frame inlined from its last 2 bytes on. What depends on the inline size
-    // alone (segment count, WQEBBs, Ethernet segment, whether the WQE has room for a fixed
-    // 64-byte copy) is worked out once per run of equal sizes, as a burst of one flow has.
-    let mut pi = pi0;
-    let mut run = InlineSize::of(hdr_len.first().map_or(0, |&h| h as usize));
-    for ((&p, &hl), &hr) in hdr[..k].iter().zip(&hdr_len[..k]).zip(&headroom[..k]) {
-        let hlen = hl as usize;
-        if hlen != run.len {
-            run = InlineSize::of(hlen);
-        }
-        let ctrl = CtrlSeg {
-            opcode: OPCODE_SEND,
-            wqe_index: pi as u16,
-            ds: run.ds as u8,
-            flags: 0,
-        };
-        // SAFETY: the run's WQEBBs are free, inside the room and before the ring's end; `w` has
-        // `nbb * WQEBB >= ds * SEG` writable bytes; segment writes stay below `ds * SEG`, the
-        // inline copy below `nbb * WQEBB`. Nothing else refers to them during the pass.
-        unsafe {
-            let w = st.bbs.add((pi & mask) as usize * WQEBB);
-            put_seg(w, ctrl.encode());
-            put_seg(w.add(SEG), run.eth);
-            let hdr_off = META_BYTES + hr as usize;
-            let src_room = buf_size - hdr_off;
-            if run.post_fixed && src_room >= FIXED_INLINE {
-                // SAFETY: as below, with `FIXED_INLINE` bytes on both sides (checked).
-                let src = std::slice::from_raw_parts(p.cast_const(), FIXED_INLINE);
-                let dst = std::slice::from_raw_parts_mut(w.add(INLINE_AT), FIXED_INLINE);
-                nicmem::copy_prefix(dst, src, FIXED_INLINE);
-            } else if hlen > 0 {
-                // SAFETY: the burst owns the packet; its header starts `hdr_off` bytes into its
-                // header buffer, whose bytes up to its end belong to the packet.
-                let src = std::slice::from_raw_parts(p.cast_const(), src_room);
-                let dst =
-                    std::slice::from_raw_parts_mut(w.add(INLINE_AT), run.nbb * WQEBB - INLINE_AT);
-                nicmem::copy_prefix(dst, src, hlen);
+        let span = i..i + cnt;
+        // The driver's records: which packet each WQE carries, the header buffers in posting
+        // order.
+        for (j, &h) in handle[span.clone()].iter().enumerate() {
+            let pi = pi0.wrapping_add(j as u32 * nbb);
+            // SAFETY: `& mask` indexes the ring's slots and header entries.
+            unsafe {
+                *st.slots.add((pi & mask) as usize) = TxSlot {
+                    at: pi,
+                    hdr: h as u32,
+                    pay: 0,
+                    nbb: nbb as u8,
+                    ring: PayloadRing::None,
+                    ends: false,
+                };
+                *st.hdrs.add((hpi0.wrapping_add(j as u32) & mask) as usize) = h as u32;
             }
         }
-        pi = pi.wrapping_add(run.nbb as u32);
+        // The WQEs, none asking for a completion yet: control segment, Ethernet segment with
+        // the inline size, the frame inlined from its last 2 bytes on.
+        let ctrl_lo = run.ctrl;
+        for (j, (&p, &hr)) in hdr[span.clone()]
+            .iter()
+            .zip(&headroom[span.clone()])
+            .enumerate()
+        {
+            let pi = pi0.wrapping_add(j as u32 * nbb);
+            // SAFETY: the run's WQEBBs are free, inside the room and before the ring's end (its
+            // extent above); `w` has `nbb * WQEBB >= ds * SEG` writable bytes; segment writes
+            // stay below `ds * SEG`, the inline copy below `nbb * WQEBB`. Nothing else refers
+            // to them during the pass.
+            unsafe {
+                let w = st.bbs.add((slot0 + j * run.nbb) * WQEBB);
+                let q = w.cast::<u64>();
+                q.write_unaligned(((u64::from(pi as u16) << 40) | ctrl_lo).to_be());
+                q.add(1).write_unaligned(0);
+                put_seg(w.add(SEG), run.eth);
+                let hdr_off = META_BYTES + hr as usize;
+                let src_room = buf_size - hdr_off;
+                if run.post_fixed && src_room >= FIXED_INLINE {
+                    // SAFETY: as below, with `FIXED_INLINE` bytes on both sides (checked).
+                    let src = std::slice::from_raw_parts(p.cast_const(), FIXED_INLINE);
+                    let dst = std::slice::from_raw_parts_mut(w.add(INLINE_AT), FIXED_INLINE);
+                    nicmem::copy_prefix(dst, src, FIXED_INLINE);
+                } else if hlen > 0 {
+                    // SAFETY: the burst owns the packet; its header starts `hdr_off` bytes into
+                    // its header buffer, whose bytes up to its end belong to the packet.
+                    let src = std::slice::from_raw_parts(p.cast_const(), src_room);
+                    let dst = std::slice::from_raw_parts_mut(
+                        w.add(INLINE_AT),
+                        run.nbb * WQEBB - INLINE_AT,
+                    );
+                    nicmem::copy_prefix(dst, src, hlen);
+                }
+            }
+        }
+        // The completion requests.
+        let (mut at, step) = st.pace_run(cnt as u32, nbb);
+        while at <= cnt as u32 {
+            let pi = pi0.wrapping_add((at - 1) * nbb);
+            let slot = (pi & mask) as usize;
+            // SAFETY: a WQE and slot just written (`slot <= mask`); byte 11 of its control
+            // segment holds its flags.
+            unsafe {
+                *st.bbs.add(slot * WQEBB + 11) = FLAG_CQE_REQUEST;
+                (*st.slots.add(slot)).ends = true;
+                *st.ends.add(slot) = [hpi0.wrapping_add(at), st.pay_pis[0], st.pay_pis[1]];
+            }
+            at += step;
+        }
+        st.room -= cnt as u32 * nbb;
+        st.pi = pi0.wrapping_add(cnt as u32 * nbb);
+        st.hpi = hpi0.wrapping_add(cnt as u32);
+        st.bytes += (cnt * hlen) as u64;
+        i += cnt;
+        if i < end {
+            // The room or the ring's end stopped the run.
+            break;
+        }
     }
-    // The completion requests.
-    for f in &flagged[..nflag] {
-        // SAFETY: the first `nflag` entries were written above.
-        let at = unsafe { f.assume_init() };
-        // SAFETY: a WQE just written; byte 11 of its control segment holds its flags.
-        unsafe { *st.bbs.add((at & mask) as usize * WQEBB + 11) = FLAG_CQE_REQUEST };
-    }
-    st.pi = pi;
-    st.hpi = hpi0.wrapping_add(k as u32);
-    st.bytes += frame_len[..k].iter().map(|&f| u64::from(f)).sum::<u64>();
     *state = st;
-    from + k
+    i
 }
 
 /// [`post_inline`] without inline bytes: posts packets `from..` of `v` while each has no payload
@@ -1186,13 +1209,9 @@ unsafe fn post_plain(state: &mut PostState, v: &TxView<'_>, l: &ArenaLayout, fro
             *st.hdrs.add((hpi0.wrapping_add(j as u32) & mask) as usize) = h as u32;
         }
     }
-    // The completion requests: [`PostState::admit`] flags the WQE that uses up either counter,
-    // then both start afresh, so with one WQEBB per WQE they fall at fixed steps.
+    // The completion requests.
     let cnt = k as u32;
-    let first = st.comp_left.min((st.bbs_left + 1) as u32);
-    let step = st.comp_every.min(st.half + 1);
-    let mut at = first;
-    let mut last = None;
+    let (mut at, step) = st.pace_run(cnt, 1);
     while at <= cnt {
         let j = at - 1;
         let pi = pi0.wrapping_add(j);
@@ -1204,19 +1223,7 @@ unsafe fn post_plain(state: &mut PostState, v: &TxView<'_>, l: &ArenaLayout, fro
             (*st.slots.add(slot)).ends = true;
             *st.ends.add(slot) = [hpi.wrapping_add(1), st.pay_pis[0], st.pay_pis[1]];
         }
-        last = Some(at);
         at += step;
-    }
-    match last {
-        None => {
-            st.comp_left -= cnt;
-            st.bbs_left -= cnt as i32;
-        }
-        Some(t) => {
-            let since = cnt - t;
-            st.comp_left = st.comp_every - since;
-            st.bbs_left = st.half as i32 - since as i32;
-        }
     }
     st.room -= cnt;
     st.pi = pi0.wrapping_add(cnt);
@@ -1480,8 +1487,11 @@ unsafe fn gather_run<const TIMED: bool>(
 /// The NIC's pass over a run of plain WQEs from `ci`, as [`gather_run`] but for the commonest
 /// WQE only: one WQEBB with the send's control segment (its own WQE index, 3 segments), no
 /// inline bytes, and one data segment inside the header buffer of the packet posted with it.
-/// Stops at the first other WQE (left to [`gather_run`]) and where [`gather_run`] stops. Runs of
-/// equal frames are charged together.
+/// Stops at the first other WQE (left to [`gather_run`]) and where [`gather_run`] stops. Goes
+/// run by run of frames of one length (a burst of one flow is one run): the data segment's
+/// length and key are checked once per run (each further WQE of the run has the same first
+/// 8 bytes of its data segment), how many WQEs the stage and the posted WQEBBs can take is
+/// worked out once, and each run is charged together.
 ///
 /// # Safety
 /// As [`gather_run`].
@@ -1509,74 +1519,98 @@ unsafe fn gather_plain<const TIMED: bool>(
     debug_assert!(!hdr_l.aliased, "header pools never alias");
     let (key, iova, size) = (u64::from(hdr_l.key.0), hdr_l.iova, hdr_l.buf_size as u64);
     let room = size - META_BYTES as u64;
-    let (mut run_len, mut run_n) = (0u32, 0u64);
     let mut completion = None;
-    while ci != pi && k < lens.len() && off <= last_off {
-        let slot = (ci & mask) as usize;
-        // SAFETY: `slot <= mask` indexes the ring's WQEBBs and slots (the caller's contract);
-        // the control, Ethernet and first data segments lie in the first WQEBB.
-        let (s, c0, flags, inl, lo, addr) = unsafe {
-            let w = bbs.add(slot * WQEBB);
-            let q = w.cast::<u64>();
-            (
-                &*slots.add(slot),
-                q.read_unaligned(),
-                *w.add(11),
-                w.add(SEG + 12).cast::<u16>().read_unaligned(),
-                u64::from_be(q.add(4).read_unaligned()),
-                u64::from_be(q.add(5).read_unaligned()),
-            )
+    'runs: while ci != pi && k < lens.len() && off <= last_off {
+        // SAFETY: `ci & mask` indexes the ring's WQEBBs (the caller's contract); the first data
+        // segment lies in the first WQEBB.
+        let lo_be = unsafe {
+            bbs.add((ci & mask) as usize * WQEBB + 4 * 8)
+                .cast::<u64>()
+                .read_unaligned()
         };
-        // The control segment's first 8 bytes: WQE index, opcode, segment count.
-        let want = ((u64::from(ci as u16) << 40) | (u64::from(OPCODE_SEND) << 32) | 3).to_be();
+        // The data segment's length and key.
+        let lo = u64::from_be(lo_be);
         let n = lo >> 32;
-        let o = addr.wrapping_sub(iova + u64::from(s.hdr) * size);
-        if c0 != want
-            || inl != 0
-            || s.at != ci
-            || s.hdr == NO_PKT
-            || lo as u32 as u64 != key
-            || n == 0
-            || n > room.min(MAX_WIRE_FRAME as u64)
-            || o.wrapping_sub(META_BYTES as u64) > room - n
-        {
+        if lo as u32 as u64 != key || n == 0 || n > room.min(MAX_WIRE_FRAME as u64) {
             break;
         }
-        let n = n as usize;
-        // SAFETY: the segment's `n` bytes lie in the packet's header buffer from byte `o` on,
-        // which the send queue owns until completion, with `size - o` bytes of the buffer from
-        // there; the stage behind `off` holds `MAX_WIRE_FRAME` bytes.
-        unsafe {
-            let src = std::slice::from_raw_parts(
-                hdr_l.base.add(s.hdr as usize * size as usize + o as usize),
-                (size - o) as usize,
-            );
-            let stage = std::slice::from_raw_parts_mut(out.add(off), MAX_WIRE_FRAME);
-            nicmem::copy_prefix(stage, src, n);
+        let (len, step) = (n as usize, batch_step(n as usize));
+        // Where the segment may start in its buffer, less the metadata (see `inside`).
+        let last_start = room - n;
+        // How many WQEs of this length the posted WQEBBs, the lengths and the stage can take.
+        let most = (pi.wrapping_sub(ci) as usize)
+            .min(lens.len() - k)
+            .min((last_off - off) / step + 1);
+        // Whether a WQE that is not of this kind ended the run (one of another length starts
+        // the next run instead).
+        let (mut cnt, mut other) = (0, false);
+        while cnt < most {
+            let slot = (ci & mask) as usize;
+            // SAFETY: `slot <= mask` indexes the ring's WQEBBs and slots (the caller's
+            // contract); the control, Ethernet and first data segments lie in the first WQEBB.
+            let (s, c0, flags, inl, lo_at, addr) = unsafe {
+                let w = bbs.add(slot * WQEBB);
+                let q = w.cast::<u64>();
+                (
+                    &*slots.add(slot),
+                    q.read_unaligned(),
+                    *w.add(11),
+                    w.add(SEG + 12).cast::<u16>().read_unaligned(),
+                    q.add(4).read_unaligned(),
+                    u64::from_be(q.add(5).read_unaligned()),
+                )
+            };
+            // A data segment of another length (or key) ends the run.
+            if lo_at != lo_be {
+                break;
+            }
+            // The control segment's first 8 bytes: WQE index, opcode, segment count.
+            let want = ((u64::from(ci as u16) << 40) | (u64::from(OPCODE_SEND) << 32) | 3).to_be();
+            let o = addr.wrapping_sub(iova + u64::from(s.hdr) * size);
+            if c0 != want
+                || inl != 0
+                || s.at != ci
+                || s.hdr == NO_PKT
+                || o.wrapping_sub(META_BYTES as u64) > last_start
+            {
+                other = true;
+                break;
+            }
+            // SAFETY: the segment's `len` bytes lie in the packet's header buffer from byte `o`
+            // on, which the send queue owns until completion, with `size - o` bytes of the
+            // buffer from there; the stage behind `off` holds `MAX_WIRE_FRAME` bytes.
+            unsafe {
+                let src = std::slice::from_raw_parts(
+                    hdr_l.base.add(s.hdr as usize * size as usize + o as usize),
+                    (size - o) as usize,
+                );
+                let stage = std::slice::from_raw_parts_mut(out.add(off), MAX_WIRE_FRAME);
+                nicmem::copy_prefix(stage, src, len);
+            }
+            if TIMED {
+                // SAFETY: the slot holds a packet of the arena (checked above).
+                unsafe { timed_send(m, l, s, ready, len, [len as u32, 0], 0, 1) }
+            }
+            lens[k] = len as u32;
+            k += 1;
+            off += step;
+            cnt += 1;
+            let at = ci;
+            ci = ci.wrapping_add(1);
+            if flags & FLAG_CQE_REQUEST != 0 {
+                completion = Some((at, sends_booked::<TIMED>(m, ready), 1));
+                m.tx_untimed_many([len as u32, 0], 0, len, cnt as u64);
+                break 'runs;
+            }
         }
-        if TIMED {
-            // SAFETY: the slot holds a packet of the arena (checked above).
-            unsafe { timed_send(m, l, s, ready, n, [n as u32, 0], 0, 1) }
-        }
-        if n as u32 != run_len {
-            m.tx_untimed_many([run_len, 0], 0, run_len as usize, run_n);
-            (run_len, run_n) = (n as u32, 0);
-        }
-        run_n += 1;
-        lens[k] = n as u32;
-        k += 1;
-        off += batch_step(n);
-        let at = ci;
-        ci = ci.wrapping_add(1);
-        if flags & FLAG_CQE_REQUEST != 0 {
-            completion = Some((at, sends_booked::<TIMED>(m, ready), 1));
+        m.tx_untimed_many([len as u32, 0], 0, len, cnt as u64);
+        if other || cnt == 0 {
             break;
         }
     }
     if TIMED && completion.is_none() {
         m.tx_sends_book(true);
     }
-    m.tx_untimed_many([run_len, 0], 0, run_len as usize, run_n);
     RunEnd {
         ci,
         off,
@@ -1588,7 +1622,9 @@ unsafe fn gather_plain<const TIMED: bool>(
 /// [`gather_plain`] for a queue that inlines: the run of inline-only WQEs (the whole frame in
 /// the WQE, no data segment) from `ci`, each posted with its packet and not wrapping around the
 /// ring's end. Stops at the first other WQE (left to [`gather_run`]) and where [`gather_run`]
-/// stops. Runs of equal frames are charged together.
+/// stops. Goes run by run of WQEs of one inline size (a burst of one flow is one run), whose
+/// layout ([`InlineSize`]) and how many of them the stage and the posted WQEBBs can take are
+/// worked out once per run; each run is charged together.
 ///
 /// # Safety
 /// As [`gather_run`].
@@ -1611,75 +1647,98 @@ unsafe fn gather_inline<const TIMED: bool>(
     let size = mask as usize + 1;
     let last_off = out.len().saturating_sub(MAX_WIRE_FRAME);
     let out = out.as_mut_ptr();
-    let (mut run_len, mut run_n) = (0u32, 0u64);
-    let mut run = InlineSize::of(0);
     let mut completion = None;
-    while ci != pi && k < lens.len() && off <= last_off {
-        let slot = (ci & mask) as usize;
-        // SAFETY: `slot <= mask` indexes the ring's WQEBBs and slots (the caller's contract);
-        // the control and Ethernet segments lie in the first WQEBB.
-        let (w, s, c0, flags, inl) = unsafe {
-            let w = bbs.add(slot * WQEBB);
-            (
-                w,
-                &*slots.add(slot),
-                w.cast::<u64>().read_unaligned(),
-                *w.add(11),
-                u16::from_be(w.add(SEG + 12).cast::<u16>().read_unaligned()) as usize,
-            )
+    'runs: while ci != pi && k < lens.len() && off <= last_off {
+        // SAFETY: `ci & mask` indexes the ring's WQEBBs (the caller's contract); the Ethernet
+        // segment lies in the first WQEBB.
+        let inl_be = unsafe {
+            bbs.add((ci & mask) as usize * WQEBB + SEG + 12)
+                .cast::<u16>()
+                .read_unaligned()
         };
-        if inl != run.len {
-            run = InlineSize::of(inl);
-        }
-        let (ds, nbb) = (run.ds, run.nbb);
-        // The control segment's first 8 bytes: WQE index, opcode, segment count.
-        if u64::from_be(c0) != run.ctrl | (u64::from(ci as u16) << 40)
-            || inl == 0
-            || s.at != ci
-            || s.hdr == NO_PKT
-            || nbb as u32 > pi.wrapping_sub(ci)
-            || slot + nbb > size
-        {
+        let inl = u16::from_be(inl_be) as usize;
+        if inl == 0 {
             break;
         }
-        // SAFETY: the WQE's `ds` segments lie flat in the ring from `w`, its inline bytes
-        // between `INLINE_AT` and their end; the stage behind `off` holds `MAX_WIRE_FRAME` bytes.
-        unsafe {
-            if run.gather_fixed {
-                // SAFETY: as below, with `FIXED_INLINE` bytes on both sides: the WQE's data
-                // segments from `INLINE_AT` hold that many (`run.gather_fixed`), the stage more.
-                let stage = std::slice::from_raw_parts_mut(out.add(off), FIXED_INLINE);
-                let src = std::slice::from_raw_parts(w.add(INLINE_AT), FIXED_INLINE);
-                nicmem::copy_prefix(stage, src, FIXED_INLINE);
-            } else {
-                let stage = std::slice::from_raw_parts_mut(out.add(off), MAX_WIRE_FRAME);
-                let src = std::slice::from_raw_parts(w.add(INLINE_AT), ds * SEG - INLINE_AT);
-                nicmem::copy_prefix(stage, src, inl);
+        let run = InlineSize::of(inl);
+        let nbb = run.nbb as u32;
+        // How many WQEs of this size the posted WQEBBs, the lengths and the stage can take.
+        let most = (pi.wrapping_sub(ci) / nbb) as usize;
+        let most = most
+            .min(lens.len() - k)
+            .min((last_off - off) / run.step + 1);
+        // Whether a WQE that is not of this kind ended the run (one of another inline size
+        // starts the next run instead).
+        let (mut cnt, mut other) = (0, false);
+        while cnt < most {
+            let slot = (ci & mask) as usize;
+            // SAFETY: `slot <= mask` indexes the ring's WQEBBs and slots (the caller's
+            // contract); the control and Ethernet segments lie in the first WQEBB.
+            let (w, s, c0, flags, inl_at) = unsafe {
+                let w = bbs.add(slot * WQEBB);
+                (
+                    w,
+                    &*slots.add(slot),
+                    w.cast::<u64>().read_unaligned(),
+                    *w.add(11),
+                    w.add(SEG + 12).cast::<u16>().read_unaligned(),
+                )
+            };
+            // A WQE of another inline size ends the run.
+            if inl_at != inl_be {
+                break;
+            }
+            // The control segment's first 8 bytes: WQE index, opcode, segment count.
+            if u64::from_be(c0) != run.ctrl | (u64::from(ci as u16) << 40)
+                || s.at != ci
+                || s.hdr == NO_PKT
+                || slot + run.nbb > size
+            {
+                other = true;
+                break;
+            }
+            // SAFETY: the WQE's `ds` segments lie flat in the ring from `w`, its inline bytes
+            // between `INLINE_AT` and their end; the stage behind `off` holds `MAX_WIRE_FRAME`
+            // bytes.
+            unsafe {
+                if run.gather_fixed {
+                    // SAFETY: as below, with `FIXED_INLINE` bytes on both sides: the WQE's data
+                    // segments from `INLINE_AT` hold that many (`run.gather_fixed`), the stage
+                    // more.
+                    let stage = std::slice::from_raw_parts_mut(out.add(off), FIXED_INLINE);
+                    let src = std::slice::from_raw_parts(w.add(INLINE_AT), FIXED_INLINE);
+                    nicmem::copy_prefix(stage, src, FIXED_INLINE);
+                } else {
+                    let stage = std::slice::from_raw_parts_mut(out.add(off), MAX_WIRE_FRAME);
+                    let src =
+                        std::slice::from_raw_parts(w.add(INLINE_AT), run.ds * SEG - INLINE_AT);
+                    nicmem::copy_prefix(stage, src, inl);
+                }
+            }
+            if TIMED {
+                // SAFETY: the slot holds a packet of the arena (checked above).
+                unsafe { timed_send(m, l, s, ready, inl, [0, 0], 0, nbb) }
+            }
+            lens[k] = inl as u32;
+            k += 1;
+            off += run.step;
+            cnt += 1;
+            let at = ci;
+            ci = ci.wrapping_add(nbb);
+            if flags & FLAG_CQE_REQUEST != 0 {
+                completion = Some((at, sends_booked::<TIMED>(m, ready), nbb));
+                m.tx_untimed_many([0, 0], 0, inl, cnt as u64);
+                break 'runs;
             }
         }
-        if TIMED {
-            // SAFETY: the slot holds a packet of the arena (checked above).
-            unsafe { timed_send(m, l, s, ready, inl, [0, 0], 0, nbb as u32) }
-        }
-        if inl as u32 != run_len {
-            m.tx_untimed_many([0, 0], 0, run_len as usize, run_n);
-            (run_len, run_n) = (inl as u32, 0);
-        }
-        run_n += 1;
-        lens[k] = inl as u32;
-        k += 1;
-        off += run.step;
-        let at = ci;
-        ci = ci.wrapping_add(nbb as u32);
-        if flags & FLAG_CQE_REQUEST != 0 {
-            completion = Some((at, sends_booked::<TIMED>(m, ready), nbb as u32));
+        m.tx_untimed_many([0, 0], 0, inl, cnt as u64);
+        if other || cnt == 0 {
             break;
         }
     }
     if TIMED && completion.is_none() {
         m.tx_sends_book(true);
     }
-    m.tx_untimed_many([0, 0], 0, run_len as usize, run_n);
     RunEnd {
         ci,
         off,
@@ -1950,4 +2009,57 @@ unsafe fn gather<const TIMED: bool>(
 #[cold]
 fn refuse(table: &RegionTable, pd: ProtectionDomain, key: MemKey, addr: u64, len: u32) {
     let _ = table.resolve(pd, key, addr, len);
+}
+
+#[cfg(test)]
+mod tests {
+    use super::{FLAG_CQE_REQUEST, PostState};
+
+    /// A posting state with the given pacing counters (the arrays are never touched).
+    fn state(comp_left: u32, bbs_left: i32, comp_every: u32, half: u32) -> PostState {
+        PostState {
+            bbs: std::ptr::null_mut(),
+            slots: std::ptr::null_mut(),
+            hdrs: std::ptr::null_mut(),
+            ends: std::ptr::null_mut(),
+            mask: 2 * half + 1,
+            pi: 0,
+            hpi: 0,
+            comp_left,
+            bbs_left,
+            room: u32::MAX,
+            comp_every,
+            half,
+            inline: 0,
+            bytes: 0,
+            pay_pis: [0; 2],
+        }
+    }
+
+    #[test]
+    fn pace_run_requests_completions_where_admit_does() {
+        for (comp_every, half) in [(1, 7), (4, 7), (32, 511), (32, 7), (100, 31), (3, 3)] {
+            for nbb in 1..=4u32 {
+                for comp_left in 1..=comp_every {
+                    for bbs_left in 0..=half as i32 {
+                        let cnt = 3 * (comp_every + half) / nbb + 2;
+                        let mut one = state(comp_left, bbs_left, comp_every, half);
+                        let flagged: Vec<u32> = (1..=cnt)
+                            .filter(|_| one.admit(nbb) == FLAG_CQE_REQUEST)
+                            .collect();
+                        let mut run = state(comp_left, bbs_left, comp_every, half);
+                        let (first, step) = run.pace_run(cnt, nbb);
+                        let stepped: Vec<u32> = (first..=cnt).step_by(step as usize).collect();
+                        let case = (comp_every, half, nbb, comp_left, bbs_left);
+                        assert_eq!(stepped, flagged, "{case:?}");
+                        assert_eq!(
+                            (run.comp_left, run.bbs_left),
+                            (one.comp_left, one.bbs_left),
+                            "{case:?}"
+                        );
+                    }
+                }
+            }
+        }
+    }
 }
