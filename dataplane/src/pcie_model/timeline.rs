@@ -372,11 +372,19 @@ impl Lane {
     /// run of identical ones in one go).
     #[inline(always)]
     pub fn reserve(&mut self, ready: Ps, s: Step) -> Reservation {
-        let (mut ps, mut rem) = if ready >= self.free_at() {
+        // An idle lane starts at `ready`; a busy one queues the work behind its last.
+        let (ps, rem) = if ready >= self.free_at() {
             (ready, 0)
         } else {
             (self.free_ps, self.free_rem)
         };
+        self.book_from(ps, rem, s)
+    }
+
+    /// Books work `s` from busy-until time `ps` and remainder `rem` (the reservation's start,
+    /// rounded up): the lane's state and the reservation after it.
+    #[inline(always)]
+    fn book_from(&mut self, mut ps: Ps, mut rem: u64, s: Step) -> Reservation {
         let start = ps + u64::from(rem > 0);
         // rem < den and s.r < den: at most one carry.
         rem += s.r;
@@ -425,22 +433,7 @@ impl Lane {
     /// is ready before the lane is free.
     #[inline(always)]
     pub fn reserve_queued(&mut self, s: Step) -> Reservation {
-        let start = self.free_at();
-        // free_rem < den and s.r < den: at most one carry.
-        let mut rem = self.free_rem + s.r;
-        let mut ps = self.free_ps + s.q;
-        if rem >= self.den {
-            rem -= self.den;
-            ps += 1;
-        }
-        self.free_ps = ps;
-        self.free_rem = rem;
-        let end = ps + u64::from(rem > 0);
-        Reservation {
-            start,
-            end,
-            done: end + self.latency_ps,
-        }
+        self.book_from(self.free_ps, self.free_rem, s)
     }
 
     /// [`Lane::reserve`] of work `s` at each time of `times` in turn, replacing each with its
@@ -1099,6 +1092,13 @@ mod tests {
     use crate::pcie_model::costs::OpCosts;
     use crate::pcie_model::profile::Efficiency;
 
+    /// One step of the xorshift generator the randomised booking tests draw from.
+    fn xorshift(x: &mut u64) {
+        *x ^= *x << 13;
+        *x ^= *x >> 7;
+        *x ^= *x << 17;
+    }
+
     #[test]
     fn resource_busy_until() {
         // 100 Gb/s wire: 80 ps per byte.
@@ -1175,9 +1175,7 @@ mod tests {
             let mut x = 0x2545_f491_4f6c_dd1du64;
             let mut ready = 0;
             for i in 0..20_000u64 {
-                x ^= x << 13;
-                x ^= x >> 7;
-                x ^= x << 17;
+                xorshift(&mut x);
                 ready += x % 9_000;
                 // 2^38 bytes overflow 64 bits in units × remainder (the 128-bit path).
                 let units = [64, 88, 1_500, 1 << 38][(x >> 40) as usize % 4];
@@ -1211,9 +1209,7 @@ mod tests {
             let mut x = 0x2545_f491_4f6c_dd1du64;
             let mut ready = 0;
             for run in 0..3_000u64 {
-                x ^= x << 13;
-                x ^= x >> 7;
-                x ^= x << 17;
+                xorshift(&mut x);
                 ready += x % 12_000;
                 lane.start_run(ready);
                 for i in 0..(x >> 50) % 40 {
@@ -1248,9 +1244,7 @@ mod tests {
             let mut x = 0x9e37_79b9_7f4a_7c15u64;
             let mut ready = 0;
             for run in 0..2_000u64 {
-                x ^= x << 13;
-                x ^= x >> 7;
-                x ^= x << 17;
+                xorshift(&mut x);
                 let units = [1, 84, 1_538][(x % 3) as usize];
                 let mut times: Vec<Ps> = (0..(x >> 40) % 64)
                     .map(|i| {
@@ -1282,9 +1276,7 @@ mod tests {
             let mut ready = 0;
             let mut idle_runs = 0;
             for run in 0..3_000u64 {
-                x ^= x << 13;
-                x ^= x >> 7;
-                x ^= x << 17;
+                xorshift(&mut x);
                 let units = [1, 84, 85, 1_538][(x % 4) as usize];
                 let gap = [6_720, 6_800, 7_000, 100][((x >> 8) % 4) as usize];
                 // Sometimes the run starts behind a backlog.
@@ -1335,9 +1327,7 @@ mod tests {
             let (mut heap_stalls, mut x, mut base) = (0u64, 0x9e37_79b9_7f4a_7c15u64, 0);
             let (mut lazy, mut loaded) = (0, 0);
             for i in 0..40_000u64 {
-                x ^= x << 13;
-                x ^= x >> 7;
-                x ^= x << 17;
+                xorshift(&mut x);
                 // Busy phases issue every ~2 ps, idle ones every ~400.
                 base += if (i / 3000) % 2 == 0 { x % 4 } else { x % 800 };
                 // Up to 50 ps earlier or 100 later than the running time: out of order.
@@ -1386,9 +1376,7 @@ mod tests {
         let (mut x, mut now) = (0x9e37_79b9_7f4a_7c15u64, 0);
         let (mut runs, mut lazy_runs) = (0, 0);
         for run in 0..3_000u64 {
-            x ^= x << 13;
-            x ^= x >> 7;
-            x ^= x << 17;
+            xorshift(&mut x);
             now += if (run / 300) % 2 == 0 {
                 x % 50
             } else {
