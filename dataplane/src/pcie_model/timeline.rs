@@ -305,9 +305,6 @@ pub struct Step {
     r: u64,
 }
 
-// Shortcuts for the receive pass (`NicModel::rx_book_whole`): each gives exactly the times of
-// the general booking it stands for, in fewer instructions.
-
 impl Step {
     /// No work.
     pub const ZERO: Step = Step {
@@ -327,26 +324,6 @@ impl Step {
     #[inline(always)]
     pub fn whole_ps(&self) -> Ps {
         self.q
-    }
-}
-
-impl Lane {
-    /// True when the lane's busy-until time and work `s` are whole picoseconds (no remainder):
-    /// then [`Lane::reserve_whole`] books `s` as [`Lane::reserve`] does, and the lane stays
-    /// whole (every reservation of whole work on a whole lane ends on a whole picosecond).
-    #[inline(always)]
-    pub fn whole_with(&self, s: Step) -> bool {
-        self.free_rem == 0 && s.r == 0
-    }
-
-    /// [`Lane::reserve`] of work `s` ready at `ready` when [`Lane::whole_with`] holds; returns
-    /// the reservation's end. Without remainders the busy-until time is `free_ps` and the
-    /// reservation runs from `max(ready, free_ps)` for `s`'s whole picoseconds.
-    #[inline(always)]
-    pub fn reserve_whole(&mut self, ready: Ps, s: Step) -> Ps {
-        debug_assert!(self.whole_with(s), "a whole lane and whole work");
-        self.free_ps = ready.max(self.free_ps) + s.q;
-        self.free_ps
     }
 }
 
@@ -489,6 +466,24 @@ impl Lane {
         }
     }
 
+    /// True when the lane's busy-until time and work `s` are whole picoseconds (no remainder):
+    /// then [`Lane::reserve_whole`] books `s` as [`Lane::reserve`] does, and the lane stays
+    /// whole (every reservation of whole work on a whole lane ends on a whole picosecond).
+    #[inline(always)]
+    pub fn whole_with(&self, s: Step) -> bool {
+        self.free_rem == 0 && s.r == 0
+    }
+
+    /// [`Lane::reserve`] of work `s` ready at `ready` when [`Lane::whole_with`] holds; returns
+    /// the reservation's end. Without remainders the busy-until time is `free_ps` and the
+    /// reservation runs from `max(ready, free_ps)` for `s`'s whole picoseconds.
+    #[inline(always)]
+    pub fn reserve_whole(&mut self, ready: Ps, s: Step) -> Ps {
+        debug_assert!(self.whole_with(s), "a whole lane and whole work");
+        self.free_ps = ready.max(self.free_ps) + s.q;
+        self.free_ps
+    }
+
     /// Counts `n` reservations of work `s` made with [`Lane::reserve`].
     #[inline(always)]
     pub fn add(&mut self, n: u64, s: Step) {
@@ -615,10 +610,7 @@ impl OutstandingReads {
         if !self.loaded && self.list.len() < self.lazy_limit {
             // Lazy with room (what `issue_slow` does first, inlined): nothing to retire.
             self.issues += 1;
-            while self.maxima.last().is_some_and(|&(_, t)| t <= ready) {
-                self.maxima.pop();
-            }
-            self.maxima.push((self.issues, ready));
+            self.push_maximum(ready);
             return ready;
         }
         self.issue_slow(ready)
@@ -629,10 +621,7 @@ impl OutstandingReads {
     fn issue_slow(&mut self, ready: Ps) -> Ps {
         self.issues += 1;
         if !self.loaded {
-            while self.maxima.last().is_some_and(|&(_, t)| t <= ready) {
-                self.maxima.pop();
-            }
-            self.maxima.push((self.issues, ready));
+            self.push_maximum(ready);
             if self.list.len() < self.lazy_limit {
                 return ready;
             }
@@ -730,6 +719,13 @@ impl OutstandingReads {
         self.issues = i0 + dones.len() as u64;
         // Each issue pops the maxima its time reaches (the previous issue's among them) and
         // pushes itself: what is left is the last one.
+        self.push_maximum(ready);
+    }
+
+    /// Lazy: the latest issue (number `issues`, time `ready`) joins the maxima, dropping those
+    /// whose time it reaches (they are no longer larger than every later issue's).
+    #[inline(always)]
+    fn push_maximum(&mut self, ready: Ps) {
         while self.maxima.last().is_some_and(|&(_, t)| t <= ready) {
             self.maxima.pop();
         }
