@@ -16,6 +16,8 @@ SECS=${2:-5}
 BIN=${DATAPLANE_BIN:-${CARGO_TARGET_DIR:-target}/release/dataplane}
 command -v dpdk-testpmd >/dev/null || { echo "dpdk-testpmd not found (apt-get install dpdk-dev)"; exit 2; }
 [ -x "$BIN" ] || { echo "$BIN not built (cargo build --release --features dpdk)"; exit 2; }
+# VECTOR=N sets nmdp's `dpdk.vector` (default 64: polls of 32 until 64 are gathered; 32 polls
+# once per pass, as testpmd does).
 # HUGE=1 runs both sides on 2 MiB hugepages (mount hugetlbfs and reserve pages first, e.g.
 # `echo 512 > /proc/sys/vm/nr_hugepages`); the default is --no-huge, as in CI.
 NOHUGE='"--no-huge",'; NOHUGE_ARG=--no-huge
@@ -26,7 +28,7 @@ median() { sort -g | awk '{a[NR]=$1} END {if (NR==0) print 0; else if (NR%2) pri
 
 ours() { # $1 = nf
   { "$BIN" run configs/dpdk-null.toml --duration "$SECS" --set "dpdk.eal_args=[\"-l\",\"0\",$NOHUGE\"-m\",\"512\",\"--no-pci\",\"--no-shconf\",\"--no-telemetry\",\"--file-prefix=nmdp-bench-$$\",\"--log-level=*:warning\"]" \
-      --set "pipeline=[{name=\"$1\"}]" 2>&1 || true; } \
+      --set "pipeline=[{name=\"$1\"}]" ${VECTOR:+--set "dpdk.vector=$VECTOR"} 2>&1 || true; } \
     | sed -n 's/^\[ *\([0-9.]*\)s\] *\(rx *\)\{0,1\}\([0-9.]*\) Mpps.*/\1 \3/p' | awk '$1 > 1.5 {print $2}' | median
 }
 
@@ -39,7 +41,7 @@ testpmd() { # $1 = forward mode
 }
 
 echo "machine: $(nproc) cores, $(grep -m1 'model name' /proc/cpuinfo | cut -d: -f2 | sed 's/^ *//'), load $(cut -d' ' -f1-3 /proc/loadavg)"
-echo "dpdk: $(pkg-config --modversion libdpdk 2>/dev/null || echo '?'); rounds $ROUNDS x ${SECS}s; hugepages: $([ -n "$NOHUGE_ARG" ] && echo no || echo 2M)"
+echo "dpdk: $(pkg-config --modversion libdpdk 2>/dev/null || echo '?'); rounds $ROUNDS x ${SECS}s; hugepages: $([ -n "$NOHUGE_ARG" ] && echo no || echo 2M); nmdp dpdk.vector ${VECTOR:-default}"
 for pair in "io_fwd io" "macswap macswap"; do
   set -- $pair
   A=(); B=(); R=()

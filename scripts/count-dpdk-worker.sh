@@ -6,6 +6,7 @@
 #
 #   cargo build --release --features dpdk
 #   scripts/count-dpdk-worker.sh [PACKETS] [SECONDS]
+#   VECTOR=32 scripts/count-dpdk-worker.sh    # nmdp polling once per pass (`dpdk.vector`)
 #
 # callgrind --separate-threads writes one profile per thread; in both programs the third thread
 # is the forwarding one (the first is the main thread, which runs EAL's setup, the second EAL's
@@ -31,7 +32,7 @@ for pair in "io_fwd io" "macswap macswap"; do
   valgrind --tool=callgrind --separate-threads=yes --callgrind-out-file="$TMP/nmdp" \
     "$BIN" run configs/dpdk-null.toml --packets "$PACKETS" --set run.duration_s=0 \
     --set run.stats_interval_s=0 --set 'dpdk.worker_cores=[]' \
-    --set "pipeline=[{name=\"$1\"}]" -q >/dev/null 2>&1
+    --set "pipeline=[{name=\"$1\"}]" ${VECTOR:+--set "dpdk.vector=$VECTOR"} -q >/dev/null 2>&1
   ours=$(awk -v w="$(thread3 "$TMP/nmdp")" -v n="$PACKETS" 'BEGIN {printf "%.1f", w / (2 * n)}')
   # testpmd runs until interrupted; timeout's exit status (124) is expected.
   timeout -s INT "$SECS" valgrind --tool=callgrind --separate-threads=yes \

@@ -341,6 +341,21 @@ fn bad_dpdk_sections_fail_before_anything_runs() {
         e.to_string().contains("bad.toml") && e.msg.contains("16..="),
         "{e}"
     );
+    // A vector shorter than one poll, or longer than a burst can hold.
+    for v in [16, 257] {
+        std::fs::write(
+            &cfg,
+            format!("[dpdk]\nvector = {v}\n[[dpdk.ports]]\ndevargs = \"net_null0\"\n"),
+        )
+        .unwrap();
+        let e = dpdk_run::load(&RunOptions {
+            config: cfg.clone(),
+            ..RunOptions::default()
+        })
+        .unwrap_err();
+        assert_eq!(e.key, "dpdk.vector");
+        assert!(e.msg.contains("datapath.burst (32) ..= 256"), "{e}");
+    }
     std::fs::write(&cfg, "[dpdk]\nports = []\n").unwrap();
     let e = dpdk_run::load(&RunOptions {
         config: cfg.clone(),

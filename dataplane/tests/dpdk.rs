@@ -368,3 +368,59 @@ fn a_host_burst_of_64_kib_or_more_is_counted_exactly() {
     q.flush();
     assert!(port.pool_stats().iter().all(|p| p.in_use == 0));
 }
+
+/// A receive polls the PMD `burst` packets at a time until the caller's burst is full or a poll
+/// comes back short (`dpdk.vector`): in one call, in order, every packet counted once, in the
+/// whole-frame mode and in a splitting one.
+#[test]
+fn a_receive_gathers_polls_until_its_vector_is_full_or_a_poll_is_short() {
+    eal();
+    for (i, mode) in [DatapathMode::Host, DatapathMode::Split]
+        .into_iter()
+        .enumerate()
+    {
+        let mut cfg = ring_cfg(&format!("net_ring_vec{i}"), mode);
+        cfg.burst = 8;
+        cfg.vector = 64;
+        let mut port = DpdkPort::open(&cfg).unwrap();
+        let mut q = port.take_queues().pop().unwrap();
+        let fr: Vec<Vec<u8>> = (0..50u32)
+            .map(|k| (0..60 + 10 * k).map(|i| (i ^ k) as u8).collect())
+            .collect();
+        let mut drops = DropCounts::default();
+        let mut send = |q: &mut dyn Queue, fr: &[Vec<u8>]| {
+            let mut b = Burst::with_capacity(64);
+            for f in fr {
+                assert!(q.push_frame(&mut b, f));
+            }
+            assert_eq!(q.tx_burst(&mut b, &mut drops), fr.len());
+        };
+        // 20 waiting, a vector of 64: polls of 8, 8 and a short 4, all in one call.
+        send(q.as_mut(), &fr[..20]);
+        let mut rx = Burst::with_capacity(64);
+        assert_eq!(q.rx_burst(&mut rx), 20, "{mode}");
+        for (k, f) in fr[..20].iter().enumerate() {
+            assert_eq!(&rx.frame(k), f, "{mode} frame {k}");
+        }
+        q.free_burst(&mut rx);
+        // 30 waiting, a vector of 16: two full polls fill it; the next call takes the rest.
+        send(q.as_mut(), &fr[20..]);
+        let mut rx = Burst::with_capacity(16);
+        assert_eq!(q.rx_burst(&mut rx), 16, "{mode}");
+        let mut rest = Burst::with_capacity(64);
+        assert_eq!(q.rx_burst(&mut rest), 14, "{mode}");
+        for (k, f) in fr[20..36].iter().enumerate() {
+            assert_eq!(&rx.frame(k), f, "{mode} frame {}", 20 + k);
+        }
+        for (k, f) in fr[36..].iter().enumerate() {
+            assert_eq!(&rest.frame(k), f, "{mode} frame {}", 36 + k);
+        }
+        q.free_burst(&mut rx);
+        q.free_burst(&mut rest);
+        let s = q.stats();
+        let total: u64 = fr.iter().map(|f| f.len() as u64).sum();
+        assert_eq!((s.rx_packets, s.rx_bytes), (50, total), "{mode}");
+        q.flush();
+        assert!(port.pool_stats().iter().all(|p| p.in_use == 0), "{mode}");
+    }
+}

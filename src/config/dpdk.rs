@@ -39,6 +39,12 @@ pub struct DpdkSection {
     pub mbufs: u32,
     /// Per-lcore mempool cache size.
     pub cache_size: u32,
+    /// Packets a worker gathers from a queue before its network functions and Tx run over
+    /// them: it polls the PMD for `datapath.burst` packets at a time while each poll comes back
+    /// full and the vector has room, as VPP's input node fills a frame (at low load a pass
+    /// takes one poll). `datapath.burst` polls once per pass, as testpmd does. Allowed
+    /// `datapath.burst..=256`.
+    pub vector: usize,
     /// Emulated nicmem per port for the nicmem modes on PMDs without device memory, e.g.
     /// `"256KiB"` (labelled emulated everywhere; refused on mlx5).
     pub emulated_nicmem: String,
@@ -68,6 +74,7 @@ impl Default for DpdkSection {
             tx_desc: 1024,
             mbufs: 0,
             cache_size: 256,
+            vector: 64,
             emulated_nicmem: "256KiB".into(),
             nicmem_buffers: 0,
             worker_cores: Vec::new(),
@@ -207,6 +214,18 @@ pub fn check(path: &Path, cfg: &RunConfig, d: &DpdkSection) -> Result<(), Config
                 format!("{n} out of range; allowed 16..=16384"),
             ));
         }
+    }
+    let burst = cfg.datapath.burst;
+    if !(burst..=dataplane::MAX_BURST).contains(&d.vector) {
+        return Err(config_err(
+            path,
+            "dpdk.vector",
+            format!(
+                "{} out of range; allowed datapath.burst ({burst}) ..= {}",
+                d.vector,
+                dataplane::MAX_BURST
+            ),
+        ));
     }
     let Some(emulated) = nicmem::parse_size(&d.emulated_nicmem) else {
         return Err(config_err(

@@ -47,6 +47,7 @@ fn port_configs(cfg: &RunConfig, d: &DpdkSection) -> Vec<DpdkPortConfig> {
             rx_desc: d.rx_desc,
             tx_desc: d.tx_desc,
             burst: cfg.datapath.burst,
+            vector: d.vector,
             max_frame: cfg.vnic.max_frame,
             mbufs: (d.mbufs > 0).then_some(d.mbufs),
             cache_size: d.cache_size,
@@ -249,7 +250,9 @@ pub fn run(cfg: &RunConfig, d: &DpdkSection, opts: &RunOptions) -> Result<Value,
                 queues,
                 chain,
                 egress: None,
-                burst: cfg.datapath.burst,
+                // The vector: the queues poll the PMD `datapath.burst` at a time until it is
+                // full (`dpdk.vector`).
+                burst: d.vector,
                 slow,
             })
         })

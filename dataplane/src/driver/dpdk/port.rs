@@ -59,8 +59,11 @@ pub struct DpdkPortConfig {
     pub rx_desc: u16,
     /// Tx descriptors per queue.
     pub tx_desc: u16,
-    /// Burst size.
+    /// Packets asked of the PMD per `rte_eth_rx_burst` (`datapath.burst`).
     pub burst: usize,
+    /// Packets a worker gathers in one pass of its loop, in polls of `burst` (`dpdk.vector`;
+    /// see `DpdkQueue`'s receive): sizes the pools for the packets a worker holds.
+    pub vector: usize,
     /// Largest frame without FCS.
     pub max_frame: usize,
     /// Mbufs per host pool per queue (None: enough for both rings, bursts in flight and caches).
@@ -92,6 +95,7 @@ impl Default for DpdkPortConfig {
             rx_desc: 1024,
             tx_desc: 1024,
             burst: 32,
+            vector: 32,
             max_frame: 1514,
             mbufs: None,
             cache_size: 256,
@@ -226,7 +230,8 @@ impl DpdkPort {
         let nic = NicmemLayout::new(cfg, name, &plan)?;
         // Mbufs per host pool: both rings, a few bursts in flight, and the per-lcore caches.
         let n = cfg.mbufs.unwrap_or_else(|| {
-            nb_rx as u32 + nb_tx as u32 + 4 * cfg.burst as u32 + 2 * cfg.cache_size + 512
+            let held = cfg.burst.max(cfg.vector) as u32;
+            nb_rx as u32 + nb_tx as u32 + 4 * held + 2 * cfg.cache_size + 512
         });
         let pd = ProtectionDomain::new();
         let mut regions = Vec::new();

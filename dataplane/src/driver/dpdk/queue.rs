@@ -102,7 +102,11 @@ pub struct DpdkQueue {
     rss: bool,
     /// How the burst describes this queue's mbufs (with or without the RSS hash), chosen once.
     describe: Describe,
+    /// Scratch for the split modes' polls and for a burst's chains (`MAX_BURST` entries).
     rx: Vec<*mut sys::rte_mbuf>,
+    /// Packets asked of the PMD per `rte_eth_rx_burst` (`datapath.burst`); a receive polls
+    /// again while the PMD fills each poll and the caller's burst has room.
+    poll: usize,
     hdrs: Vec<*mut sys::rte_mbuf>,
     nics: Vec<*mut sys::rte_mbuf>,
     to_free: Vec<*mut sys::rte_mbuf>,
@@ -160,10 +164,11 @@ impl DpdkQueue {
             } else {
                 describe_mbufs::<false>
             },
-            rx: vec![std::ptr::null_mut(); b],
+            rx: vec![std::ptr::null_mut(); crate::burst::MAX_BURST],
+            poll: b.min(crate::burst::MAX_BURST),
             hdrs: Vec::with_capacity(b),
             nics: Vec::with_capacity(b),
-            to_free: Vec::with_capacity(FREE_BATCH + 4 * b),
+            to_free: Vec::with_capacity(FREE_BATCH + 4 * crate::burst::MAX_BURST),
             owner: mbuf_owner(),
             stats: QueueStats::default(),
             drv: DriverCounters::default(),
@@ -229,6 +234,59 @@ impl DpdkQueue {
         // which moves into the burst.
         let pushed = unsafe { burst.push(&p) };
         debug_assert!(pushed, "the burst had room for every received mbuf");
+    }
+
+    /// What `tx_burst`'s first call left of a burst of `k = pkts.len()` chains, from `sent`
+    /// on: offered again while each call takes some (some PMDs take at most a fixed number of
+    /// packets a call with ring room left; a full ring takes none), and what stays is freed and
+    /// counted as `tx_full`. Returns the chains sent in all and the bytes of those that were not.
+    #[cold]
+    #[inline(never)]
+    fn tx_rest(
+        &mut self,
+        pkts: &mut Burst,
+        mut sent: usize,
+        drops: &mut DropCounts,
+    ) -> (usize, u64) {
+        let k = pkts.len();
+        while sent < k {
+            // SAFETY: as in `tx_burst`, for the chains from `sent` on, which the burst still
+            // owns; `k - sent <= MAX_BURST` fits the call's u16.
+            let more = unsafe {
+                sys::fastpath::eth_tx_burst(
+                    self.port_id,
+                    self.queue,
+                    pkts.handles_mut_ptr()
+                        .add(sent)
+                        .cast::<*mut sys::rte_mbuf>(),
+                    (k - sent) as u16,
+                )
+            } as usize;
+            if more == 0 {
+                break;
+            }
+            sent += more;
+        }
+        let rest = &pkts.handles()[sent..];
+        if rest.is_empty() {
+            return (sent, 0);
+        }
+        // SAFETY: chains the burst still owns.
+        let unsent_bytes = rest
+            .iter()
+            .map(|&m| u64::from(unsafe { Mbuf::from_handle(m) }.pkt_len()))
+            .sum();
+        // SAFETY: the unsent chains still belong to the burst, given up here (the caller
+        // disowns the burst); `usize` and `*mut rte_mbuf` have the same layout.
+        unsafe {
+            sys::rte_pktmbuf_free_bulk(
+                rest.as_ptr().cast::<*mut sys::rte_mbuf>().cast_mut(),
+                rest.len() as u32,
+            )
+        };
+        self.stats.tx_full += (k - sent) as u64;
+        drops.add(DropReason::TX_FULL, (k - sent) as u64);
+        (sent, unsent_bytes)
     }
 
     #[inline(always)]
@@ -639,30 +697,52 @@ impl Queue for DpdkQueue {
         if !burst.adopt(&self.owner) {
             return 0;
         }
-        // `rx.len()` is the burst size (at most `MAX_BURST`, so the count fits the call's u16).
-        let room = burst
-            .room()
-            .min((self.rx_limit - self.stats.rx_packets).min(self.rx.len() as u64) as usize);
+        // The burst's room (at most `MAX_BURST`), within the packet limit.
+        let room = (burst.room() as u64).min(self.rx_limit - self.stats.rx_packets) as usize;
         let before = burst.len();
         let host = self.mode == DatapathMode::Host;
-        // `host` mode receives straight into the burst's handle array; the split modes into
-        // scratch, as they rebuild chains.
-        let dst = if host {
-            // SAFETY: a pointer to the handle slots after the burst's last packet (`room` fit).
-            unsafe {
-                burst
-                    .handles_mut_ptr()
-                    .add(before)
-                    .cast::<*mut sys::rte_mbuf>()
+        // Polls of at most `poll` packets (as testpmd's `--burst`) until the burst is full or
+        // the PMD hands out less than asked, as VPP's input node fills its frame: at full load
+        // the network functions and Tx run once for several polls; at low load a pass takes
+        // one poll, and no packet waits for a later one. `host` mode receives straight into
+        // the burst's handle array, with one byte pass over all its polls after (a pass whose
+        // frames reach 64 KiB, frames of 1 KiB and more at the default vector, takes the exact
+        // pass: two loads a packet where the packet rate is a tenth of the 64 B one); the split
+        // modes into scratch, as they rebuild chains poll by poll.
+        let mut got = 0;
+        loop {
+            let want = (room - got).min(self.poll);
+            let dst = if host {
+                // SAFETY: a pointer to the handle slots after the burst's last packet and the
+                // `got` received before it (`got + want <= room`).
+                unsafe {
+                    burst
+                        .handles_mut_ptr()
+                        .add(before + got)
+                        .cast::<*mut sys::rte_mbuf>()
+                }
+            } else {
+                self.rx.as_mut_ptr()
+            };
+            // SAFETY: `dst` has room for `want` pointers (`want <= poll <= rx.len()` in the
+            // split modes); the port and queue are started and this queue is polled by one
+            // thread only. `want <= MAX_BURST` fits the call's u16.
+            let n =
+                unsafe { sys::fastpath::eth_rx_burst(self.port_id, self.queue, dst, want as u16) }
+                    as usize;
+            if !host && n > 0 {
+                if self.hw_split {
+                    self.rx_hw_split(n, burst);
+                } else {
+                    self.rx_sw_split(n, burst);
+                }
             }
-        } else {
-            self.rx.as_mut_ptr()
-        };
-        // SAFETY: `dst` has room for `room` pointers; the port and queue are started and this
-        // queue is polled by one thread only.
-        let n = unsafe { sys::fastpath::eth_rx_burst(self.port_id, self.queue, dst, room as u16) }
-            as usize;
-        if n == 0 {
+            got += n;
+            if n < want || got == room {
+                break;
+            }
+        }
+        if got == 0 {
             self.empty_polls += 1;
             if self.queue == 0 {
                 self.shared.events.on_idle(&self.shared.pools);
@@ -670,10 +750,8 @@ impl Queue for DpdkQueue {
             return 0;
         }
         self.empty_polls = 0;
-        match self.mode {
-            DatapathMode::Host => self.rx_host_in_place(n, burst),
-            _ if self.hw_split => self.rx_hw_split(n, burst),
-            _ => self.rx_sw_split(n, burst),
+        if host {
+            self.rx_host_in_place(got, burst);
         }
         let port = self.index;
         burst.set_rx_defaults(before, port, self.verdict);
@@ -707,17 +785,13 @@ impl Queue for DpdkQueue {
         if pkts.reshaped() {
             write_back_headers(pkts);
         }
-        // The unsent chains' bytes are read back; the burst knows its total.
-        let len_of = |m: usize| -> u64 {
-            // SAFETY: a chain the burst still owns.
-            u64::from(unsafe { Mbuf::from_handle(m) }.pkt_len())
-        };
+        // The burst knows its bytes; those of chains the ring does not take are read back.
         let mut bytes = pkts.bytes();
         // SAFETY: the burst's handles are `k` mbuf chains it owns (`owned_by` above), laid out
         // as `*mut rte_mbuf` (same size as `usize`); the port and queue are started and used by
         // this thread only. The PMD takes ownership of the first `sent` chains and does not
         // write the array.
-        let sent = unsafe {
+        let mut sent = unsafe {
             sys::fastpath::eth_tx_burst(
                 self.port_id,
                 self.queue,
@@ -726,18 +800,9 @@ impl Queue for DpdkQueue {
             )
         } as usize;
         if sent < k {
-            let rest = &pkts.handles()[sent..];
-            bytes -= rest.iter().map(|&m| len_of(m)).sum::<u64>();
-            // SAFETY: the unsent chains still belong to the burst, given up here (the burst is
-            // disowned below); `usize` and `*mut rte_mbuf` have the same layout.
-            unsafe {
-                sys::rte_pktmbuf_free_bulk(
-                    rest.as_ptr().cast::<*mut sys::rte_mbuf>().cast_mut(),
-                    rest.len() as u32,
-                )
-            };
-            self.stats.tx_full += (k - sent) as u64;
-            drops.add(DropReason::TX_FULL, (k - sent) as u64);
+            let unsent_bytes;
+            (sent, unsent_bytes) = self.tx_rest(pkts, sent, drops);
+            bytes -= unsent_bytes;
         }
         pkts.disown();
         self.stats.tx_bytes += bytes;
