@@ -236,6 +236,33 @@ impl DpdkQueue {
         debug_assert!(pushed, "the burst had room for every received mbuf");
     }
 
+    /// One poll of the PMD for up to `want` packets: in `host` mode straight into the burst's
+    /// handle slots from `at` on (the caller's byte pass takes them in), in the split modes into
+    /// scratch, rebuilt into the burst at once. Returns the packets the PMD handed out.
+    #[inline(always)]
+    fn poll_once(&mut self, burst: &mut Burst, at: usize, want: usize, host: bool) -> usize {
+        let dst = if host {
+            // SAFETY: a pointer to the burst's handle slots from `at` on, which the caller keeps
+            // within the burst's room (`at + want` at most its capacity).
+            unsafe { burst.handles_mut_ptr().add(at).cast::<*mut sys::rte_mbuf>() }
+        } else {
+            self.rx.as_mut_ptr()
+        };
+        // SAFETY: `dst` has room for `want` pointers (`want <= poll <= rx.len()` in the split
+        // modes); the port and queue are started and this queue is polled by one thread only.
+        // `want <= MAX_BURST` fits the call's u16.
+        let n = unsafe { sys::fastpath::eth_rx_burst(self.port_id, self.queue, dst, want as u16) }
+            as usize;
+        if !host && n > 0 {
+            if self.hw_split {
+                self.rx_hw_split(n, burst);
+            } else {
+                self.rx_sw_split(n, burst);
+            }
+        }
+        n
+    }
+
     /// What `tx_burst`'s first call left of a burst of `k = pkts.len()` chains, from `sent`
     /// on: offered again while each call takes some (some PMDs take at most a fixed number of
     /// packets a call with ring room left; a full ring takes none), and what stays is freed and
@@ -709,45 +736,18 @@ impl Queue for DpdkQueue {
         // frames reach 64 KiB, frames of 1 KiB and more at the default vector, takes the exact
         // pass: two loads a packet where the packet rate is a tenth of the 64 B one); the split
         // modes into scratch, as they rebuild chains poll by poll.
-        let mut got = 0;
-        loop {
-            let want = (room - got).min(self.poll);
-            let dst = if host {
-                // SAFETY: a pointer to the handle slots after the burst's last packet and the
-                // `got` received before it (`got + want <= room`).
-                unsafe {
-                    burst
-                        .handles_mut_ptr()
-                        .add(before + got)
-                        .cast::<*mut sys::rte_mbuf>()
-                }
-            } else {
-                self.rx.as_mut_ptr()
-            };
-            // SAFETY: `dst` has room for `want` pointers (`want <= poll <= rx.len()` in the
-            // split modes); the port and queue are started and this queue is polled by one
-            // thread only. `want <= MAX_BURST` fits the call's u16.
-            let n =
-                unsafe { sys::fastpath::eth_rx_burst(self.port_id, self.queue, dst, want as u16) }
-                    as usize;
-            if !host && n > 0 {
-                if self.hw_split {
-                    self.rx_hw_split(n, burst);
-                } else {
-                    self.rx_sw_split(n, burst);
-                }
-            }
-            got += n;
-            if n < want || got == room {
-                break;
-            }
-        }
-        if got == 0 {
+        let mut n = self.poll_once(burst, before, room.min(self.poll), host);
+        if n == 0 {
             self.empty_polls += 1;
             if self.queue == 0 {
                 self.shared.events.on_idle(&self.shared.pools);
             }
             return 0;
+        }
+        let mut got = n;
+        while n == self.poll && got < room {
+            n = self.poll_once(burst, before + got, (room - got).min(self.poll), host);
+            got += n;
         }
         self.empty_polls = 0;
         if host {
