@@ -1,12 +1,14 @@
 //! [`DpdkQueue`]: one Rx/Tx queue pair of a DPDK port, owned by one worker.
 //!
-//! Rx reads a burst with one `rte_eth_rx_burst` (inlined: `dpdk_sys::fastpath`), then writes each
-//! mbuf chain into the burst's arrays (the mbuf pointer is the packet's handle; header place and lengths are read
-//! from its fields). In the split modes on PMDs without hardware buffer split it splits in
-//! software: header mbufs (and, with emulated nicmem, payload mbufs) for the whole burst come from
-//! one `rte_pktmbuf_alloc_bulk` per pool. Tx hands the burst's handle array to one
-//! `rte_eth_tx_burst` as it is (writing header changes back into the mbufs first when a network
-//! function moved a header) and frees what the ring did not take with one
+//! Rx fills a burst (the worker's vector, `dpdk.vector`) with polls of `rte_eth_rx_burst` for
+//! `datapath.burst` packets each (inlined: `dpdk_sys::fastpath`) while each poll comes back full,
+//! as VPP's input node fills a frame, then writes each mbuf chain into the burst's arrays (the
+//! mbuf pointer is the packet's handle; header place and lengths are read from its fields). In
+//! the split modes on PMDs without hardware buffer split it splits in software: header mbufs
+//! (and, with emulated nicmem, payload mbufs) for a poll come from one `rte_pktmbuf_alloc_bulk`
+//! per pool. Tx hands the burst's handle array to one `rte_eth_tx_burst` as it is (writing header
+//! changes back into the mbufs first when a network function moved a header), offers what a call
+//! left again while the PMD takes some, and frees what the ring did not take with one
 //! `rte_pktmbuf_free_bulk`.
 
 use std::sync::Arc;
