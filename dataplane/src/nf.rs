@@ -77,6 +77,14 @@ pub trait NetworkFunction: Send {
         false
     }
 
+    /// False when [`NetworkFunction::wants_release`] says no for every state this instance
+    /// can reach: asked once, when the function joins a chain, so a chain of such functions
+    /// does not ask [`NetworkFunction::wants_release`] after every burst. The default, `true`,
+    /// is always correct.
+    fn may_want_release(&self) -> bool {
+        true
+    }
+
     /// Answers an operator's command between two bursts (the telemetry socket and `dataplane
     /// ctl` send it to every worker's instance through the worker's mailbox,
     /// [`crate::control`]): a query (`backends`, `sessions`) or a change (`drain`, `weight`),
@@ -135,6 +143,9 @@ pub struct NfChain {
     nfs: Vec<Box<dyn NetworkFunction>>,
     /// Some function may hold packets (see [`NfChain::may_hold`]).
     holding: bool,
+    /// Some function may want a release ([`NetworkFunction::may_want_release`]); when none
+    /// does, [`NfChain::process`] does not ask them.
+    asks_release: bool,
 }
 
 /// The functions' names in order.
@@ -154,6 +165,7 @@ impl NfChain {
 
     /// Appends a function.
     pub fn push(&mut self, nf: Box<dyn NetworkFunction>) {
+        self.asks_release |= nf.may_want_release();
         self.nfs.push(nf);
     }
 
@@ -165,7 +177,9 @@ impl NfChain {
     /// Mutable access to the functions in order. (A caller may make one hold packets through
     /// it, so [`NfChain::may_hold`] says yes until the next [`NfChain::release`].)
     pub fn functions_mut(&mut self) -> &mut [Box<dyn NetworkFunction>] {
+        // The caller may also put another function in a slot: from now on every one is asked.
         self.holding = true;
+        self.asks_release = true;
         &mut self.nfs
     }
 
@@ -175,12 +189,13 @@ impl NfChain {
         let n = burst.len();
         // A function holds packets only by taking them out of a burst (`Burst::remove_to`); one
         // with work pending after the burst (a log to flush) says so through `wants_release`,
-        // asked once per burst and function, never per packet or per idle iteration. A chain of
-        // one function (the common case) is run without a loop.
+        // asked once per burst and function (and not at all when none may want one,
+        // `may_want_release`), never per packet or per idle iteration. A chain of one function
+        // (the common case) is run without a loop.
         if let [nf] = &mut self.nfs[..] {
             nf.process(burst, ctx);
             if !self.holding {
-                self.holding = burst.len() < n || nf.wants_release();
+                self.holding = burst.len() < n || (self.asks_release && nf.wants_release());
             }
             return;
         }
@@ -188,7 +203,8 @@ impl NfChain {
             nf.process(burst, ctx);
         }
         if !self.holding {
-            self.holding = burst.len() < n || self.nfs.iter().any(|nf| nf.wants_release());
+            self.holding = burst.len() < n
+                || (self.asks_release && self.nfs.iter().any(|nf| nf.wants_release()));
         }
     }
 
