@@ -52,6 +52,7 @@ impl RxStop {
 /// What a queue is built from (see `DpdkPort::open`).
 pub(crate) struct QueueSetup {
     pub(crate) shared: Arc<PortShared>,
+    pub(crate) ops: sys::fastpath::PortOps,
     pub(crate) queue: u16,
     pub(crate) index: u16,
     pub(crate) verdict: Verdict,
@@ -88,6 +89,8 @@ struct RxAcc {
 /// One queue pair of a [`super::DpdkPort`].
 pub struct DpdkQueue {
     shared: Arc<PortShared>,
+    /// The port's entry in ethdev's fast-path table, found once.
+    ops: sys::fastpath::PortOps,
     port_id: u16,
     queue: u16,
     index: u16,
@@ -146,6 +149,7 @@ impl DpdkQueue {
             - sys::NMDP_PKTMBUF_HEADROOM as usize;
         let b = s.burst.max(1);
         Self {
+            ops: s.ops,
             port_id: s.shared.port_id,
             shared: s.shared,
             queue: s.queue,
@@ -251,8 +255,9 @@ impl DpdkQueue {
         // SAFETY: `dst` has room for `want` pointers (`want <= poll <= rx.len()` in the split
         // modes); the port and queue are started and this queue is polled by one thread only.
         // `want <= MAX_BURST` fits the call's u16.
-        let n = unsafe { sys::fastpath::eth_rx_burst(self.port_id, self.queue, dst, want as u16) }
-            as usize;
+        let n = unsafe {
+            sys::fastpath::eth_rx_burst(self.ops, self.port_id, self.queue, dst, want as u16)
+        } as usize;
         if !host && n > 0 {
             if self.hw_split {
                 self.rx_hw_split(n, burst);
@@ -281,6 +286,7 @@ impl DpdkQueue {
             // owns; `k - sent <= MAX_BURST` fits the call's u16.
             let more = unsafe {
                 sys::fastpath::eth_tx_burst(
+                    self.ops,
                     self.port_id,
                     self.queue,
                     pkts.handles_mut_ptr()
@@ -797,6 +803,7 @@ impl Queue for DpdkQueue {
         // write the array.
         let mut sent = unsafe {
             sys::fastpath::eth_tx_burst(
+                self.ops,
                 self.port_id,
                 self.queue,
                 pkts.handles_mut_ptr().cast::<*mut sys::rte_mbuf>(),
