@@ -120,6 +120,10 @@ pub struct DpdkQueue {
     drv: DriverCounters,
     stop: RxStop,
     rx_limit: u64,
+    /// Packets `rx_burst` may receive before it looks at the thread's registration and the
+    /// packet limit again (one test a burst for both): 0 until the thread is registered, then
+    /// at most what the limit leaves (`rx_limit - rx_packets`), set again when it runs out.
+    budget: u64,
     finite: bool,
     empty_polls: u64,
     core: Option<usize>,
@@ -178,6 +182,7 @@ impl DpdkQueue {
             drv: DriverCounters::default(),
             stop: s.stop,
             rx_limit: s.rx_limit.unwrap_or(u64::MAX),
+            budget: 0,
             finite: s.finite,
             empty_polls: 0,
             core: s.core,
@@ -195,6 +200,18 @@ impl DpdkQueue {
                 self.shared.name, self.queue
             );
         }
+    }
+
+    /// `rx_burst` with its budget spent: registers the thread on the first call and sets the
+    /// budget to what the packet limit leaves; false when that is nothing.
+    #[cold]
+    #[inline(never)]
+    fn renew_budget(&mut self) -> bool {
+        if !self.registered {
+            self.register();
+        }
+        self.budget = self.rx_limit - self.stats.rx_packets;
+        self.budget > 0
     }
 
     #[inline]
@@ -720,11 +737,12 @@ fn write_back_headers(pkts: &Burst) {
 impl Queue for DpdkQueue {
     #[inline(always)]
     fn rx_burst(&mut self, burst: &mut Burst) -> usize {
-        if !self.registered {
-            self.register();
+        if self.budget == 0 && !self.renew_budget() {
+            self.flush_free();
+            return 0;
         }
         self.flush_free();
-        if self.stop.is_stopped() || self.stats.rx_packets >= self.rx_limit {
+        if self.stop.is_stopped() {
             return 0;
         }
         // Another queue's worker is resetting the port (`events.rs`): stand aside.
@@ -735,7 +753,7 @@ impl Queue for DpdkQueue {
             return 0;
         }
         // The burst's room (at most `MAX_BURST`), within the packet limit.
-        let room = (burst.room() as u64).min(self.rx_limit - self.stats.rx_packets) as usize;
+        let room = (burst.room() as u64).min(self.budget) as usize;
         let before = burst.len();
         let host = self.mode == DatapathMode::Host;
         // Polls of at most `poll` packets (as testpmd's `--burst`) until the burst is full or
@@ -760,6 +778,9 @@ impl Queue for DpdkQueue {
             got += n;
         }
         self.empty_polls = 0;
+        // What the queue counts (`rx_packets`) is at most what the PMD handed out (the split
+        // modes drop a frame they find no buffer for), so the budget stays within the limit.
+        self.budget -= got as u64;
         if host {
             self.rx_host_in_place(got, burst);
         }
