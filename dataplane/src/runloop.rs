@@ -568,9 +568,11 @@ fn run_loop<Q: LoopQueue + ?Sized>(
                 dispatch(&mut released, &mut out, 0);
             }
         }
-        if let Some(slow) = out.slow.as_mut()
+        // The queue type first: a loop made for one driver's queues has no slow path, and
+        // then no test for it either.
+        if let Some(queues) = Q::as_dyn(&mut out.queues)
+            && let Some(slow) = out.slow.as_mut()
             && slow.wants_poll()
-            && let Some(queues) = Q::as_dyn(&mut out.queues)
         {
             let mut io = PortIo {
                 queues,

@@ -839,7 +839,6 @@ impl Queue for DpdkQueue {
         pkts.disown();
         self.stats.tx_bytes += bytes;
         self.stats.tx_packets += sent as u64;
-        self.stats.wire_tx_frames += sent as u64;
         sent
     }
 
@@ -891,6 +890,8 @@ impl Queue for DpdkQueue {
 
     fn stats(&self) -> QueueStats {
         let mut s = self.stats;
+        // Every packet the PMD took is a frame on the wire (counted once, at `stats`).
+        s.wire_tx_frames = s.tx_packets;
         if self.queue == 0
             && let Ok(e) = super::shared::eth_stats(self.port_id, "queue stats")
         {
