@@ -21,9 +21,9 @@ use super::mbuf::{
 };
 use super::shared::PortShared;
 use super::spill::spill_stats;
-use crate::burst::{Burst, Describe, DescribeOut, HandleLayout, RxPacket};
+use crate::burst::{Burst, Describe, DescribeOut, HandleLayout, OwnerArc, RxPacket};
 use crate::mode::DatapathMode;
-use crate::packet::PayloadRing;
+use crate::packet::{PacketOwner, PayloadRing};
 use crate::port::{Queue, QueueStats};
 use crate::verdict::{DropCounts, DropReason, Verdict};
 
@@ -114,8 +114,8 @@ pub struct DpdkQueue {
     nics: Vec<*mut sys::rte_mbuf>,
     to_free: Vec<*mut sys::rte_mbuf>,
     /// The driver's packet owner, as its own type (the per-burst owner checks then need no
-    /// vtable read).
-    owner: Arc<MbufOwner>,
+    /// vtable read), with its address kept.
+    owner: QueueOwner,
     stats: QueueStats,
     drv: DriverCounters,
     stop: RxStop,
@@ -177,7 +177,7 @@ impl DpdkQueue {
             hdrs: Vec::with_capacity(b),
             nics: Vec::with_capacity(b),
             to_free: Vec::with_capacity(FREE_BATCH + 4 * crate::burst::MAX_BURST),
-            owner: mbuf_owner(),
+            owner: QueueOwner::new(mbuf_owner()),
             stats: QueueStats::default(),
             drv: DriverCounters::default(),
             stop: s.stop,
@@ -666,6 +666,33 @@ impl DpdkQueue {
         }
         let ring = self.split_into(h, m, len);
         self.push(acc, burst, h, ring);
+    }
+}
+
+/// The driver's packet owner with the address bursts compare owners by, computed once: the
+/// owner checks of every Rx and Tx burst then load it as it is.
+struct QueueOwner {
+    owner: Arc<MbufOwner>,
+    addr: usize,
+}
+
+impl QueueOwner {
+    fn new(owner: Arc<MbufOwner>) -> Self {
+        Self {
+            addr: owner.owner_addr(),
+            owner,
+        }
+    }
+}
+
+impl OwnerArc for QueueOwner {
+    #[inline(always)]
+    fn owner_addr(&self) -> usize {
+        self.addr
+    }
+
+    fn to_dyn(&self) -> Arc<dyn PacketOwner> {
+        self.owner.clone()
     }
 }
 
