@@ -194,8 +194,9 @@ impl NfChain {
         // (the common case) is run without a loop.
         if let [nf] = &mut self.nfs[..] {
             nf.process(burst, ctx);
-            if !self.holding {
-                self.holding = burst.len() < n || (self.asks_release && nf.wants_release());
+            // Written only when it turns true (no store per burst while nothing is held).
+            if !self.holding && (burst.len() < n || (self.asks_release && nf.wants_release())) {
+                self.holding = true;
             }
             return;
         }
