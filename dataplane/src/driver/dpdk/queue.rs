@@ -386,8 +386,9 @@ impl DpdkQueue {
         for &m in rest {
             s = s.wrapping_add(m.len_word());
         }
+        // P < 2^16 and D mod 2^16 == P in one test: P xor (D mod 2^16) is 0 exactly then.
         let bytes = s as u32;
-        if bytes >= 1 << 16 || (s >> 32) as u16 != bytes as u16 {
+        if bytes ^ u32::from((s >> 32) as u16) != 0 {
             return self.rx_host_exact(n, burst);
         }
         let bytes = u64::from(bytes);
