@@ -586,6 +586,8 @@ mod tests {
     use crate::mode::DatapathMode;
     use crate::testkit::PacketFactory;
     use crate::verdict::{DropReason, Verdict};
+    use std::sync::Arc;
+    use std::sync::atomic::{AtomicUsize, Ordering};
 
     /// Holds the first packet of every burst; releases at `now_ns >= 10`, drops on a flush.
     struct HoldFirst(Burst);
@@ -691,6 +693,58 @@ mod tests {
         fn reset(&mut self) -> bool {
             true
         }
+    }
+
+    /// Counts how often it is asked whether it wants a release (never says yes); says it never
+    /// may when `never`.
+    struct Asked {
+        asks: Arc<AtomicUsize>,
+        never: bool,
+    }
+
+    impl NetworkFunction for Asked {
+        fn name(&self) -> &str {
+            "asked"
+        }
+        fn process(&mut self, _: &mut Burst, _: &NfContext) {}
+        fn wants_release(&self) -> bool {
+            self.asks.fetch_add(1, Ordering::Relaxed);
+            false
+        }
+        fn may_want_release(&self) -> bool {
+            !self.never
+        }
+    }
+
+    #[test]
+    fn functions_that_never_want_a_release_are_not_asked_after_a_burst() {
+        let asks = Arc::new(AtomicUsize::new(0));
+        let ctx = NfContext::default();
+        let mut b = Burst::with_capacity(4);
+        let mut never = NfChain::new();
+        never.push(Box::new(Asked {
+            asks: asks.clone(),
+            never: true,
+        }));
+        never.process(&mut b, &ctx);
+        assert_eq!(asks.load(Ordering::Relaxed), 0, "not asked");
+        assert!(!never.may_hold());
+        let mut maybe = NfChain::new();
+        maybe.push(Box::new(Asked {
+            asks: asks.clone(),
+            never: false,
+        }));
+        maybe.process(&mut b, &ctx);
+        assert_eq!(asks.load(Ordering::Relaxed), 1, "the default is asked");
+        // A slot may be given another function through `functions_mut`: from then on every
+        // function is asked.
+        never.functions_mut();
+        let mut out = Burst::with_capacity(4);
+        never.release(&mut out, &ctx, false);
+        assert!(!never.may_hold());
+        let before = asks.load(Ordering::Relaxed);
+        never.process(&mut b, &ctx);
+        assert_eq!(asks.load(Ordering::Relaxed), before + 1, "asked again");
     }
 
     #[test]
