@@ -1098,7 +1098,7 @@ impl Burst {
 
     /// Appends the `n` handles a driver wrote itself at [`Burst::handles_mut_ptr`]`.add(len)`
     /// (DPDK's `rte_eth_rx_burst` receives straight into the burst), to be described by
-    /// `describe` as in [`Burst::push_handles`]. Returns how many were taken (at most the room).
+    /// `describe` as in [`Burst::push_handles`]; takes all `n` (the caller kept within the room).
     ///
     /// # Safety
     /// As [`Burst::push_handles`], for the `n` handles written after the burst's last packet
@@ -1115,7 +1115,8 @@ impl Burst {
         debug_assert!(n <= self.room());
         self.describe = Some(describe);
         self.locate = locate;
-        self.len += n.min(self.room());
+        // The contract bounds `n` by the room.
+        self.len += n;
         self.bytes += bytes;
     }
 

@@ -77,6 +77,14 @@ pub trait NetworkFunction: Send {
         false
     }
 
+    /// False when [`NetworkFunction::wants_release`] says no for every state this instance
+    /// can reach: asked once, when the function joins a chain, so a chain of such functions
+    /// does not ask [`NetworkFunction::wants_release`] after every burst. The default, `true`,
+    /// is always correct.
+    fn may_want_release(&self) -> bool {
+        true
+    }
+
     /// Answers an operator's command between two bursts (the telemetry socket and `dataplane
     /// ctl` send it to every worker's instance through the worker's mailbox,
     /// [`crate::control`]): a query (`backends`, `sessions`) or a change (`drain`, `weight`),
@@ -135,6 +143,9 @@ pub struct NfChain {
     nfs: Vec<Box<dyn NetworkFunction>>,
     /// Some function may hold packets (see [`NfChain::may_hold`]).
     holding: bool,
+    /// Some function may want a release ([`NetworkFunction::may_want_release`]); when none
+    /// does, [`NfChain::process`] does not ask them.
+    asks_release: bool,
 }
 
 /// The functions' names in order.
@@ -154,6 +165,7 @@ impl NfChain {
 
     /// Appends a function.
     pub fn push(&mut self, nf: Box<dyn NetworkFunction>) {
+        self.asks_release |= nf.may_want_release();
         self.nfs.push(nf);
     }
 
@@ -165,7 +177,9 @@ impl NfChain {
     /// Mutable access to the functions in order. (A caller may make one hold packets through
     /// it, so [`NfChain::may_hold`] says yes until the next [`NfChain::release`].)
     pub fn functions_mut(&mut self) -> &mut [Box<dyn NetworkFunction>] {
+        // The caller may also put another function in a slot: from now on every one is asked.
         self.holding = true;
+        self.asks_release = true;
         &mut self.nfs
     }
 
@@ -175,12 +189,14 @@ impl NfChain {
         let n = burst.len();
         // A function holds packets only by taking them out of a burst (`Burst::remove_to`); one
         // with work pending after the burst (a log to flush) says so through `wants_release`,
-        // asked once per burst and function, never per packet or per idle iteration. A chain of
-        // one function (the common case) is run without a loop.
+        // asked once per burst and function (and not at all when none may want one,
+        // `may_want_release`), never per packet or per idle iteration. A chain of one function
+        // (the common case) is run without a loop.
         if let [nf] = &mut self.nfs[..] {
             nf.process(burst, ctx);
-            if !self.holding {
-                self.holding = burst.len() < n || nf.wants_release();
+            // Written only when it turns true (no store per burst while nothing is held).
+            if !self.holding && (burst.len() < n || (self.asks_release && nf.wants_release())) {
+                self.holding = true;
             }
             return;
         }
@@ -188,7 +204,8 @@ impl NfChain {
             nf.process(burst, ctx);
         }
         if !self.holding {
-            self.holding = burst.len() < n || self.nfs.iter().any(|nf| nf.wants_release());
+            self.holding = burst.len() < n
+                || (self.asks_release && self.nfs.iter().any(|nf| nf.wants_release()));
         }
     }
 
@@ -569,6 +586,8 @@ mod tests {
     use crate::mode::DatapathMode;
     use crate::testkit::PacketFactory;
     use crate::verdict::{DropReason, Verdict};
+    use std::sync::Arc;
+    use std::sync::atomic::{AtomicUsize, Ordering};
 
     /// Holds the first packet of every burst; releases at `now_ns >= 10`, drops on a flush.
     struct HoldFirst(Burst);
@@ -674,6 +693,58 @@ mod tests {
         fn reset(&mut self) -> bool {
             true
         }
+    }
+
+    /// Counts how often it is asked whether it wants a release (never says yes); says it never
+    /// may when `never`.
+    struct Asked {
+        asks: Arc<AtomicUsize>,
+        never: bool,
+    }
+
+    impl NetworkFunction for Asked {
+        fn name(&self) -> &str {
+            "asked"
+        }
+        fn process(&mut self, _: &mut Burst, _: &NfContext) {}
+        fn wants_release(&self) -> bool {
+            self.asks.fetch_add(1, Ordering::Relaxed);
+            false
+        }
+        fn may_want_release(&self) -> bool {
+            !self.never
+        }
+    }
+
+    #[test]
+    fn functions_that_never_want_a_release_are_not_asked_after_a_burst() {
+        let asks = Arc::new(AtomicUsize::new(0));
+        let ctx = NfContext::default();
+        let mut b = Burst::with_capacity(4);
+        let mut never = NfChain::new();
+        never.push(Box::new(Asked {
+            asks: asks.clone(),
+            never: true,
+        }));
+        never.process(&mut b, &ctx);
+        assert_eq!(asks.load(Ordering::Relaxed), 0, "not asked");
+        assert!(!never.may_hold());
+        let mut maybe = NfChain::new();
+        maybe.push(Box::new(Asked {
+            asks: asks.clone(),
+            never: false,
+        }));
+        maybe.process(&mut b, &ctx);
+        assert_eq!(asks.load(Ordering::Relaxed), 1, "the default is asked");
+        // A slot may be given another function through `functions_mut`: from then on every
+        // function is asked.
+        never.functions_mut();
+        let mut out = Burst::with_capacity(4);
+        never.release(&mut out, &ctx, false);
+        assert!(!never.may_hold());
+        let before = asks.load(Ordering::Relaxed);
+        never.process(&mut b, &ctx);
+        assert_eq!(asks.load(Ordering::Relaxed), before + 1, "asked again");
     }
 
     #[test]

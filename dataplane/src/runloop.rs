@@ -67,15 +67,18 @@ impl LoopClock {
         }
     }
 
-    /// A loop iteration that found work.
+    /// A loop iteration that found work; true when it read the clock (always the first busy
+    /// iteration after an idle one, [`LoopClock::idle`]).
     #[inline]
-    fn busy(&mut self) {
-        if self.age >= CLOCK_EVERY {
+    fn busy(&mut self) -> bool {
+        let read = self.age >= CLOCK_EVERY;
+        if read {
             self.now = Instant::now();
             self.ns = (self.now - self.start).as_nanos() as u64;
             self.age = 0;
         }
         self.age += 1;
+        read
     }
 
     /// A loop iteration that found nothing.
@@ -538,12 +541,11 @@ fn run_loop<Q: LoopQueue + ?Sized>(
             if n == 0 {
                 continue;
             }
-            if !got_any {
-                clock.busy();
+            // The functions' time and the start of a busy stretch change only when the clock
+            // is read: a stretch starts after an idle iteration, and the clock is read then.
+            if !got_any && clock.busy() {
                 ctx.now_ns = clock.ns();
-                if busy_since.is_none() {
-                    busy_since = Some(clock.now);
-                }
+                busy_since.get_or_insert(clock.now);
             }
             got_any = true;
             bursts += 1;
@@ -557,8 +559,7 @@ fn run_loop<Q: LoopQueue + ?Sized>(
         // time out even while no traffic arrives. (`may_hold` is one flag: no function is asked
         // per iteration while none holds anything.)
         if chain.may_hold() {
-            if !got_any {
-                clock.busy();
+            if !got_any && clock.busy() {
                 ctx.now_ns = clock.ns();
             }
             chain.release(&mut released, &ctx, false);
@@ -568,9 +569,11 @@ fn run_loop<Q: LoopQueue + ?Sized>(
                 dispatch(&mut released, &mut out, 0);
             }
         }
-        if let Some(slow) = out.slow.as_mut()
+        // The queue type first: a loop made for one driver's queues has no slow path, and
+        // then no test for it either.
+        if let Some(queues) = Q::as_dyn(&mut out.queues)
+            && let Some(slow) = out.slow.as_mut()
             && slow.wants_poll()
-            && let Some(queues) = Q::as_dyn(&mut out.queues)
         {
             let mut io = PortIo {
                 queues,

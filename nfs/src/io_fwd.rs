@@ -37,6 +37,11 @@ impl NetworkFunction for IoFwd {
         self.packets += burst.len() as u64;
     }
 
+    /// Never holds work for later.
+    fn may_want_release(&self) -> bool {
+        false
+    }
+
     /// Zeroes the count (the only state).
     fn reset(&mut self) -> bool {
         self.packets = 0;

@@ -38,6 +38,11 @@ impl NetworkFunction for MacSwap {
         SPEC.name
     }
 
+    /// Never holds work for later.
+    fn may_want_release(&self) -> bool {
+        false
+    }
+
     fn process(&mut self, burst: &mut Burst, _ctx: &NfContext) {
         // Every live packet is swapped but the truncated ones: one count per burst instead of
         // one per packet.

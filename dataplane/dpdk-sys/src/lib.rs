@@ -94,22 +94,42 @@ pub mod fastpath {
         }
     }
 
+    /// A port's entry in the fast-path table, found once: the table is a static array, so the
+    /// entry's place never changes (only what ethdev writes in it while the port is configured,
+    /// started or stopped), and a queue that keeps it skips the table lookup per burst.
+    /// Kept as an address: ethdev writes the entry while a port is set up again, so no
+    /// reference to it outlives a burst call.
+    #[derive(Clone, Copy, Debug)]
+    pub struct PortOps(*const rte_eth_fp_ops);
+
+    impl PortOps {
+        /// The entry of `port_id`, `None` past `RTE_MAX_ETHPORTS`.
+        pub fn of(port_id: u16) -> Option<Self> {
+            // SAFETY: only the entry's address is kept; it is read in the burst calls, under
+            // their contract.
+            unsafe { ops(port_id) }.map(|e| Self(std::ptr::from_ref(e)))
+        }
+    }
+
     /// Receives up to `nb_pkts` packets into `rx_pkts`, as `rte_eth_rx_burst`.
     ///
     /// # Safety
     /// As `rte_eth_rx_burst`: `port_id` and `queue_id` name a started port and Rx queue polled by
-    /// this thread only, and `rx_pkts` has room for `nb_pkts` pointers.
+    /// this thread only, and `rx_pkts` has room for `nb_pkts` pointers; `p` is the entry of
+    /// `port_id` ([`PortOps::of`]).
     #[inline(always)]
     pub unsafe fn eth_rx_burst(
+        p: PortOps,
         port_id: u16,
         queue_id: u16,
         rx_pkts: *mut *mut rte_mbuf,
         nb_pkts: u16,
     ) -> u16 {
         // SAFETY: the caller's contract, which is `rte_eth_rx_burst`'s; ethdev keeps a (dummy)
-        // burst function and a queue data array in every entry of a valid port.
+        // burst function and a queue data array in every entry of a valid port, which no one
+        // writes while its queues are polled.
         unsafe {
-            let Some(p) = ops(port_id) else { return 0 };
+            let p = &*p.0;
             let Some(rx) = p.rx_pkt_burst else { return 0 };
             let qd = *p.rxq.data.add(usize::from(queue_id));
             let n = rx(qd, rx_pkts, nb_pkts);
@@ -127,9 +147,11 @@ pub mod fastpath {
     ///
     /// # Safety
     /// As `rte_eth_tx_burst`: `port_id` and `queue_id` name a started port and Tx queue used by
-    /// this thread only, and `tx_pkts` holds `nb_pkts` mbufs the caller owns.
+    /// this thread only, and `tx_pkts` holds `nb_pkts` mbufs the caller owns; `p` is the entry
+    /// of `port_id` ([`PortOps::of`]).
     #[inline(always)]
     pub unsafe fn eth_tx_burst(
+        p: PortOps,
         port_id: u16,
         queue_id: u16,
         tx_pkts: *mut *mut rte_mbuf,
@@ -137,7 +159,7 @@ pub mod fastpath {
     ) -> u16 {
         // SAFETY: as in `eth_rx_burst`, for the Tx half of the entry.
         unsafe {
-            let Some(p) = ops(port_id) else { return 0 };
+            let p = &*p.0;
             let Some(tx) = p.tx_pkt_burst else { return 0 };
             let qd = *p.txq.data.add(usize::from(queue_id));
             let cb = callbacks(p.txq.clbk, queue_id);

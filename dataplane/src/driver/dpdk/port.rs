@@ -269,6 +269,11 @@ impl DpdkPort {
             window: plan.window,
             events,
         });
+        let ops = sys::fastpath::PortOps::of(port_id).ok_or_else(|| {
+            DpdkError::Port(format!(
+                "port {name}: port id {port_id} is past ethdev's fast-path table"
+            ))
+        })?;
         let stop = RxStop::default();
         let finite = cfg.stop_when_idle.unwrap_or_else(|| {
             cfg.devargs.contains("rx_pcap=") && !cfg.devargs.contains("infinite_rx=1")
@@ -277,6 +282,7 @@ impl DpdkPort {
             .map(|qi| {
                 DpdkQueue::new(QueueSetup {
                     shared: shared.clone(),
+                    ops,
                     queue: qi,
                     index: cfg.index,
                     verdict: Verdict::tx(cfg.tx_port),

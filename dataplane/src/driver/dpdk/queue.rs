@@ -23,9 +23,9 @@ use super::mbuf::{
 };
 use super::shared::PortShared;
 use super::spill::spill_stats;
-use crate::burst::{Burst, Describe, DescribeOut, HandleLayout, RxPacket};
+use crate::burst::{Burst, Describe, DescribeOut, HandleLayout, OwnerArc, RxPacket};
 use crate::mode::DatapathMode;
-use crate::packet::PayloadRing;
+use crate::packet::{PacketOwner, PayloadRing};
 use crate::port::{Queue, QueueStats};
 use crate::verdict::{DropCounts, DropReason, Verdict};
 
@@ -54,6 +54,7 @@ impl RxStop {
 /// What a queue is built from (see `DpdkPort::open`).
 pub(crate) struct QueueSetup {
     pub(crate) shared: Arc<PortShared>,
+    pub(crate) ops: sys::fastpath::PortOps,
     pub(crate) queue: u16,
     pub(crate) index: u16,
     pub(crate) verdict: Verdict,
@@ -90,6 +91,8 @@ struct RxAcc {
 /// One queue pair of a [`super::DpdkPort`].
 pub struct DpdkQueue {
     shared: Arc<PortShared>,
+    /// The port's entry in ethdev's fast-path table, found once.
+    ops: sys::fastpath::PortOps,
     port_id: u16,
     queue: u16,
     index: u16,
@@ -113,12 +116,16 @@ pub struct DpdkQueue {
     nics: Vec<*mut sys::rte_mbuf>,
     to_free: Vec<*mut sys::rte_mbuf>,
     /// The driver's packet owner, as its own type (the per-burst owner checks then need no
-    /// vtable read).
-    owner: Arc<MbufOwner>,
+    /// vtable read), with its address kept.
+    owner: QueueOwner,
     stats: QueueStats,
     drv: DriverCounters,
     stop: RxStop,
     rx_limit: u64,
+    /// Packets `rx_burst` may receive before it looks at the thread's registration and the
+    /// packet limit again (one test a burst for both): 0 until the thread is registered, then
+    /// at most what the limit leaves (`rx_limit - rx_packets`), set again when it runs out.
+    budget: u64,
     finite: bool,
     empty_polls: u64,
     core: Option<usize>,
@@ -148,6 +155,7 @@ impl DpdkQueue {
             - sys::NMDP_PKTMBUF_HEADROOM as usize;
         let b = s.burst.max(1);
         Self {
+            ops: s.ops,
             port_id: s.shared.port_id,
             shared: s.shared,
             queue: s.queue,
@@ -171,11 +179,12 @@ impl DpdkQueue {
             hdrs: Vec::with_capacity(b),
             nics: Vec::with_capacity(b),
             to_free: Vec::with_capacity(FREE_BATCH + 4 * crate::burst::MAX_BURST),
-            owner: mbuf_owner(),
+            owner: QueueOwner::new(mbuf_owner()),
             stats: QueueStats::default(),
             drv: DriverCounters::default(),
             stop: s.stop,
             rx_limit: s.rx_limit.unwrap_or(u64::MAX),
+            budget: 0,
             finite: s.finite,
             empty_polls: 0,
             core: s.core,
@@ -193,6 +202,18 @@ impl DpdkQueue {
                 self.shared.name, self.queue
             );
         }
+    }
+
+    /// `rx_burst` with its budget spent: registers the thread on the first call and sets the
+    /// budget to what the packet limit leaves; false when that is nothing.
+    #[cold]
+    #[inline(never)]
+    fn renew_budget(&mut self) -> bool {
+        if !self.registered {
+            self.register();
+        }
+        self.budget = self.rx_limit - self.stats.rx_packets;
+        self.budget > 0
     }
 
     #[inline]
@@ -253,8 +274,9 @@ impl DpdkQueue {
         // SAFETY: `dst` has room for `want` pointers (`want <= poll <= rx.len()` in the split
         // modes); the port and queue are started and this queue is polled by one thread only.
         // `want <= MAX_BURST` fits the call's u16.
-        let n = unsafe { sys::fastpath::eth_rx_burst(self.port_id, self.queue, dst, want as u16) }
-            as usize;
+        let n = unsafe {
+            sys::fastpath::eth_rx_burst(self.ops, self.port_id, self.queue, dst, want as u16)
+        } as usize;
         if !host && n > 0 {
             if self.hw_split {
                 self.rx_hw_split(n, burst);
@@ -283,6 +305,7 @@ impl DpdkQueue {
             // owns; `k - sent <= MAX_BURST` fits the call's u16.
             let more = unsafe {
                 sys::fastpath::eth_tx_burst(
+                    self.ops,
                     self.port_id,
                     self.queue,
                     pkts.handles_mut_ptr()
@@ -350,19 +373,24 @@ impl DpdkQueue {
         // is part of its frame) makes `D mod 2^16 == P` mean D == P: every frame lies whole in
         // its first segment, which is all a header view needs (a chain's empty tail segments
         // go out with it). Any other burst (a chain, or 64 KiB or more) takes the exact pass.
-        // Eight packets a turn (independent adds, one loop test per eight); the rest one by one.
+        // Sixteen packets a turn (independent adds, one loop test per sixteen: a poll is 32
+        // packets at full load); the rest one by one.
         let mut s = 0u64;
-        let mut octets = got.chunks_exact(8);
-        for q in &mut octets {
-            let w = |a: usize, b: usize| q[a].len_word().wrapping_add(q[b].len_word());
-            let (a, b) = (w(0, 1).wrapping_add(w(2, 3)), w(4, 5).wrapping_add(w(6, 7)));
-            s = s.wrapping_add(a.wrapping_add(b));
+        let (groups, rest) = got.as_chunks::<16>();
+        for q in groups {
+            // Four independent sums of four.
+            let mut t = [0u64; 4];
+            for (k, &m) in q.iter().enumerate() {
+                t[k % 4] = t[k % 4].wrapping_add(m.len_word());
+            }
+            s = s.wrapping_add((t[0].wrapping_add(t[1])).wrapping_add(t[2].wrapping_add(t[3])));
         }
-        for &m in octets.remainder() {
+        for &m in rest {
             s = s.wrapping_add(m.len_word());
         }
+        // P < 2^16 and D mod 2^16 == P in one test: P xor (D mod 2^16) is 0 exactly then.
         let bytes = s as u32;
-        if bytes >= 1 << 16 || (s >> 32) as u16 != bytes as u16 {
+        if bytes ^ u32::from((s >> 32) as u16) != 0 {
             return self.rx_host_exact(n, burst);
         }
         let bytes = u64::from(bytes);
@@ -644,6 +672,33 @@ impl DpdkQueue {
     }
 }
 
+/// The driver's packet owner with the address bursts compare owners by, computed once: the
+/// owner checks of every Rx and Tx burst then load it as it is.
+struct QueueOwner {
+    owner: Arc<MbufOwner>,
+    addr: usize,
+}
+
+impl QueueOwner {
+    fn new(owner: Arc<MbufOwner>) -> Self {
+        Self {
+            addr: owner.owner_addr(),
+            owner,
+        }
+    }
+}
+
+impl OwnerArc for QueueOwner {
+    #[inline(always)]
+    fn owner_addr(&self) -> usize {
+        self.addr
+    }
+
+    fn to_dyn(&self) -> Arc<dyn PacketOwner> {
+        self.owner.clone()
+    }
+}
+
 /// Where an `rte_mbuf` keeps the header place (offsets asserted at compile time in `dpdk-sys`).
 static MBUF_LAYOUT: HandleLayout = HandleLayout {
     buf_addr: std::mem::offset_of!(sys::rte_mbuf, buf_addr),
@@ -712,11 +767,12 @@ fn write_back_headers(pkts: &Burst) {
 impl Queue for DpdkQueue {
     #[inline(always)]
     fn rx_burst(&mut self, burst: &mut Burst) -> usize {
-        if !self.registered {
-            self.register();
+        if self.budget == 0 && !self.renew_budget() {
+            self.flush_free();
+            return 0;
         }
         self.flush_free();
-        if self.stop.is_stopped() || self.stats.rx_packets >= self.rx_limit {
+        if self.stop.is_stopped() {
             return 0;
         }
         // Another queue's worker is resetting the port (`events.rs`): stand aside.
@@ -727,7 +783,7 @@ impl Queue for DpdkQueue {
             return 0;
         }
         // The burst's room (at most `MAX_BURST`), within the packet limit.
-        let room = (burst.room() as u64).min(self.rx_limit - self.stats.rx_packets) as usize;
+        let room = (burst.room() as u64).min(self.budget) as usize;
         let before = burst.len();
         let host = self.mode == DatapathMode::Host;
         // Polls of at most `poll` packets (as testpmd's `--burst`) until the burst is full or
@@ -752,6 +808,9 @@ impl Queue for DpdkQueue {
             got += n;
         }
         self.empty_polls = 0;
+        // What the queue counts (`rx_packets`) is at most what the PMD handed out (the split
+        // modes drop a frame they find no buffer for), so the budget stays within the limit.
+        self.budget -= got as u64;
         if host {
             self.rx_host_in_place(got, burst);
         }
@@ -795,6 +854,7 @@ impl Queue for DpdkQueue {
         // write the array.
         let mut sent = unsafe {
             sys::fastpath::eth_tx_burst(
+                self.ops,
                 self.port_id,
                 self.queue,
                 pkts.handles_mut_ptr().cast::<*mut sys::rte_mbuf>(),
@@ -809,7 +869,6 @@ impl Queue for DpdkQueue {
         pkts.disown();
         self.stats.tx_bytes += bytes;
         self.stats.tx_packets += sent as u64;
-        self.stats.wire_tx_frames += sent as u64;
         sent
     }
 
@@ -861,6 +920,8 @@ impl Queue for DpdkQueue {
 
     fn stats(&self) -> QueueStats {
         let mut s = self.stats;
+        // Every packet the PMD took is a frame on the wire (counted once, at `stats`).
+        s.wire_tx_frames = s.tx_packets;
         if self.queue == 0
             && let Ok(e) = super::shared::eth_stats(self.port_id, "queue stats")
         {
