@@ -322,20 +322,24 @@ fn dpdk_ring_config_bounces_split_packets() {
     }
 }
 
+/// The error of loading `text` written to `cfg` as a run config.
+fn load_error(cfg: &std::path::Path, text: &str) -> nmdp::config::ConfigError {
+    std::fs::write(cfg, text).unwrap();
+    dpdk_run::load(&RunOptions {
+        config: cfg.to_path_buf(),
+        ..RunOptions::default()
+    })
+    .unwrap_err()
+}
+
 /// Config errors name the file, the key and what is allowed; nothing runs.
 #[test]
 fn bad_dpdk_sections_fail_before_anything_runs() {
     let cfg = tmp("bad.toml");
-    std::fs::write(
+    let e = load_error(
         &cfg,
         "[dpdk]\nrx_desc = 5\n[[dpdk.ports]]\ndevargs = \"net_null0\"\n",
-    )
-    .unwrap();
-    let e = dpdk_run::load(&RunOptions {
-        config: cfg.clone(),
-        ..RunOptions::default()
-    })
-    .unwrap_err();
+    );
     assert_eq!(e.key, "dpdk.rx_desc");
     assert!(
         e.to_string().contains("bad.toml") && e.msg.contains("16..="),
@@ -343,32 +347,16 @@ fn bad_dpdk_sections_fail_before_anything_runs() {
     );
     // A vector shorter than one poll, or longer than a burst can hold.
     for v in [16, 257] {
-        std::fs::write(
+        let e = load_error(
             &cfg,
-            format!("[dpdk]\nvector = {v}\n[[dpdk.ports]]\ndevargs = \"net_null0\"\n"),
-        )
-        .unwrap();
-        let e = dpdk_run::load(&RunOptions {
-            config: cfg.clone(),
-            ..RunOptions::default()
-        })
-        .unwrap_err();
+            &format!("[dpdk]\nvector = {v}\n[[dpdk.ports]]\ndevargs = \"net_null0\"\n"),
+        );
         assert_eq!(e.key, "dpdk.vector");
         assert!(e.msg.contains("datapath.burst (32) ..= 256"), "{e}");
     }
-    std::fs::write(&cfg, "[dpdk]\nports = []\n").unwrap();
-    let e = dpdk_run::load(&RunOptions {
-        config: cfg.clone(),
-        ..RunOptions::default()
-    })
-    .unwrap_err();
+    let e = load_error(&cfg, "[dpdk]\nports = []\n");
     assert_eq!(e.key, "dpdk.ports");
-    std::fs::write(&cfg, "[dpdk]\nbogus = 1\n").unwrap();
-    let e = dpdk_run::load(&RunOptions {
-        config: cfg,
-        ..RunOptions::default()
-    })
-    .unwrap_err();
+    let e = load_error(&cfg, "[dpdk]\nbogus = 1\n");
     assert!(e.to_string().contains("bogus"), "{e}");
     let none = tmp("plain.toml");
     std::fs::write(&none, "[[pipeline]]\nname = \"macswap\"\n").unwrap();

@@ -721,19 +721,19 @@ mod tests {
         let asks = Arc::new(AtomicUsize::new(0));
         let ctx = NfContext::default();
         let mut b = Burst::with_capacity(4);
-        let mut never = NfChain::new();
-        never.push(Box::new(Asked {
-            asks: asks.clone(),
-            never: true,
-        }));
+        let chain_of = |never: bool| {
+            let mut c = NfChain::new();
+            c.push(Box::new(Asked {
+                asks: asks.clone(),
+                never,
+            }));
+            c
+        };
+        let mut never = chain_of(true);
         never.process(&mut b, &ctx);
         assert_eq!(asks.load(Ordering::Relaxed), 0, "not asked");
         assert!(!never.may_hold());
-        let mut maybe = NfChain::new();
-        maybe.push(Box::new(Asked {
-            asks: asks.clone(),
-            never: false,
-        }));
+        let mut maybe = chain_of(false);
         maybe.process(&mut b, &ctx);
         assert_eq!(asks.load(Ordering::Relaxed), 1, "the default is asked");
         // A slot may be given another function through `functions_mut`: from then on every

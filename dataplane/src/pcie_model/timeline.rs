@@ -1088,6 +1088,17 @@ mod tests {
     use crate::pcie_model::costs::OpCosts;
     use crate::pcie_model::profile::Efficiency;
 
+    /// The costs the randomised booking tests run over: two fractional wire rates, an integer
+    /// cost and free work.
+    fn booking_costs() -> [Cost; 4] {
+        [
+            Cost::per_byte_at_bps(100_000_000_000),
+            Cost::per_byte_at_bps(113_700_000_000),
+            Cost::ps_per_unit(3),
+            Cost::FREE,
+        ]
+    }
+
     /// One step of the xorshift generator the randomised booking tests draw from.
     fn xorshift(x: &mut u64) {
         *x ^= *x << 13;
@@ -1160,11 +1171,7 @@ mod tests {
         // A pseudo-random mix of ready times (idle gaps and backlogs) and sizes, on a fractional
         // cost, an integer one and a free one: the lanes give the same reservations and leave
         // the same state, including the remainder, the units and the reservation count.
-        for cost in [
-            Cost::per_byte_at_bps(113_700_000_000),
-            Cost::ps_per_unit(3),
-            Cost::FREE,
-        ] {
+        for cost in booking_costs() {
             let mut a = Resource::new("a", cost, 7);
             let mut b = a.clone();
             let mut lane = b.lane();
@@ -1195,11 +1202,7 @@ mod tests {
         // others, sizes mixed within a run, free work among them): a lane started at the run's
         // time and booked with `reserve_queued` gives each one `reserve`'s end and leaves the
         // same state, remainder included, on a fractional, an integer and a free cost.
-        for cost in [
-            Cost::per_byte_at_bps(113_700_000_000),
-            Cost::ps_per_unit(3),
-            Cost::FREE,
-        ] {
+        for cost in booking_costs() {
             let mut a = Resource::new("a", cost, 7);
             let mut lane = a.lane();
             let mut x = 0x2545_f491_4f6c_dd1du64;
@@ -1229,12 +1232,7 @@ mod tests {
     fn reserving_each_time_of_a_run_is_reserving_them_one_by_one() {
         // Runs of increasing ready times, some closer than the work (a backlog builds), some
         // farther apart (idle gaps): `reserve_each` gives `reserve`'s ends and leaves the state.
-        for cost in [
-            Cost::per_byte_at_bps(100_000_000_000),
-            Cost::per_byte_at_bps(113_700_000_000),
-            Cost::ps_per_unit(3),
-            Cost::FREE,
-        ] {
+        for cost in booking_costs() {
             let mut a = Resource::new("a", cost, 0);
             let mut lane = a.lane();
             let mut x = 0x9e37_79b9_7f4a_7c15u64;
@@ -1260,12 +1258,7 @@ mod tests {
     fn reserving_each_of_spaced_times_is_reserving_them_one_by_one() {
         // Times at least `gap` apart, the gap now above the work (the lane goes idle from some
         // reservation on), now below it (the general booking), after a backlog or not.
-        for cost in [
-            Cost::per_byte_at_bps(100_000_000_000),
-            Cost::per_byte_at_bps(113_700_000_000),
-            Cost::ps_per_unit(3),
-            Cost::FREE,
-        ] {
+        for cost in booking_costs() {
             let mut a = Resource::new("a", cost, 0);
             let mut lane = a.lane();
             let mut x = 0x2545_f491_4f6c_dd1du64;
