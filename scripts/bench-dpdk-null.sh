@@ -16,8 +16,9 @@ SECS=${2:-5}
 BIN=${DATAPLANE_BIN:-${CARGO_TARGET_DIR:-target}/release/dataplane}
 command -v dpdk-testpmd >/dev/null || { echo "dpdk-testpmd not found (apt-get install dpdk-dev)"; exit 2; }
 [ -x "$BIN" ] || { echo "$BIN not built (cargo build --release --features dpdk)"; exit 2; }
-# VECTOR=N sets nmdp's `dpdk.vector` (default 64: polls of 32 until 64 are gathered; 32 polls
-# once per pass, as testpmd does).
+# VECTOR=N sets nmdp's `dpdk.vector` (default 64: one poll asks the PMD for 64 packets; 32 asks
+# for 32 a pass, testpmd's burst). TESTPMD_BURST=N runs testpmd with `--burst=N` (default 32),
+# e.g. 64 to compare both sides asking the PMD for as many packets a call.
 # HUGE=1 runs both sides on 2 MiB hugepages (mount hugetlbfs and reserve pages first, e.g.
 # `echo 512 > /proc/sys/vm/nr_hugepages`); the default is --no-huge, as in CI.
 NOHUGE='"--no-huge",'; NOHUGE_ARG=--no-huge
@@ -36,12 +37,12 @@ testpmd() { # $1 = forward mode
   # testpmd runs until interrupted; timeout's exit status (124) is expected.
   { timeout -s INT "$((SECS + 2))" dpdk-testpmd $EAL --file-prefix="tpmd-bench-$$" \
       --vdev=net_null0 --vdev=net_null1 -- --total-num-mbufs=16384 --forward-mode="$1" \
-      --stats-period=1 --no-flush-rx --auto-start </dev/null 2>&1 || true; } \
+      ${TESTPMD_BURST:+--burst=$TESTPMD_BURST} --stats-period=1 --no-flush-rx --auto-start </dev/null 2>&1 || true; } \
     | awk '/Rx-pps:/ {s += $2; n++; if (n % 2 == 0) {print s / 1e6; s = 0}}' | tail -n +3 | median
 }
 
 echo "machine: $(nproc) cores, $(grep -m1 'model name' /proc/cpuinfo | cut -d: -f2 | sed 's/^ *//'), load $(cut -d' ' -f1-3 /proc/loadavg)"
-echo "dpdk: $(pkg-config --modversion libdpdk 2>/dev/null || echo '?'); rounds $ROUNDS x ${SECS}s; hugepages: $([ -n "$NOHUGE_ARG" ] && echo no || echo 2M); nmdp dpdk.vector ${VECTOR:-default}"
+echo "dpdk: $(pkg-config --modversion libdpdk 2>/dev/null || echo '?'); rounds $ROUNDS x ${SECS}s; hugepages: $([ -n "$NOHUGE_ARG" ] && echo no || echo 2M); nmdp dpdk.vector ${VECTOR:-default}; testpmd --burst ${TESTPMD_BURST:-default}"
 for pair in "io_fwd io" "macswap macswap"; do
   set -- $pair
   A=(); B=(); R=()

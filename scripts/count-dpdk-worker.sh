@@ -6,7 +6,8 @@
 #
 #   cargo build --release --features dpdk
 #   scripts/count-dpdk-worker.sh [PACKETS] [SECONDS]
-#   VECTOR=32 scripts/count-dpdk-worker.sh    # nmdp polling once per pass (`dpdk.vector`)
+#   VECTOR=32 scripts/count-dpdk-worker.sh    # nmdp asking the PMD for 32 a pass (`dpdk.vector`)
+#   TESTPMD_BURST=64 scripts/count-dpdk-worker.sh   # testpmd asking for 64 a call (`--burst`)
 #
 # callgrind --separate-threads writes one profile per thread; in both programs the third thread
 # is the forwarding one (the first is the main thread, which runs EAL's setup, the second EAL's
@@ -39,7 +40,7 @@ for pair in "io_fwd io" "macswap macswap"; do
     --callgrind-out-file="$TMP/tpmd" dpdk-testpmd -l 0,1 --no-huge -m 512 --no-pci --no-shconf \
     --no-telemetry --file-prefix="tpmd-count-$$" --log-level='*:warning' \
     --vdev=net_null0 --vdev=net_null1 -- --total-num-mbufs=16384 --forward-mode="$2" \
-    --no-flush-rx --auto-start </dev/null >"$TMP/tpmd.log" 2>&1 || true
+    ${TESTPMD_BURST:+--burst=$TESTPMD_BURST} --no-flush-rx --auto-start </dev/null >"$TMP/tpmd.log" 2>&1 || true
   fwd=$(awk '/Accumulated forward statistics/ {a = 1} a && /RX-packets:/ {print $2; exit}' "$TMP/tpmd.log")
   theirs=$(awk -v w="$(thread3 "$TMP/tpmd")" -v n="${fwd:-0}" 'BEGIN {if (n > 0) printf "%.1f", w / n; else print "?"}')
   printf '%-8s nmdp %s  testpmd %s instructions per packet\n' "$1" "$ours" "$theirs"

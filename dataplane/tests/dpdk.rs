@@ -369,11 +369,12 @@ fn a_host_burst_of_64_kib_or_more_is_counted_exactly() {
     assert!(port.pool_stats().iter().all(|p| p.in_use == 0));
 }
 
-/// A receive polls the PMD `burst` packets at a time until the caller's burst is full or a poll
-/// comes back short (`dpdk.vector`): in one call, in order, every packet counted once, in the
-/// whole-frame mode and in a splitting one.
+/// A receive asks the PMD for the caller's whole burst (`dpdk.vector`) in one poll and takes
+/// what is there; the rest waits for the next call: in order, every packet counted once, in the
+/// whole-frame mode and in a splitting one. (The polls that follow a PMD capping a call are
+/// tested with a capping PMD in `gather`'s unit tests, `dataplane/src/driver/dpdk/queue.rs`.)
 #[test]
-fn a_receive_gathers_polls_until_its_vector_is_full_or_a_poll_is_short() {
+fn a_receive_fills_its_vector_in_one_poll_and_takes_the_rest_on_the_next() {
     eal();
     for (i, mode) in [DatapathMode::Host, DatapathMode::Split]
         .into_iter()
@@ -395,7 +396,8 @@ fn a_receive_gathers_polls_until_its_vector_is_full_or_a_poll_is_short() {
             }
             assert_eq!(q.tx_burst(&mut b, &mut drops), fr.len());
         };
-        // 20 waiting, a vector of 64: polls of 8, 8 and a short 4, all in one call.
+        // 20 waiting, a vector of 64: one poll hands out all 20 (and, 20 being at least
+        // `burst`, an empty one after, in case the PMD capped the first).
         send(q.as_mut(), &fr[..20]);
         let mut rx = Burst::with_capacity(64);
         assert_eq!(q.rx_burst(&mut rx), 20, "{mode}");
@@ -403,7 +405,7 @@ fn a_receive_gathers_polls_until_its_vector_is_full_or_a_poll_is_short() {
             assert_eq!(&rx.frame(k), f, "{mode} frame {k}");
         }
         q.free_burst(&mut rx);
-        // 30 waiting, a vector of 16: two full polls fill it; the next call takes the rest.
+        // 30 waiting, a vector of 16: one poll fills it; the next call takes the rest.
         send(q.as_mut(), &fr[20..]);
         let mut rx = Burst::with_capacity(16);
         assert_eq!(q.rx_burst(&mut rx), 16, "{mode}");

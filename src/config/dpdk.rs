@@ -40,9 +40,9 @@ pub struct DpdkSection {
     /// Per-lcore mempool cache size.
     pub cache_size: u32,
     /// Packets a worker gathers from a queue before its network functions and Tx run over
-    /// them: it polls the PMD for `datapath.burst` packets at a time while each poll comes back
-    /// full and the vector has room, as VPP's input node fills a frame (at low load a pass
-    /// takes one poll). `datapath.burst` polls once per pass, as testpmd does. Allowed
+    /// them: one poll asks the PMD for the whole vector, and it polls again while a poll hands
+    /// out at least `datapath.burst` packets and the vector has room (some PMDs hand out at
+    /// most 32 a call); at low load a pass takes what one poll finds. Allowed
     /// `datapath.burst..=256`.
     pub vector: usize,
     /// Emulated nicmem per port for the nicmem modes on PMDs without device memory, e.g.

@@ -250,8 +250,8 @@ pub fn run(cfg: &RunConfig, d: &DpdkSection, opts: &RunOptions) -> Result<Value,
                 queues,
                 chain,
                 egress: None,
-                // The vector: the queues poll the PMD `datapath.burst` at a time until it is
-                // full (`dpdk.vector`).
+                // The vector (`dpdk.vector`): the queues ask the PMD for all of it in one poll,
+                // polling again only after a poll of `datapath.burst` or more.
                 burst: d.vector,
                 slow,
             })

@@ -59,10 +59,12 @@ pub struct DpdkPortConfig {
     pub rx_desc: u16,
     /// Tx descriptors per queue.
     pub tx_desc: u16,
-    /// Packets asked of the PMD per `rte_eth_rx_burst` (`datapath.burst`).
+    /// A poll handing out at least this many packets is followed by another while the vector
+    /// has room (`datapath.burst`; PMDs may cap a call).
     pub burst: usize,
-    /// Packets a worker gathers in one pass of its loop, in polls of `burst` (`dpdk.vector`;
-    /// see `DpdkQueue`'s receive): sizes the pools for the packets a worker holds.
+    /// Packets a worker gathers in one pass of its loop, asked of the PMD in one poll
+    /// (`dpdk.vector`; see `DpdkQueue`'s receive): sizes the pools for the packets a worker
+    /// holds.
     pub vector: usize,
     /// Largest frame without FCS.
     pub max_frame: usize,

@@ -1,15 +1,15 @@
 //! [`DpdkQueue`]: one Rx/Tx queue pair of a DPDK port, owned by one worker.
 //!
-//! Rx fills a burst (the worker's vector, `dpdk.vector`) with polls of `rte_eth_rx_burst` for
-//! `datapath.burst` packets each (inlined: `dpdk_sys::fastpath`) while each poll comes back full,
-//! as VPP's input node fills a frame, then writes each mbuf chain into the burst's arrays (the
-//! mbuf pointer is the packet's handle; header place and lengths are read from its fields). In
-//! the split modes on PMDs without hardware buffer split it splits in software: header mbufs
-//! (and, with emulated nicmem, payload mbufs) for a poll come from one `rte_pktmbuf_alloc_bulk`
-//! per pool. Tx hands the burst's handle array to one `rte_eth_tx_burst` as it is (writing header
-//! changes back into the mbufs first when a network function moved a header), offers what a call
-//! left again while the PMD takes some, and frees what the ring did not take with one
-//! `rte_pktmbuf_free_bulk`.
+//! Rx fills a burst (the worker's vector, `dpdk.vector`) with one `rte_eth_rx_burst` asking for
+//! the whole vector (inlined: `dpdk_sys::fastpath`), and polls again while a call hands out at
+//! least `datapath.burst` packets and the vector has room, since some PMDs hand out at most 32 a
+//! call ([`gather`]); then it writes each mbuf chain into the burst's arrays (the mbuf pointer is
+//! the packet's handle; header place and lengths are read from its fields). In the split modes on
+//! PMDs without hardware buffer split it splits in software: header mbufs (and, with emulated
+//! nicmem, payload mbufs) for a poll come from one `rte_pktmbuf_alloc_bulk` per pool. Tx hands the
+//! burst's handle array to one `rte_eth_tx_burst` as it is (writing header changes back into the
+//! mbufs first when a network function moved a header), offers what a call left again while the PMD
+//! takes some, and frees what the ring did not take with one `rte_pktmbuf_free_bulk`.
 
 use std::sync::Arc;
 use std::sync::atomic::{AtomicBool, Ordering};
@@ -109,9 +109,9 @@ pub struct DpdkQueue {
     describe: Describe,
     /// Scratch for the split modes' polls and for a burst's chains (`MAX_BURST` entries).
     rx: Vec<*mut sys::rte_mbuf>,
-    /// Packets asked of the PMD per `rte_eth_rx_burst` (`datapath.burst`); a receive polls
-    /// again while the PMD fills each poll and the caller's burst has room.
-    poll: usize,
+    /// A poll handing out at least this many packets (`datapath.burst`) may have been capped by
+    /// the PMD, so a receive polls again while the caller's burst has room ([`gather`]).
+    again_at: usize,
     hdrs: Vec<*mut sys::rte_mbuf>,
     nics: Vec<*mut sys::rte_mbuf>,
     to_free: Vec<*mut sys::rte_mbuf>,
@@ -175,9 +175,10 @@ impl DpdkQueue {
                 describe_mbufs::<false>
             },
             rx: vec![std::ptr::null_mut(); crate::burst::MAX_BURST],
-            poll: b.min(crate::burst::MAX_BURST),
-            hdrs: Vec::with_capacity(b),
-            nics: Vec::with_capacity(b),
+            again_at: b.min(crate::burst::MAX_BURST),
+            // A poll may take a whole burst (`MAX_BURST` at most): room for a split of each.
+            hdrs: Vec::with_capacity(crate::burst::MAX_BURST),
+            nics: Vec::with_capacity(crate::burst::MAX_BURST),
             to_free: Vec::with_capacity(FREE_BATCH + 4 * crate::burst::MAX_BURST),
             owner: QueueOwner::new(mbuf_owner()),
             stats: QueueStats::default(),
@@ -271,8 +272,9 @@ impl DpdkQueue {
         } else {
             self.rx.as_mut_ptr()
         };
-        // SAFETY: `dst` has room for `want` pointers (`want <= poll <= rx.len()` in the split
-        // modes); the port and queue are started and this queue is polled by one thread only.
+        // SAFETY: `dst` has room for `want` pointers (`want <= MAX_BURST == rx.len()` in the
+        // split modes); the port and queue are started and this queue is polled by one thread
+        // only.
         // `want <= MAX_BURST` fits the call's u16.
         let n = unsafe {
             sys::fastpath::eth_rx_burst(self.ops, self.port_id, self.queue, dst, want as u16)
@@ -373,7 +375,7 @@ impl DpdkQueue {
         // is part of its frame) makes `D mod 2^16 == P` mean D == P: every frame lies whole in
         // its first segment, which is all a header view needs (a chain's empty tail segments
         // go out with it). Any other burst (a chain, or 64 KiB or more) takes the exact pass.
-        // Sixteen packets a turn (independent adds, one loop test per sixteen: a poll is 32
+        // Sixteen packets a turn (independent adds, one loop test per sixteen: a vector is 64
         // packets at full load); the rest one by one.
         let mut s = 0u64;
         let (groups, rest) = got.as_chunks::<16>();
@@ -539,8 +541,8 @@ impl DpdkQueue {
         self.hdrs.clear();
         self.nics.clear();
         if need > 0 {
-            // SAFETY: the vector has capacity >= burst >= need; on success DPDK fills `need`
-            // pointers with freshly reset mbufs we own.
+            // SAFETY: the vector has capacity `MAX_BURST` >= n >= need; on success DPDK fills
+            // `need` pointers with freshly reset mbufs we own.
             unsafe {
                 if sys::rte_pktmbuf_alloc_bulk(self.hdr_mp, self.hdrs.as_mut_ptr(), need as u32)
                     == 0
@@ -707,6 +709,24 @@ static MBUF_LAYOUT: HandleLayout = HandleLayout {
     pkt_len: std::mem::offset_of!(sys::rte_mbuf, pkt_len),
 };
 
+/// Gathers up to `room` packets from polls of a PMD: `poll(at, want)` asks for `want` packets
+/// into the burst's slots from `at` on and returns how many the PMD handed out. The first poll
+/// asks for the whole room, so at full load one PMD call fills the vector (each call has its
+/// fixed costs, in the PMD and here). A call may hand out less than asked with more waiting:
+/// some PMDs cap a call (ixgbe's and i40e's vector Rx at 32), so a poll handing out
+/// `again_at` (`datapath.burst`) or more is followed by another while room is left. A poll
+/// handing out fewer ends the gathering, so at low load no packet waits for a later poll.
+#[inline(always)]
+fn gather(room: usize, again_at: usize, mut poll: impl FnMut(usize, usize) -> usize) -> usize {
+    let mut n = poll(0, room);
+    let mut got = n;
+    while n >= again_at && got < room {
+        n = poll(got, room - got);
+        got += n;
+    }
+    got
+}
+
 /// Which ring served the second segment of a received two-segment chain: the primary (nicmem)
 /// ring when its buffer is nicmem, else the secondary (host) ring.
 #[inline]
@@ -786,26 +806,23 @@ impl Queue for DpdkQueue {
         let room = (burst.room() as u64).min(self.budget) as usize;
         let before = burst.len();
         let host = self.mode == DatapathMode::Host;
-        // Polls of at most `poll` packets (as testpmd's `--burst`) until the burst is full or
-        // the PMD hands out less than asked, as VPP's input node fills its frame: at full load
-        // the network functions and Tx run once for several polls; at low load a pass takes
-        // one poll, and no packet waits for a later one. `host` mode receives straight into
-        // the burst's handle array, with one byte pass over all its polls after (a pass whose
-        // frames reach 64 KiB, frames of 1 KiB and more at the default vector, takes the exact
-        // pass: two loads a packet where the packet rate is a tenth of the 64 B one); the split
-        // modes into scratch, as they rebuild chains poll by poll.
-        let mut n = self.poll_once(burst, before, room.min(self.poll), host);
-        if n == 0 {
+        // One poll for the whole room, more only where the PMD may have capped it ([`gather`]):
+        // at full load the network functions and Tx run once for the vector; at low load a
+        // pass takes what is there, and no packet waits for a later poll. `host` mode receives
+        // straight into the burst's handle array, with one byte pass over all its polls after
+        // (a pass whose frames reach 64 KiB, frames of 1 KiB and more at the default vector,
+        // takes the exact pass: two loads a packet where the packet rate is a tenth of the 64 B
+        // one); the split modes into scratch, as they rebuild chains poll by poll.
+        let again_at = self.again_at;
+        let got = gather(room, again_at, |at, want| {
+            self.poll_once(burst, before + at, want, host)
+        });
+        if got == 0 {
             self.empty_polls += 1;
             if self.queue == 0 {
                 self.shared.events.on_idle(&self.shared.pools);
             }
             return 0;
-        }
-        let mut got = n;
-        while n == self.poll && got < room {
-            n = self.poll_once(burst, before + got, (room - got).min(self.poll), host);
-            got += n;
         }
         self.empty_polls = 0;
         // What the queue counts (`rx_packets`) is at most what the PMD handed out (the split
@@ -1004,5 +1021,61 @@ impl std::fmt::Debug for DpdkQueue {
             .field("mode", &self.mode)
             .field("stats", &self.stats)
             .finish()
+    }
+}
+
+#[cfg(test)]
+mod tests {
+    use super::gather;
+
+    /// A PMD with `waiting` packets that hands out at most `cap` a call; records each call's
+    /// (slot, asked) and checks that the calls fill the slots in order without a gap.
+    fn pmd(waiting: usize, cap: usize) -> impl FnMut(usize, usize) -> usize {
+        let (mut left, mut next) = (waiting, 0);
+        move |at, want| {
+            assert_eq!(at, next, "a poll writes after the last one");
+            let n = want.min(cap).min(left);
+            left -= n;
+            next += n;
+            n
+        }
+    }
+
+    fn calls(room: usize, again_at: usize, waiting: usize, cap: usize) -> (usize, Vec<usize>) {
+        let mut asked = Vec::new();
+        let mut inner = pmd(waiting, cap);
+        let got = gather(room, again_at, |at, want| {
+            asked.push(want);
+            inner(at, want)
+        });
+        (got, asked)
+    }
+
+    #[test]
+    fn one_poll_asks_for_the_whole_vector() {
+        // Full load, a PMD without a cap: one call fills the vector.
+        assert_eq!(calls(64, 32, 1000, usize::MAX), (64, vec![64]));
+        // Low load: what is there, in one call and one empty one after a large share.
+        assert_eq!(calls(64, 32, 5, usize::MAX), (5, vec![64]));
+        assert_eq!(calls(64, 32, 40, usize::MAX), (40, vec![64, 24]));
+        // Nothing waiting: one empty poll.
+        assert_eq!(calls(64, 32, 0, usize::MAX), (0, vec![64]));
+        // Room limited by the packet budget.
+        assert_eq!(calls(3, 32, 1000, usize::MAX), (3, vec![3]));
+    }
+
+    #[test]
+    fn a_pmd_that_caps_a_call_is_polled_until_the_vector_is_full() {
+        // 32 a call (ixgbe's and i40e's vector Rx): polls of 32 fill a vector of 64 or 256.
+        assert_eq!(calls(64, 32, 1000, 32), (64, vec![64, 32]));
+        assert_eq!(
+            calls(256, 32, 1000, 32),
+            (256, vec![256, 224, 192, 160, 128, 96, 64, 32])
+        );
+        // Fewer waiting than the vector: the short poll ends it.
+        assert_eq!(calls(64, 32, 45, 32), (45, vec![64, 32]));
+        assert_eq!(calls(64, 32, 32, 32), (32, vec![64, 32]));
+        // A cap below `again_at` reads as a short poll: one call.
+        assert_eq!(calls(64, 32, 1000, 16), (16, vec![64]));
     }
 }
