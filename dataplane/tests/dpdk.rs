@@ -9,7 +9,9 @@
 use std::time::{Duration, Instant};
 
 use dataplane::driver::dpdk::{DpdkPort, DpdkPortConfig, Eal, NicmemSource};
-use dataplane::{Burst, DatapathMode, DropCounts, PayloadRef, PayloadRing, Port, Queue};
+use dataplane::{
+    Burst, DatapathMode, DropCounts, DropReason, PayloadRef, PayloadRing, Port, Queue,
+};
 
 fn eal() -> &'static Eal {
     let args: Vec<String> = [
@@ -425,4 +427,68 @@ fn a_receive_fills_its_vector_in_one_poll_and_takes_the_rest_on_the_next() {
         q.flush();
         assert!(port.pool_stats().iter().all(|p| p.in_use == 0), "{mode}");
     }
+}
+
+/// A Tx ring that fills part way through a burst: the ring keeps what it took, in order; the
+/// rest of the burst is offered once more (`tx_rest`), then freed and counted as `tx_full`, in
+/// the queue's counters and the drop reasons, with its bytes kept out of `tx_bytes`; every
+/// mbuf goes back to its pool. (`net_ring` loops a port's Tx ring to its Rx ring, so nothing
+/// drains it until the test receives.)
+#[test]
+fn a_full_tx_ring_keeps_what_it_took_and_counts_the_rest_as_tx_full() {
+    eal();
+    let mut cfg = ring_cfg("net_ring_full", DatapathMode::Host);
+    cfg.mbufs = Some(4096);
+    let mut port = DpdkPort::open(&cfg).unwrap();
+    let mut q = port.take_queues().pop().unwrap();
+    let fr: Vec<Vec<u8>> = (0..256u32)
+        .map(|k| (0..60 + (k * 7) % 1400).map(|i| (i ^ k) as u8).collect())
+        .collect();
+    let mut drops = DropCounts::default();
+    let (mut offered, mut sent_frames) = (0u64, Vec::new());
+    for round in 0.. {
+        assert!(
+            round < 16,
+            "the Tx ring took {} frames and never filled",
+            sent_frames.len()
+        );
+        let mut b = Burst::with_capacity(256);
+        for f in &fr {
+            assert!(q.push_frame(&mut b, f), "a buffer for frame {}", offered);
+        }
+        offered += fr.len() as u64;
+        let sent = q.tx_burst(&mut b, &mut drops);
+        assert!(b.is_empty(), "Tx gives up every packet of the burst");
+        sent_frames.extend_from_slice(&fr[..sent]);
+        if sent < fr.len() {
+            break;
+        }
+    }
+    let sent = sent_frames.len() as u64;
+    let s = q.stats();
+    let bytes: u64 = sent_frames.iter().map(|f| f.len() as u64).sum();
+    assert_eq!((s.tx_packets, s.tx_bytes), (sent, bytes));
+    assert_eq!(s.tx_full, offered - sent);
+    assert_eq!(drops.get(DropReason::TX_FULL), offered - sent);
+    assert_eq!(drops.total(), offered - sent);
+    // The ring holds exactly what was counted as sent, in order.
+    let got = rx_n(q.as_mut(), sent_frames.len());
+    let mut k = 0;
+    for b in &got {
+        for i in 0..b.len() {
+            assert_eq!(b.frame(i), sent_frames[k], "frame {k}");
+            k += 1;
+        }
+    }
+    let mut extra = Burst::with_capacity(32);
+    assert_eq!(
+        q.rx_burst(&mut extra),
+        0,
+        "nothing beyond what Tx counted as sent"
+    );
+    for mut b in got {
+        q.free_burst(&mut b);
+    }
+    q.flush();
+    assert!(port.pool_stats().iter().all(|p| p.in_use == 0));
 }
