@@ -46,6 +46,13 @@ fn ring_cfg(name: &str, mode: DatapathMode) -> DpdkPortConfig {
     }
 }
 
+/// Opens the port of `cfg` and takes its one queue.
+fn open_one(cfg: &DpdkPortConfig) -> (DpdkPort, Box<dyn Queue>) {
+    let mut port = DpdkPort::open(cfg).unwrap();
+    let q = port.take_queues().pop().unwrap();
+    (port, q)
+}
+
 /// Frames of many lengths with recognisable bytes.
 fn frames() -> Vec<Vec<u8>> {
     let mut v = Vec::new();
@@ -223,8 +230,7 @@ fn nicmem_exhaustion_spills_to_the_secondary_ring() {
     eal();
     let mut cfg = ring_cfg("net_ring_spill", DatapathMode::NicPayload);
     cfg.nicmem_buffers = Some(4);
-    let mut port = DpdkPort::open(&cfg).unwrap();
-    let mut q = port.take_queues().pop().unwrap();
+    let (port, mut q) = open_one(&cfg);
     let frame: Vec<u8> = (0..300u32).map(|i| i as u8).collect();
     let tx = bursts_of(q.as_mut(), &vec![frame.clone(); 16]);
     assert_eq!(tx_all(q.as_mut(), tx), 16);
@@ -332,8 +338,7 @@ fn a_host_burst_of_64_kib_or_more_is_counted_exactly() {
     eal();
     let mut cfg = ring_cfg("net_ring_big", DatapathMode::Host);
     cfg.burst = 64;
-    let mut port = DpdkPort::open(&cfg).unwrap();
-    let mut q = port.take_queues().pop().unwrap();
+    let (port, mut q) = open_one(&cfg);
     let fr: Vec<Vec<u8>> = (0..48u32)
         .map(|k| {
             (0..1514u32)
@@ -385,8 +390,7 @@ fn a_receive_fills_its_vector_in_one_poll_and_takes_the_rest_on_the_next() {
         let mut cfg = ring_cfg(&format!("net_ring_vec{i}"), mode);
         cfg.burst = 8;
         cfg.vector = 64;
-        let mut port = DpdkPort::open(&cfg).unwrap();
-        let mut q = port.take_queues().pop().unwrap();
+        let (port, mut q) = open_one(&cfg);
         let fr: Vec<Vec<u8>> = (0..50u32)
             .map(|k| (0..60 + 10 * k).map(|i| (i ^ k) as u8).collect())
             .collect();
@@ -439,8 +443,7 @@ fn a_full_tx_ring_keeps_what_it_took_and_counts_the_rest_as_tx_full() {
     eal();
     let mut cfg = ring_cfg("net_ring_full", DatapathMode::Host);
     cfg.mbufs = Some(4096);
-    let mut port = DpdkPort::open(&cfg).unwrap();
-    let mut q = port.take_queues().pop().unwrap();
+    let (port, mut q) = open_one(&cfg);
     let fr: Vec<Vec<u8>> = (0..256u32)
         .map(|k| (0..60 + (k * 7) % 1400).map(|i| (i ^ k) as u8).collect())
         .collect();
