@@ -62,9 +62,8 @@ pub struct DpdkPortConfig {
     /// A poll handing out at least this many packets is followed by another while the vector
     /// has room (`datapath.burst`; PMDs may cap a call).
     pub burst: usize,
-    /// Packets a worker gathers in one pass of its loop, asked of the PMD in one poll
-    /// (`dpdk.vector`; see `DpdkQueue`'s receive): sizes the pools for the packets a worker
-    /// holds.
+    /// Packets a worker holds from one pass of its loop (`dpdk.vector`; the receive asks the PMD
+    /// for the room of the caller's burst, see `DpdkQueue`'s receive): sizes the pools.
     pub vector: usize,
     /// Largest frame without FCS.
     pub max_frame: usize,

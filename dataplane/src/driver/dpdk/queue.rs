@@ -274,8 +274,7 @@ impl DpdkQueue {
         };
         // SAFETY: `dst` has room for `want` pointers (`want <= MAX_BURST == rx.len()` in the
         // split modes); the port and queue are started and this queue is polled by one thread
-        // only.
-        // `want <= MAX_BURST` fits the call's u16.
+        // only. `want <= MAX_BURST` fits the call's u16.
         let n = unsafe {
             sys::fastpath::eth_rx_burst(self.ops, self.port_id, self.queue, dst, want as u16)
         } as usize;
